@@ -1,0 +1,1 @@
+"""Environments bundled with pzasync; each passes pettingzoo.test checks."""

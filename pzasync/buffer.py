@@ -1,0 +1,256 @@
+"""Per-agent shared-memory ring buffers: the actor writes transitions, that agent's learner reads them.
+
+Each row holds one transition, column by column (one array per field, in the field's own dtype), and a
+sequence word: `2t + 1` while logical transition `t` is being written into the row, `2t + 2` once it is
+complete. A reader gathers the words, the rows, and the words again; a row whose word changed, or is odd,
+was overwritten during the copy and is never handed out (invariant 2). Memory never written is filled with
+0xFF bytes (NaN for floats, -1 or 255 for integers), so a read of it is detectable.
+
+Off-policy learners `sample` uniformly among rows already written. On-policy learners `read_new` every
+transition once, in order; transitions overwritten before they were read are counted in `dropped`, so
+`returned + dropped == written` always holds (invariant 3). See slots.py for the memory-ordering argument,
+which is the same here.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from .errors import ConfigError, PzasyncError
+from .shm import ArraySpec, Segment, check_fits, carve, new_run_id, packed_size
+from .spaces import AgentLayout
+from .transitions import Transition
+
+# Header words: written count (actor), read cursor and dropped count (learner), capacity.
+_WRITTEN, _CURSOR, _DROPPED, _CAPACITY = 0, 1, 2, 3
+SENTINEL_BYTE = 0xFF
+
+#: Extras every learner may rely on: which policy version produced the action.
+DEFAULT_EXTRAS: dict[str, str] = {"policy_version": "int64"}
+
+
+def transition_fields(layout: AgentLayout, extras: dict[str, str] | None = None) -> list[ArraySpec]:
+    """The columns of one agent's rows, without the leading capacity dimension."""
+    fields: list[ArraySpec] = []
+    for prefix in ("obs", "next_obs"):
+        for leaf in layout.obs_leaves:
+            name = prefix if not layout.nested_obs else f"{prefix}/{leaf.name}"
+            fields.append(ArraySpec(name, leaf.shape, leaf.dtype.str))
+    fields.append(ArraySpec("action", layout.action_leaf.shape, layout.action_leaf.dtype.str))
+    fields += [ArraySpec("reward", (), "<f4"), ArraySpec("terminated", (), "|b1"),
+               ArraySpec("truncated", (), "|b1")]
+    if layout.mask_shape is not None:
+        fields += [ArraySpec("action_mask", layout.mask_shape, "|b1"),
+                   ArraySpec("next_action_mask", layout.mask_shape, "|b1")]
+    for name, dtype in {**DEFAULT_EXTRAS, **(extras or {})}.items():
+        if any(f.name == name for f in fields):
+            raise ConfigError(f"extra field {name!r} clashes with a transition field of agent {layout.agent!r}")
+        fields.append(ArraySpec(name, (), np.dtype(dtype).str))
+    return fields
+
+
+def _segment_specs(fields: list[ArraySpec], capacity: int) -> list[ArraySpec]:
+    return [ArraySpec("header", (8,), "int64"), ArraySpec("seq", (capacity,), "int64")] + [
+        ArraySpec(f.name, (capacity, *f.shape), f.dtype) for f in fields
+    ]
+
+
+class SharedRingBuffer:
+    """One agent's transitions in shared memory: a single writer (the actor), one reader (its learner)."""
+
+    def __init__(
+        self, segment: Segment, fields: list[ArraySpec], capacity: int, obs_paths: dict[str, tuple] | None = None
+    ) -> None:
+        self._segment = segment
+        self.fields = fields
+        self.capacity = capacity
+        #: For nested observations, the path of each leaf inside the observation, keyed by field name.
+        self.obs_paths = obs_paths or {}
+        views = carve(segment.buf, _segment_specs(fields, capacity))
+        self._words = segment.buf[:64].cast("q")
+        self._seq = views.pop("seq")
+        views.pop("header")
+        self._columns: dict[str, np.ndarray] = views
+        self._extra_names = [f.name for f in fields[self._first_extra():]]
+        self._has_mask = "action_mask" in views
+        self._written = self._words[_WRITTEN]  # writer-local copy
+        self._cursor = self._words[_CURSOR]  # reader-local copy
+
+    def _first_extra(self) -> int:
+        names = [f.name for f in self.fields]
+        last_core = max(names.index(n) for n in ("truncated", "next_action_mask") if n in names)
+        return last_core + 1
+
+    # ----------------------------------------------------------------------------------------- creation
+    @staticmethod
+    def nbytes_for(layout: AgentLayout, capacity: int, extras: dict[str, str] | None = None) -> int:
+        """Shared memory a buffer of `capacity` transitions needs, checked before anything is allocated."""
+        return packed_size(_segment_specs(transition_fields(layout, extras), capacity))
+
+    @classmethod
+    def create(
+        cls,
+        layout: AgentLayout,
+        capacity: int,
+        extras: dict[str, str] | None = None,
+        *,
+        run_id: str | None = None,
+        label: str | None = None,
+    ) -> SharedRingBuffer:
+        """Allocate the buffer for one agent, refusing (with both numbers) if /dev/shm is too small."""
+        if not isinstance(capacity, (int, np.integer)) or capacity < 2:
+            raise ConfigError(f"buffer capacity for agent {layout.agent!r} must be an integer >= 2, got {capacity!r}")
+        fields = transition_fields(layout, extras)
+        nbytes = packed_size(_segment_specs(fields, int(capacity)))
+        check_fits(f"the replay buffer of agent {layout.agent!r} ({capacity:,} transitions)", nbytes)
+        segment = Segment.create(run_id or new_run_id(), label or f"buf-{_safe(layout.agent)}", nbytes)
+        paths = {f"obs/{leaf.name}": leaf.path for leaf in layout.obs_leaves} if layout.nested_obs else {}
+        buffer = cls(segment, fields, int(capacity), paths)
+        for column in buffer._columns.values():
+            column.view(np.uint8).fill(SENTINEL_BYTE)
+        buffer._words[_CAPACITY] = int(capacity)
+        return buffer
+
+    def __reduce__(self) -> tuple:
+        return (_attach_buffer, (self._segment.name, self.fields, self.capacity, self.obs_paths))
+
+    @property
+    def name(self) -> str:
+        return self._segment.name
+
+    @property
+    def nbytes(self) -> int:
+        return self._segment.size
+
+    # ----------------------------------------------------------------------------------------- counters
+    @property
+    def written(self) -> int:
+        """Transitions written since creation (the actor's count)."""
+        return self._words[_WRITTEN]
+
+    @property
+    def read_cursor(self) -> int:
+        """Logical index of the next transition the in-order reader will return."""
+        return self._words[_CURSOR]
+
+    @property
+    def dropped(self) -> int:
+        """Transitions overwritten before the in-order reader reached them."""
+        return self._words[_DROPPED]
+
+    @property
+    def unread(self) -> int:
+        """Transitions written but not yet consumed by the in-order reader (bounded by capacity)."""
+        return self._words[_WRITTEN] - self._words[_CURSOR]
+
+    # ----------------------------------------------------------------------------------------- writer
+    def write(self, t: Transition) -> int:
+        """Append one transition (actor only) and return its logical index."""
+        n = self._written
+        row = n % self.capacity
+        cols = self._columns
+        self._seq[row] = 2 * n + 1
+        if self.obs_paths:
+            for name, path in self.obs_paths.items():
+                cols[name][row] = _leaf(t.obs, path)
+                cols["next_" + name][row] = _leaf(t.next_obs, path)
+        else:
+            cols["obs"][row] = t.obs
+            cols["next_obs"][row] = t.next_obs
+        cols["action"][row] = t.action
+        cols["reward"][row] = t.reward
+        cols["terminated"][row] = t.terminated
+        cols["truncated"][row] = t.truncated
+        if self._has_mask:
+            cols["action_mask"][row] = t.action_mask
+            cols["next_action_mask"][row] = t.next_action_mask
+        extras = t.extras
+        for name in self._extra_names:
+            cols[name][row] = extras.get(name, 0)
+        self._seq[row] = 2 * n + 2
+        self._written = n + 1
+        self._words[_WRITTEN] = n + 1
+        return n
+
+    # ----------------------------------------------------------------------------------------- readers
+    def _gather(self, rows: np.ndarray) -> tuple[np.ndarray, dict[str, np.ndarray], np.ndarray]:
+        before = self._seq[rows]
+        batch = {name: column[rows] for name, column in self._columns.items()}
+        after = self._seq[rows]
+        return before, batch, after
+
+    def sample(self, batch_size: int, rng: np.random.Generator, max_attempts: int = 1000) -> dict[str, np.ndarray]:
+        """`batch_size` complete transitions drawn uniformly (with replacement) from those written so far."""
+        written = self._words[_WRITTEN]
+        if written == 0:
+            raise PzasyncError(f"buffer {self.name!r} is empty; wait until `written` > 0 before sampling")
+        logical = rng.integers(max(0, written - self.capacity), written, size=batch_size)
+        before, batch, after = self._gather(logical % self.capacity)
+        for _ in range(max_attempts):
+            bad = np.flatnonzero((before != after) | ((before & 1) == 1) | (before == 0))
+            if bad.size == 0:
+                return batch
+            written = self._words[_WRITTEN]
+            # Redraw the torn rows from the newest half of the ring, which the writer reaches last.
+            fresh = rng.integers(max(0, written - self.capacity // 2), written, size=bad.size) % self.capacity
+            b2, part, a2 = self._gather(fresh)
+            before[bad], after[bad] = b2, a2
+            for name, values in part.items():
+                batch[name][bad] = values
+        raise PzasyncError(f"buffer {self.name!r}: could not sample untorn rows in {max_attempts} attempts")
+
+    def read_new(self, max_rows: int | None = None) -> dict[str, np.ndarray] | None:
+        """The next unread transitions in order (at most `max_rows`), or None if there are none.
+
+        Transitions overwritten before they could be read are skipped and added to `dropped`.
+        """
+        written = self._words[_WRITTEN]
+        cursor = self._cursor
+        if written == cursor:
+            return None
+        start = max(cursor, written - self.capacity)
+        end = written if max_rows is None else min(written, start + max_rows)
+        logical = np.arange(start, end)
+        before, batch, after = self._gather(logical % self.capacity)
+        expected = 2 * logical + 2
+        bad = np.flatnonzero((before != expected) | (after != expected))
+        # The writer overwrites in logical order, so what it reached during the copy is a prefix of the range.
+        keep_from = int(bad[-1]) + 1 if bad.size else 0
+        self._cursor = end
+        self._words[_DROPPED] = self._words[_DROPPED] + (start - cursor) + keep_from
+        self._words[_CURSOR] = end
+        if keep_from == len(logical):
+            return None
+        if keep_from:
+            batch = {name: values[keep_from:] for name, values in batch.items()}
+        return batch
+
+    # ----------------------------------------------------------------------------------------- lifetime
+    def close(self) -> None:
+        """Detach this process from the buffer's memory."""
+        self._columns = {}
+        self._seq = None
+        if self._words is not None:
+            self._words.release()
+            self._words = None
+        self._segment.close()
+
+    def unlink(self) -> None:
+        """Remove the buffer's memory from the system (owner only)."""
+        self._segment.unlink()
+
+
+def _leaf(obs: Any, path: tuple) -> Any:
+    for key in path:
+        obs = obs[key]
+    return obs
+
+
+def _safe(agent: str) -> str:
+    return "".join(c if c.isalnum() or c in "-." else "-" for c in str(agent))[:40]
+
+
+def _attach_buffer(name: str, fields: list[ArraySpec], capacity: int, obs_paths: dict) -> SharedRingBuffer:
+    return SharedRingBuffer(Segment.attach(name), fields, capacity, obs_paths)

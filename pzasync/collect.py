@@ -1,0 +1,165 @@
+"""The AEC stepping loop shared by `rollout` and the async actor.
+
+`run_episodes` iterates `env.agent_iter()`, asks a policy for each live turn, steps dead agents with None,
+and feeds the `TransitionAssembler`; completed transitions go to a sink (a list for `rollout`, the shared
+ring buffers for the actor). The loop never cuts an episode between an action and the turns that reveal its
+outcome: a budget or a stop request takes effect at the next live decision.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Any, Callable
+
+import numpy as np
+
+from .errors import ConfigError
+from .spaces import AgentLayout
+from .transitions import EpisodeSummary, LayoutBook, RewardLedger, Transition, TransitionAssembler
+
+#: policy(agent, obs, mask) -> (action, extras stored with the transition)
+ActFn = Callable[[str, Any, "np.ndarray | None"], "tuple[Any, dict]"]
+
+
+def run_episodes(
+    env: Any,
+    act: ActFn,
+    emit: Callable[[Transition], None],
+    *,
+    agent_steps: int | None,
+    seed: int | None = None,
+    layouts: LayoutBook | None = None,
+    check_rewards: bool = True,
+    max_episode_steps: int | None = None,
+    on_episode: Callable[[EpisodeSummary], None] | None = None,
+    keep_going: Callable[[], bool] | None = None,
+) -> int:
+    """Play episodes until `agent_steps` decisions were taken (None: until `keep_going` says stop).
+
+    The first reset gets `seed`, later ones none (SPEC 2.8). Returns the number of agent steps taken.
+    """
+    if agent_steps is None and keep_going is None:
+        raise ConfigError("run_episodes needs agent_steps or keep_going, or it would never stop")
+    if agent_steps is not None and agent_steps < 1:
+        raise ConfigError(f"agent_steps must be >= 1, got {agent_steps}")
+    layouts = layouts or LayoutBook(env)
+    assembler = TransitionAssembler(layouts)
+    ledger = RewardLedger() if check_rewards else None
+    steps = 0
+    first_reset = True
+
+    def out_of_budget() -> bool:
+        return (agent_steps is not None and steps >= agent_steps) or (keep_going is not None and not keep_going())
+
+    while not out_of_budget():
+        env.reset(seed=seed if first_reset else None)
+        first_reset = False
+        assembler.start_episode()
+        if ledger:
+            ledger.start(env)
+        cut = False
+        for agent in env.agent_iter():
+            observation, reward, terminated, truncated, info = env.last()
+            if not (terminated or truncated) and (
+                out_of_budget() or (max_episode_steps is not None and assembler.agent_steps >= max_episode_steps)
+            ):
+                cut = True
+                break
+            done, obs, mask = assembler.turn(agent, observation, reward, terminated, truncated, info)
+            if done is not None:
+                emit(done)
+            if terminated or truncated:
+                action = None
+            else:
+                action, extras = act(agent, obs, mask)
+                assembler.decide(agent, obs, mask, action, extras)
+                steps += 1
+            if ledger:
+                ledger.before_step(env, agent if action is not None else None)
+            env.step(action)
+            if ledger:
+                ledger.after_step(env)
+        if cut:
+            for done in assembler.cut_episode(env):
+                emit(done)
+        summary = assembler.end_episode(ledger.paid if ledger else None, cut_by_actor=cut)
+        if on_episode is not None:
+            on_episode(summary)
+    return steps
+
+
+def _stack(values: list, layout: AgentLayout | None) -> Any:
+    if layout is not None and layout.nested_obs:
+        return {
+            leaf.name: np.stack([_leaf_value(v, leaf.path) for v in values]).astype(leaf.dtype, copy=False)
+            for leaf in layout.obs_leaves
+        }
+    return np.stack([np.asarray(v) for v in values])
+
+
+def _leaf_value(value: Any, path: tuple) -> Any:
+    for key in path:
+        value = value[key]
+    return value
+
+
+def transitions_to_arrays(
+    transitions: list[Transition], layouts: dict[str, AgentLayout]
+) -> dict[str, dict[str, Any]]:
+    """Group transitions per agent into arrays in decision order (the format `rollout` returns)."""
+    per_agent: dict[str, list[Transition]] = defaultdict(list)
+    for t in transitions:
+        per_agent[t.agent].append(t)
+    result: dict[str, dict[str, Any]] = {}
+    for agent, items in per_agent.items():
+        layout = layouts[agent]
+        arrays: dict[str, Any] = {
+            "obs": _stack([t.obs for t in items], layout),
+            "action": np.stack([np.asarray(t.action, dtype=layout.action_leaf.dtype) for t in items]),
+            "reward": np.array([t.reward for t in items], dtype=np.float32),
+            "next_obs": _stack([t.next_obs for t in items], layout),
+            "terminated": np.array([t.terminated for t in items], dtype=bool),
+            "truncated": np.array([t.truncated for t in items], dtype=bool),
+        }
+        if layout.has_mask:
+            arrays["action_mask"] = np.stack([t.action_mask for t in items])
+            arrays["next_action_mask"] = np.stack([t.next_action_mask for t in items])
+        for key in items[0].extras:
+            arrays[key] = np.array([t.extras[key] for t in items], dtype=np.float32)
+        result[agent] = arrays
+    return result
+
+
+def rollout(
+    env: Any,
+    policy: Callable[[str, Any, np.ndarray | None], Any],
+    *,
+    agent_steps: int,
+    seed: int | None = None,
+    max_episode_steps: int | None = None,
+    check_rewards: bool = True,
+    episodes: list[EpisodeSummary] | None = None,
+) -> dict[str, dict[str, Any]]:
+    """Play `agent_steps` decisions in-process and return each agent's transitions as arrays (SPEC 2).
+
+    `policy(agent, obs, mask) -> action`. Keys per agent: obs, action, reward, next_obs, terminated, truncated,
+    and action_mask / next_action_mask where the env has masks. Nested observations come back as a dict of
+    arrays keyed by leaf name. Pass a list as `episodes` to receive each episode's summary.
+    """
+    from .environments import make_env
+
+    env = make_env(env)
+    book = LayoutBook(env)
+    collected: list[Transition] = []
+    run_episodes(
+        env,
+        lambda agent, obs, mask: (policy(agent, obs, mask), {}),
+        collected.append,
+        agent_steps=agent_steps,
+        seed=seed,
+        layouts=book,
+        check_rewards=check_rewards,
+        max_episode_steps=max_episode_steps,
+        on_episode=episodes.append if episodes is not None else None,
+    )
+    return transitions_to_arrays(collected, book.layouts)
