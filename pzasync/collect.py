@@ -13,7 +13,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from .errors import ConfigError
+from .errors import ConfigError, UnsupportedSpaceError
 from .spaces import AgentLayout
 from .transitions import EpisodeSummary, LayoutBook, RewardLedger, Transition, TransitionAssembler
 
@@ -113,6 +113,12 @@ def transitions_to_arrays(
     result: dict[str, dict[str, Any]] = {}
     for agent, items in per_agent.items():
         layout = layouts[agent]
+        shapes = {np.shape(t.obs) for t in items} if not layout.nested_obs else set()
+        if len(shapes) > 1:
+            raise UnsupportedSpaceError(
+                f"agent {agent!r}: its observation shape changed between episodes ({sorted(shapes)}), so its "
+                f"transitions cannot be stacked; roll out one episode at a time"
+            )
         arrays: dict[str, Any] = {
             "obs": _stack([t.obs for t in items], layout),
             "action": np.stack([np.asarray(t.action, dtype=layout.action_leaf.dtype) for t in items]),

@@ -32,8 +32,8 @@ ENV_PACKAGES = (
 )
 
 ACCEPTED = (
-    "an env module id ('pettingzoo.classic.connect_four_v3'), 'package.module:callable', a Gymnasium id "
-    "('CartPole-v1'), an AEC/parallel/Gymnasium env instance, or a zero-argument factory returning one"
+    "an env module id ('pettingzoo.classic.connect_four_v3'), a PettingZoo registry id "
+    "('classic/connect_four_v3'), 'package.module:callable', a Gymnasium id ('CartPole-v1'), an AEC/parallel/Gymnasium env instance, or a zero-argument factory returning one"
 )
 
 
@@ -62,13 +62,41 @@ def as_aec(env: Any, source: str = "the env") -> AECEnv:
     raise EnvSpecError(f"{source} returned {type(env).__name__!r}, which is not a PettingZoo or Gymnasium env")
 
 
+def _registry_ids() -> list[str]:
+    try:
+        import pettingzoo
+
+        return sorted(set(pettingzoo.aec_registry) | set(pettingzoo.parallel_registry))
+    except (ImportError, AttributeError):
+        return []
+
+
 def _close_matches(text: str) -> str:
-    candidates = known_env_ids()
+    candidates = known_env_ids() + _registry_ids()
     short = {c.rsplit(".", 1)[-1]: c for c in candidates}
     matches = difflib.get_close_matches(text, candidates, n=3, cutoff=0.6)
     matches += [short[m] for m in difflib.get_close_matches(text.rsplit(".", 1)[-1], list(short), n=3, cutoff=0.6)]
     matches = list(dict.fromkeys(matches))[:3]
     return f" Did you mean: {', '.join(matches)}?" if matches else ""
+
+
+def _from_registry(spec: str, kwargs: dict) -> AECEnv | None:
+    """PettingZoo >= 1.27 registry ids ('classic/connect_four_v3'); None where there is no such registry or id."""
+    try:
+        import pettingzoo
+        from pettingzoo.env_registry.exceptions import PettingZooRegistryError
+    except ImportError:
+        return None
+    from pettingzoo.env_registry.exceptions import FailedToImport
+
+    for kind in ("aec", "parallel"):
+        try:
+            return as_aec(pettingzoo.make(kind, spec, **kwargs), spec)
+        except FailedToImport as exc:
+            raise EnvSpecError(f"env {spec!r} cannot be made here: {exc}") from None
+        except PettingZooRegistryError:
+            continue
+    return None
 
 
 def _from_string(spec: str, kwargs: dict) -> AECEnv:
@@ -84,6 +112,11 @@ def _from_string(spec: str, kwargs: dict) -> AECEnv:
         return as_aec(factory(**kwargs), spec)
     if spec in gymnasium.registry:
         return as_aec(gymnasium.make(spec, **kwargs), spec)
+    if "/" in spec:
+        env = _from_registry(spec, kwargs)
+        if env is not None:
+            return env
+        raise EnvSpecError(f"unknown env {spec!r}; expected {ACCEPTED}.{_close_matches(spec)}")
     try:
         module = importlib.import_module(spec)
     except ModuleNotFoundError as exc:

@@ -11,7 +11,7 @@ from pettingzoo import AECEnv
 class GymnasiumAECEnv(AECEnv):
     """One agent, named `agent_name`, whose turns are the Gymnasium env's steps."""
 
-    def __init__(self, env: gymnasium.Env, agent_name: str = "agent") -> None:
+    def __init__(self, env: gymnasium.Env, agent_name: str = "agent_0") -> None:
         super().__init__()
         self.env = env
         self.possible_agents = [agent_name]

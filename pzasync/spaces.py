@@ -137,17 +137,23 @@ def action_mask_shape(action_space: spaces.Space) -> tuple[int, ...] | None:
     return None
 
 
+def stored_obs_space(observation_space: spaces.Space) -> spaces.Space:
+    """The observation space without its action mask: what pzasync stores (SPEC 2.7)."""
+    if isinstance(observation_space, spaces.Dict) and MASK_KEY in observation_space.spaces:
+        rest = {k: v for k, v in observation_space.spaces.items() if k != MASK_KEY}
+        return rest["observation"] if list(rest) == ["observation"] else spaces.Dict(rest)
+    return observation_space
+
+
 def agent_layout(
     agent: str, observation_space: spaces.Space, action_space: spaces.Space, info_mask: bool = False
 ) -> AgentLayout:
     """Build the storage layout of one agent; `info_mask` says the env passes masks in `info`."""
     mask_in_obs = isinstance(observation_space, spaces.Dict) and MASK_KEY in observation_space.spaces
     mask_shape: tuple[int, ...] | None = None
-    obs_space = observation_space
+    obs_space = stored_obs_space(observation_space)
     if mask_in_obs:
-        mask_shape = tuple(observation_space.spaces[MASK_KEY].shape)
-        rest = {k: v for k, v in observation_space.spaces.items() if k != MASK_KEY}
-        obs_space = rest["observation"] if list(rest) == ["observation"] else spaces.Dict(rest)
+        mask_shape = tuple(int(d) for d in observation_space.spaces[MASK_KEY].shape)
     elif info_mask:
         mask_shape = action_mask_shape(action_space)
         if mask_shape is None:

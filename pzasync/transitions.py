@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from .errors import RewardConservationError, UnsupportedSpaceError
-from .spaces import MASK_KEY, AgentLayout, agent_layout
+from .spaces import MASK_KEY, AgentLayout, agent_layout, stored_obs_space
 
 
 @dataclass(slots=True)
@@ -82,12 +82,12 @@ class LayoutBook:
                 )
             info_mask = isinstance(info, dict) and MASK_KEY in info
             layout = self.layouts[agent] = agent_layout(agent, obs_space, act_space, info_mask)
-        elif layout.action_space != act_space or (
-            not layout.mask_in_obs and layout.obs_space != obs_space and not layout.has_mask
-        ):
-            raise UnsupportedSpaceError(
-                f"agent {agent!r}: its spaces changed between episodes; pzasync needs fixed spaces per agent"
-            )
+        elif layout.action_space != act_space or layout.obs_space != stored_obs_space(obs_space):
+            if self.fixed:
+                raise UnsupportedSpaceError(
+                    f"agent {agent!r}: its spaces changed between episodes; the runtime needs fixed spaces per agent"
+                )
+            layout = self.layouts[agent] = agent_layout(agent, obs_space, act_space, layout.has_mask)
         self._checked.add(agent)
         return layout
 

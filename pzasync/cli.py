@@ -1,0 +1,172 @@
+"""The `pzasync` command line: rollout, envs, clean (and, as they land, train / eval / bench)."""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections import defaultdict
+from typing import Any
+
+import click
+import numpy as np
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+from rich.table import Table
+
+from .errors import UserInputError
+
+console = Console()
+
+DEFAULT_ENV = "pzasync.envs.forage"
+
+
+class FriendlyGroup(click.Group):
+    """Prints user errors as one clear line (no traceback) and exits with status 2."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except UserInputError as exc:
+            console.print(f"[bold red]error:[/] {exc}", highlight=False, soft_wrap=True)
+            sys.exit(2)
+
+
+@click.group(cls=FriendlyGroup)
+@click.version_option(package_name="pzasync")
+def main() -> None:
+    """Asynchronous actor-learner training for any PettingZoo environment."""
+
+
+def random_legal_policy(env: Any, seed: int | None) -> Any:
+    """Uniform over legal actions (or the whole action space where there is no mask)."""
+    rng = np.random.default_rng(seed)
+
+    def act(agent: str, obs: Any, mask: np.ndarray | None) -> Any:
+        if mask is not None and mask.any():
+            return int(rng.choice(np.flatnonzero(mask)))
+        space = env.action_space(agent)
+        space.seed(int(rng.integers(2**31)))
+        return space.sample()
+
+    return act
+
+
+@main.command()
+@click.argument("env_id", default=DEFAULT_ENV)
+@click.option("--steps", default=20_000, show_default=True, help="Agent steps (decisions) to play.")
+@click.option("--seed", default=0, show_default=True, help="Seed of the first reset and of the random players.")
+@click.option("--max-episode-steps", type=int, default=None, help="Cut episodes after this many decisions.")
+def rollout(env_id: str, steps: int, seed: int, max_episode_steps: int | None) -> None:
+    """Play ENV_ID with random legal players and summarise the transitions per agent.
+
+    Every episode is checked for reward conservation (SPEC invariant 8) as it is played.
+    """
+    from .collect import run_episodes
+    from .environments import make_env
+    from .transitions import EpisodeSummary, LayoutBook
+
+    env = make_env(env_id)
+    counts: dict[str, int] = defaultdict(int)
+    rewards: dict[str, float] = defaultdict(float)
+    terminated: dict[str, int] = defaultdict(int)
+    truncated: dict[str, int] = defaultdict(int)
+    episodes: list[EpisodeSummary] = []
+
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
+                  console=console, transient=True) as progress:
+        task = progress.add_task(f"rollout {env_id}", total=steps)
+
+        def emit(t: Any) -> None:
+            counts[t.agent] += 1
+            rewards[t.agent] += t.reward
+            terminated[t.agent] += t.terminated
+            truncated[t.agent] += t.truncated
+            if sum(counts.values()) % 500 == 0:
+                progress.update(task, completed=sum(counts.values()))
+
+        start = time.perf_counter()
+        run_episodes(env, lambda a, o, m, act=random_legal_policy(env, seed): (act(a, o, m), {}), emit,
+                     agent_steps=steps, seed=seed, layouts=LayoutBook(env), on_episode=episodes.append,
+                     max_episode_steps=max_episode_steps)
+        elapsed = time.perf_counter() - start
+
+    table = Table(title=f"{env_id}: {steps:,} agent steps, {len(episodes)} episodes, "
+                        f"{steps / elapsed:,.0f} agent-steps/s, rewards conserved in every episode")
+    for column in ("agent", "transitions", "terminal", "truncated", "mean episode return", "reward in transitions"):
+        table.add_column(column, justify="left" if column == "agent" else "right")
+    for agent in sorted(set(counts) | {a for e in episodes for a in e.returns}):
+        returns = [e.returns[agent] for e in episodes if agent in e.returns]
+        table.add_row(agent, f"{counts[agent]:,}", str(terminated[agent]), str(truncated[agent]),
+                      f"{np.mean(returns):.3f}" if returns else "-", f"{rewards[agent]:.3f}")
+    console.print(table)
+
+
+@main.command()
+@click.option("--instantiate/--no-instantiate", default=True, show_default=True,
+              help="Build each env to report its API and agents (slower).")
+@click.option("--all", "show_all", is_flag=True, help="Also list envs that cannot load here, with the reason.")
+def envs(instantiate: bool, show_all: bool) -> None:
+    """List the PettingZoo and MPE (mpe2) environments importable here, with API and agent count."""
+    import importlib
+    import warnings
+
+    from pettingzoo import AECEnv
+
+    from .environments import known_env_ids
+
+    table = Table(title="Environments (use the id with `pzasync rollout` / `make_env`)")
+    table.add_column("env id", no_wrap=True)
+    for column in ("API", "agents", "action spaces"):
+        table.add_column(column)
+    if show_all:
+        table.add_column("status")
+    unavailable = 0
+    ids = known_env_ids()
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), console=console,
+                  transient=True) as progress:
+        task = progress.add_task("importing envs", total=len(ids))
+        for env_id in ids:
+            progress.update(task, advance=1, description=f"importing {env_id}")
+            try:
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")
+                    module = importlib.import_module(env_id)
+                    apis = [name for name in ("env", "parallel_env") if callable(getattr(module, name, None))]
+                    if not apis:
+                        continue
+                    agents, kinds = "-", "-"
+                    if instantiate:
+                        env = module.env() if "env" in apis else module.parallel_env()
+                        kinds = ", ".join(sorted({type(env.action_space(a)).__name__ for a in env.possible_agents}))
+                        agents = str(len(env.possible_agents))
+                        env.close()
+                        if "env" in apis and not isinstance(env, AECEnv):
+                            apis = ["parallel_env"]
+                row = [env_id, "+".join("AEC" if a == "env" else "par" for a in apis), agents, kinds]
+                table.add_row(*row, *(["[green]ok[/]"] if show_all else []))
+            except Exception as exc:  # noqa: BLE001 - an env that cannot load is reported, not fatal
+                unavailable += 1
+                if show_all:
+                    table.add_row(env_id, "-", "-", "-", f"[red]unavailable[/]: {type(exc).__name__}: {exc}")
+    console.print(table)
+    if unavailable and not show_all:
+        console.print(f"{unavailable} more env module(s) cannot load here (missing dependencies); see --all.",
+                      soft_wrap=True)
+
+
+@main.command()
+def clean() -> None:
+    """Remove shared-memory segments left by pzasync runs whose process is gone."""
+    from .shm import clean_stale, list_segments
+
+    removed = clean_stale()
+    for seg in removed:
+        console.print(f"removed {seg.name} ({seg.size:,} bytes) of run {seg.run_id}, owner pid {seg.owner_pid} is gone",
+                      soft_wrap=True)
+    live = list_segments()
+    console.print(f"{len(removed)} stale segment(s) removed; {len(live)} segment(s) of live runs left alone.",
+                  soft_wrap=True)
+
+
+if __name__ == "__main__":
+    main()
