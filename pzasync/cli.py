@@ -168,5 +168,22 @@ def clean() -> None:
                   soft_wrap=True)
 
 
+@main.command()
+@click.option("--floats", default=1_000_000, show_default=True, help="Parameter-vector size for publish/read.")
+def microbench(floats: int) -> None:
+    """Time the shared-memory primitives: buffer writes, version checks, publish/read against memcpy."""
+    from .microbench import format_seconds, run
+
+    results = run(floats)
+    memcpy = next(m.seconds for m in results if "memcpy" in m.name)
+    table = Table(title="pzasync shared-memory primitives (median of 7 repeats)")
+    for column in ("operation", "time per call", "vs memcpy", "target"):
+        table.add_column(column)
+    for m in results:
+        ratio = f"{m.seconds / memcpy:.2f}x" if "floats (" in m.name else ""
+        table.add_row(m.name, format_seconds(m.seconds), ratio, m.target)
+    console.print(table)
+
+
 if __name__ == "__main__":
     main()

@@ -72,11 +72,12 @@ def _registry_ids() -> list[str]:
 
 
 def _close_matches(text: str) -> str:
-    candidates = known_env_ids() + _registry_ids()
-    short = {c.rsplit(".", 1)[-1]: c for c in candidates}
-    matches = difflib.get_close_matches(text, candidates, n=3, cutoff=0.6)
+    modules = known_env_ids()
+    short = {c.rsplit(".", 1)[-1]: c for c in modules}
+    matches = difflib.get_close_matches(text, modules, n=3, cutoff=0.6)
     matches += [short[m] for m in difflib.get_close_matches(text.rsplit(".", 1)[-1], list(short), n=3, cutoff=0.6)]
-    matches = list(dict.fromkeys(matches))[:3]
+    matches += difflib.get_close_matches(text, _registry_ids(), n=2, cutoff=0.6)
+    matches = list(dict.fromkeys(matches))[:4]
     return f" Did you mean: {', '.join(matches)}?" if matches else ""
 
 

@@ -114,8 +114,8 @@ def test_capacity_and_memory_checks_name_the_agent_and_numbers(layout, monkeypat
         SharedRingBuffer.create(layout, 100_000)
 
 
-def _run_writer(spawn_ctx, capacity, count):
-    layout = agent_layout("a", spaces.Box(-np.inf, np.inf, (OBS,), np.float32), spaces.Discrete(5))
+def _run_writer(spawn_ctx, capacity, count, obs_size=OBS):
+    layout = agent_layout("a", spaces.Box(-np.inf, np.inf, (obs_size,), np.float32), spaces.Discrete(5))
     buf = SharedRingBuffer.create(layout, capacity)
     start = spawn_ctx.Event()
     writer = spawn_ctx.Process(target=write_numbered_transitions, args=(buf, count, layout, start))
@@ -151,15 +151,15 @@ def test_samples_are_never_torn_under_a_flat_out_writer(spawn_ctx):
 
 @pytest.mark.timeout(120)
 def test_in_order_reader_counts_every_drop_exactly(spawn_ctx):
-    count = 30_000
-    buf, writer, start = _run_writer(spawn_ctx, capacity=64, count=count)
+    count, size = 200_000, 1024
+    buf, writer, start = _run_writer(spawn_ctx, capacity=64, count=count, obs_size=size)
     returned, chunks = [], 0
     try:
         start.set()
         while writer.is_alive() or buf.unread:
             chunk = buf.read_new(max_rows=48)
             if chunk is not None:
-                returned.extend(check_rows(chunk, OBS).tolist())
+                returned.extend(check_rows(chunk, size).tolist())
                 chunks += 1
         writer.join(timeout=30)
         dropped, written = buf.dropped, buf.written
