@@ -5,6 +5,7 @@ Data flows env -> actor (`collect.run_episodes`, `transitions.TransitionAssemble
 """
 
 from .buffer import SharedRingBuffer
+from .config import RunConfig
 from .collect import rollout, run_episodes
 from .environments import EnvSpec, make_env
 from .errors import (
@@ -22,10 +23,35 @@ from .slots import PolicySlot
 from .spaces import AgentLayout, agent_layout, env_layouts
 from .transitions import EpisodeSummary, Transition, TransitionAssembler
 
+
+def __getattr__(name: str):
+    # Runners and learners need torch (the `torch` extra); import them on first use only.
+    if name in ("AsyncRunner", "SequentialRunner"):
+        from . import runners
+
+        return getattr(runners, name)
+    if name in ("Learner", "Policy", "LearnerContext"):
+        from . import learners
+
+        return getattr(learners, name)
+    if name in ("RunResult", "AgentResult"):
+        from . import results
+
+        return getattr(results, name)
+    raise AttributeError(f"module 'pzasync' has no attribute {name!r}")
+
 __version__ = "0.1.0"
 
 __all__ = [
     "AgentLayout",
+    "AgentResult",
+    "AsyncRunner",
+    "Learner",
+    "LearnerContext",
+    "Policy",
+    "RunConfig",
+    "RunResult",
+    "SequentialRunner",
     "ConfigError",
     "EnvSpec",
     "EnvSpecError",

@@ -18,6 +18,7 @@ from .errors import UserInputError
 console = Console()
 
 DEFAULT_ENV = "pzasync.envs.forage"
+DEFAULT_TRAIN_ENV = "pettingzoo.classic.connect_four_v3"
 
 
 class FriendlyGroup(click.Group):
@@ -152,6 +153,122 @@ def envs(instantiate: bool, show_all: bool) -> None:
     if unavailable and not show_all:
         console.print(f"{unavailable} more env module(s) cannot load here (missing dependencies); see --all.",
                       soft_wrap=True)
+
+
+def parse_learner_spec(text: str) -> Any:
+    """'dqn' or 'ppo,lr=3e-4,batch_size=256' or 'pkg.mod:Class,opt=1' -> a learner spec."""
+    import ast
+
+    name, *pairs = [part.strip() for part in text.split(",")]
+    options: dict[str, Any] = {}
+    for pair in pairs:
+        key, sep, raw = pair.partition("=")
+        if not sep or not key:
+            raise UserInputError(f"learner option {pair!r} in {text!r} is not KEY=VALUE")
+        try:
+            options[key] = ast.literal_eval(raw)
+        except (ValueError, SyntaxError):
+            options[key] = raw
+    return (name, options) if options else name
+
+
+@main.command()
+@click.argument("env_id", default=DEFAULT_TRAIN_ENV)
+@click.option("--learner", "learner", default="dqn", show_default=True,
+              help="Learner for every agent: NAME[,KEY=VALUE...], e.g. 'ppo,lr=3e-4' or 'mypkg.mod:MyLearner'.")
+@click.option("--learner-for", "learner_for", multiple=True, metavar="AGENT=SPEC",
+              help="Learner for one agent, overriding --learner (repeatable).")
+@click.option("--runner", type=click.Choice(["async", "sequential"]), default="async", show_default=True)
+@click.option("--publish", type=click.Choice(["double_buffer", "snapshot"]), default="double_buffer",
+              show_default=True, help="How learners publish parameters to the actor.")
+@click.option("--steps", type=int, default=None, help="Agent steps (decisions) to train for.")
+@click.option("--minutes", type=float, default=None, help="Wall-clock minutes to train for (default 3 if no --steps).")
+@click.option("--replay-ratio", type=float, default=None, help="Updates per agent step (default: async runs free).")
+@click.option("--device", default="cpu", show_default=True, help="Learner device: cpu, cuda, cuda:N.")
+@click.option("--seed", default=0, show_default=True)
+@click.option("--out", "out_dir", default="runs", show_default=True, help="Parent folder of the run directory.")
+@click.option("--eval-episodes", default=200, show_default=True,
+              help="Games against random players at the end (0 to skip).")
+def train(env_id: str, learner: str, learner_for: tuple[str, ...], runner: str, publish: str, steps: int | None,
+          minutes: float | None, replay_ratio: float | None, device: str, seed: int, out_dir: str,
+          eval_episodes: int) -> None:
+    """Train every agent of ENV_ID (default: connect_four, both players learning independently)."""
+    from .config import RunConfig
+    from .runners import AsyncRunner, SequentialRunner
+
+    learners: Any = parse_learner_spec(learner)
+    if learner_for:
+        per_agent: dict[str, Any] = {"*": learners}
+        for item in learner_for:
+            agent, sep, spec = item.partition("=")
+            if not sep:
+                raise UserInputError(f"--learner-for {item!r}: expected AGENT=SPEC")
+            per_agent[agent] = parse_learner_spec(spec)
+        learners = per_agent
+    if steps is None and minutes is None:
+        minutes = 3.0
+    config = RunConfig(seed=seed, publish_mode=publish, replay_ratio=replay_ratio, device=device, out_dir=out_dir,
+                       progress=console.is_terminal)
+    cls = AsyncRunner if runner == "async" else SequentialRunner
+    run = cls(env_id, learners, config)
+    console.print(f"training {env_id} with the {runner} runner: " + ", ".join(
+        f"{a}={p.learner_name}" for a, p in run.plan.agents.items()), soft_wrap=True)
+    result = run.run(agent_steps=steps, seconds=minutes * 60 if minutes is not None else None)
+    evaluations = {}
+    if eval_episodes > 0 and result.run_dir:
+        from .evaluate import evaluate_against, load_run_policies
+
+        policies = load_run_policies(result.run_dir)
+        evaluations = {r.agent: r for r in evaluate_against(env_id, policies, "random", eval_episodes, seed + 777)}
+    _print_summary(result, evaluations)
+
+
+def _print_summary(result: Any, evaluations: dict[str, Any]) -> None:
+    table = Table(title=f"{result.env}: {result.runner} runner, {result.agent_steps:,} agent steps in "
+                        f"{result.wall_seconds:.0f}s ({result.actor_steps_per_second:,.0f}/s), "
+                        f"{result.episodes:,} episodes; stopped: {result.stopped_because}")
+    columns = ["agent", "learner", "return (last 100)", "updates", "version", "lag mean/p95", "dropped",
+               "vs random (greedy)"]
+    for column in columns:
+        table.add_column(column, justify="left" if column in ("agent", "learner") else "right")
+    for agent, r in result.agents.items():
+        recent = r.episode_returns[-100:]
+        ev = evaluations.get(agent)
+        if ev is None:
+            versus = "-"
+        else:
+            lo, hi = ev.win_rate_ci95
+            versus = f"win {ev.win_rate:.0%} [{lo:.0%}-{hi:.0%}], return {ev.mean:+.2f}"
+        table.add_row(agent, r.learner + (" [red](crashed)[/]" if r.error else ""),
+                      f"{np.mean(recent):+.3f}" if recent else "-", f"{r.updates:,}", str(r.published_version),
+                      f"{r.policy_lag_mean:.1f}/{r.policy_lag_p95:.0f}", f"{r.transitions_dropped:,}", versus)
+    console.print(table)
+    if result.run_dir:
+        console.print(f"run directory: {result.run_dir} (returns.png, metrics.jsonl, checkpoints/)", soft_wrap=True)
+
+
+@main.command(name="eval")
+@click.argument("run_dir", type=click.Path(exists=True, file_okay=False))
+@click.option("--vs", "versus", default="random", show_default=True, help="'random' or another RUN_DIR.")
+@click.option("--episodes", default=500, show_default=True)
+@click.option("--seed", default=12345, show_default=True)
+def evaluate_cmd(run_dir: str, versus: str, episodes: int, seed: int) -> None:
+    """Play each trained agent of RUN_DIR (greedy) against random players or another run's agents."""
+    from .evaluate import evaluate_against, load_run_policies
+    from .rundir import RunDirectory
+
+    info = RunDirectory(run_dir, create=False).read_json("run.json")
+    policies = load_run_policies(run_dir)
+    opponents: Any = "random" if versus == "random" else load_run_policies(versus)
+    results = evaluate_against(info["env"], policies, opponents, episodes, seed)
+    table = Table(title=f"{info['env']}: {run_dir} vs {versus}, {episodes} episodes per agent")
+    for column in ("agent", "mean return [95% CI]", "win rate [95% CI]", "wins/draws/losses"):
+        table.add_column(column, justify="left" if column == "agent" else "right")
+    for r in results:
+        lo, hi = r.win_rate_ci95
+        table.add_row(r.agent, f"{r.mean:+.3f} ± {r.mean_ci95:.3f}", f"{r.win_rate:.1%} [{lo:.1%}, {hi:.1%}]",
+                      f"{r.wins}/{r.draws}/{r.episodes - r.wins - r.draws}")
+    console.print(table)
 
 
 @main.command()

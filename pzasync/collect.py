@@ -33,10 +33,12 @@ def run_episodes(
     max_episode_steps: int | None = None,
     on_episode: Callable[[EpisodeSummary], None] | None = None,
     keep_going: Callable[[], bool] | None = None,
+    to_env: Callable[[str, Any], Any] | None = None,
 ) -> int:
     """Play episodes until `agent_steps` decisions were taken (None: until `keep_going` says stop).
 
-    The first reset gets `seed`, later ones none (SPEC 2.8). Returns the number of agent steps taken.
+    The first reset gets `seed`, later ones none (SPEC 2.8). `to_env(agent, action)` converts the stored action
+    into what `env.step` gets (e.g. clipped to a Box). Returns the number of agent steps taken.
     """
     if agent_steps is None and keep_going is None:
         raise ConfigError("run_episodes needs agent_steps or keep_going, or it would never stop")
@@ -76,7 +78,7 @@ def run_episodes(
                 steps += 1
             if ledger:
                 ledger.before_step(env, agent if action is not None else None)
-            env.step(action)
+            env.step(action if to_env is None or action is None else to_env(agent, action))
             if ledger:
                 ledger.after_step(env)
         if cut:

@@ -1,0 +1,177 @@
+"""The actor: steps the env with each agent's latest published policy and writes transitions to its buffer.
+
+It owns the env and iterates `agent_iter()` sequentially through `collect.run_episodes` (the same loop as
+`rollout`). Before each decision it compares the agent's slot version with the version it holds and, only
+when it changed, copies the new vector into its local policy. It never waits for a learner, except in the
+two opt-in modes that say so in their metrics: a replay ratio (bounded lead) and on-policy backpressure.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import numpy as np
+from gymnasium import spaces
+
+from . import stats as S
+from .buffer import SharedRingBuffer
+from .collect import run_episodes
+from .learner_loop import target_updates
+from .slots import PolicySlot
+from .spaces import AgentLayout
+from .stats import RunStats
+from .transitions import EpisodeSummary, LayoutBook, Transition
+
+
+@dataclass
+class ActingAgent:
+    """The actor's view of one agent: its local policy copy, slot, buffer and schedule."""
+
+    agent: str
+    layout: AgentLayout
+    policy: Any
+    learns: bool
+    on_policy: bool = False
+    slot: PolicySlot | None = None
+    buffer: SharedRingBuffer | None = None
+    learning_starts: int = 0
+    version: int = 0
+    steps: int = 0
+    vector: np.ndarray | None = None
+    obs_keys: list[str] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        if self.slot is not None:
+            self.vector = np.zeros(self.slot.size, np.float32)
+        self.obs_keys = (["obs"] if not self.layout.nested_obs
+                         else [f"obs/{leaf.name}" for leaf in self.layout.obs_leaves])
+
+
+def env_action_converter(layouts: dict[str, AgentLayout]) -> Callable[[str, Any], Any]:
+    """Stored action -> what env.step gets: ints for Discrete, Box actions clipped to their bounds."""
+    converters: dict[str, Callable[[Any], Any]] = {}
+    for agent, layout in layouts.items():
+        space = layout.action_space
+        if isinstance(space, spaces.Discrete):
+            converters[agent] = int
+        elif isinstance(space, spaces.Box):
+            low, high, dtype = space.low, space.high, space.dtype
+            converters[agent] = lambda a, low=low, high=high, dtype=dtype: np.clip(a, low, high).astype(dtype)
+        else:
+            converters[agent] = lambda a: a
+    return lambda agent, action: converters[agent](action)
+
+
+class Actor:
+    """Runs episodes for the whole env, one decision at a time, feeding per-agent buffers."""
+
+    def __init__(
+        self,
+        env: Any,
+        agents: dict[str, ActingAgent],
+        stats: RunStats,
+        *,
+        replay_ratio: float | None,
+        max_lead: int,
+        backpressure: bool,
+        check_rewards: bool = True,
+        max_episode_steps: int | None = None,
+        before_decision: Callable[[str], None] | None = None,
+    ) -> None:
+        from .learners import vector_to_policy
+
+        self.env = env
+        self.agents = agents
+        self.stats = stats
+        self.replay_ratio = replay_ratio
+        self.max_lead_updates = max(1, int(round((replay_ratio or 0) * max_lead)))
+        self.backpressure = backpressure
+        self.check_rewards = check_rewards
+        self.max_episode_steps = max_episode_steps
+        self.before_decision = before_decision
+        self._load = vector_to_policy
+        self.layouts = {a: x.layout for a, x in agents.items()}
+        self.total_steps = 0
+        self.episodes = 0
+
+    # ------------------------------------------------------------------------------------------ per turn
+    def refresh(self, a: ActingAgent) -> None:
+        """Copy the agent's newest published policy into its local module, if the version changed."""
+        if a.slot is not None and a.slot.version != a.version:
+            a.version = a.slot.read(a.vector)
+            self._load(a.vector, a.policy)
+
+    def _wait_if_ahead(self, a: ActingAgent) -> None:
+        """Opt-in waits: under a replay ratio (bounded lead) or on-policy backpressure. Time is reported."""
+        stats, agent = self.stats, a.agent
+        if a.buffer is None or stats.get(agent, S.STATUS) == S.CRASHED:
+            return
+        def ahead() -> bool:
+            if a.on_policy:
+                return self.backpressure and a.buffer.unread >= a.buffer.capacity - 1
+            if self.replay_ratio is None:
+                return False
+            due = target_updates(self.replay_ratio, a.buffer.written, a.learning_starts)
+            return due - stats.get(agent, S.UPDATES) > self.max_lead_updates
+        if not ahead():
+            return
+        start = time.monotonic_ns()
+        while ahead() and not stats.stop_requested and stats.get(agent, S.STATUS) != S.CRASHED:
+            time.sleep(0.0001)
+        stats.add(agent, S.ACTOR_WAIT_NS, time.monotonic_ns() - start)
+
+    def act(self, agent: str, obs: Any, mask: np.ndarray | None) -> tuple[Any, dict]:
+        a = self.agents[agent]
+        if self.before_decision is not None:
+            self.before_decision(agent)
+        self._wait_if_ahead(a)
+        self.refresh(a)
+        if len(a.obs_keys) == 1:
+            batch = {"obs": obs[None]}
+        else:
+            batch = {key: np.asarray(_leaf(obs, leaf.path))[None]
+                     for key, leaf in zip(a.obs_keys, a.layout.obs_leaves)}
+        actions, extras = a.policy.act(batch, None if mask is None else mask[None], True)
+        a.steps += 1
+        a.policy.on_actor_steps(a.steps)
+        self.total_steps += 1
+        self.stats.add(agent, S.STEPS, 1)
+        self.stats.run[S.AGENT_STEPS] = self.total_steps
+        out = {k: v[0] for k, v in extras.items()}
+        out["policy_version"] = a.version
+        return actions[0], out
+
+    def emit(self, t: Transition) -> None:
+        buffer = self.agents[t.agent].buffer
+        if buffer is not None:
+            buffer.write(t)
+
+    # ------------------------------------------------------------------------------------------ the loop
+    def run(
+        self,
+        *,
+        agent_steps: int | None,
+        seed: int | None,
+        keep_going: Callable[[], bool],
+        on_episode: Callable[[EpisodeSummary], None],
+    ) -> int:
+        """Play until `agent_steps` decisions or until `keep_going()` is False; returns decisions taken."""
+        def episode_done(summary: EpisodeSummary) -> None:
+            self.episodes += 1
+            self.stats.run[S.EPISODES] = self.episodes
+            on_episode(summary)
+
+        return run_episodes(
+            self.env, self.act, self.emit, agent_steps=agent_steps, seed=seed,
+            layouts=LayoutBook(self.env, self.layouts, fixed=True), check_rewards=self.check_rewards,
+            max_episode_steps=self.max_episode_steps, on_episode=episode_done, keep_going=keep_going,
+            to_env=env_action_converter(self.layouts),
+        )
+
+
+def _leaf(obs: Any, path: tuple) -> Any:
+    for key in path:
+        obs = obs[key]
+    return obs

@@ -1,0 +1,101 @@
+"""Run options, validated before any process starts (invariant 7): every error names the option at fault."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any
+
+from .errors import ConfigError
+from .slots import MODES
+
+
+@dataclass
+class RunConfig:
+    """Options shared by AsyncRunner and SequentialRunner, so both run the same algorithm from the same seed."""
+
+    #: Seed of the env's first reset, of every learner (seed + agent index) and of every policy's sampling.
+    seed: int = 0
+    #: How learners publish parameters: "double_buffer" (two copies, readers never wait) or "snapshot" (one copy).
+    publish_mode: str = "double_buffer"
+    #: Learner updates between two publications of its policy.
+    publish_every: int = 10
+    #: Ring-buffer capacity per agent, in transitions (off-policy learners). On-policy buffers hold
+    #: `onpolicy_buffer_batches` times the learner's batch size.
+    buffer_capacity: int = 100_000
+    onpolicy_buffer_batches: int = 4
+    #: Updates per agent step for off-policy learners. None: the async learner runs free, as fast as it can;
+    #: the sequential runner then uses `sequential_replay_ratio`. With a value, both runners run this schedule.
+    replay_ratio: float | None = None
+    sequential_replay_ratio: float = 0.25
+    #: Under a replay ratio, how many agent steps the actor may run ahead of its learner before it waits.
+    max_actor_lead: int = 64
+    #: On-policy learners: make the actor wait instead of overwriting unread transitions (reported as wait time).
+    backpressure: bool = False
+    #: Torch device of every learner ("cpu", "cuda", "cuda:1"); per-agent overrides in `devices`.
+    device: str = "cpu"
+    devices: dict[str, str] = field(default_factory=dict)
+    #: Torch threads per process; None picks max(1, cores // processes).
+    torch_threads: int | None = None
+    #: Cut episodes after this many decisions (SPEC 2.5); None: episodes end only when the env ends them.
+    max_episode_steps: int | None = None
+    #: Check reward conservation (invariant 8) on every episode.
+    check_rewards: bool = True
+    #: Where metrics, checkpoints and plots go; None: no run directory.
+    out_dir: str | None = None
+    #: Seconds between periodic checkpoints (0: only at the end).
+    checkpoint_every_s: float = 300.0
+    #: Seconds to wait for processes to start, stop or answer before giving up on them.
+    process_timeout_s: float = 60.0
+    #: Show a live progress display.
+    progress: bool = False
+
+    def validate(self) -> RunConfig:
+        """Raise ConfigError naming the first bad option; returns self."""
+        def bad(name: str, why: str) -> None:
+            raise ConfigError(f"option {name}={getattr(self, name)!r}: {why}")
+
+        if not isinstance(self.seed, int):
+            bad("seed", "must be an integer")
+        if self.publish_mode not in MODES:
+            bad("publish_mode", f"must be one of {MODES}")
+        for name in ("publish_every", "buffer_capacity", "onpolicy_buffer_batches", "max_actor_lead"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or value < 1:
+                bad(name, "must be an integer >= 1")
+        if self.buffer_capacity < 2:
+            bad("buffer_capacity", "must be >= 2")
+        for name in ("replay_ratio",):
+            value = getattr(self, name)
+            if value is not None and (not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0):
+                bad(name, "must be a positive number of updates per agent step, or None for free running")
+        if not (isinstance(self.sequential_replay_ratio, (int, float)) and self.sequential_replay_ratio > 0):
+            bad("sequential_replay_ratio", "must be a positive number")
+        if self.torch_threads is not None and (not isinstance(self.torch_threads, int) or self.torch_threads < 1):
+            bad("torch_threads", "must be an integer >= 1 or None")
+        if self.max_episode_steps is not None and (not isinstance(self.max_episode_steps, int)
+                                                   or self.max_episode_steps < 1):
+            bad("max_episode_steps", "must be an integer >= 1 or None")
+        for name in ("checkpoint_every_s",):
+            if getattr(self, name) < 0:
+                bad(name, "must be >= 0")
+        if self.process_timeout_s <= 0:
+            bad("process_timeout_s", "must be > 0")
+        for agent, device in {"*": self.device, **self.devices}.items():
+            if not isinstance(device, str) or not (device == "cpu" or device.startswith("cuda") or device == "mps"):
+                raise ConfigError(f"option device for agent {agent!r}: {device!r} is not 'cpu', 'cuda[:N]' or 'mps'")
+        return self
+
+    def device_for(self, agent: str) -> str:
+        return self.devices.get(agent, self.device)
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, values: dict[str, Any]) -> RunConfig:
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(values) - known)
+        if unknown:
+            raise ConfigError(f"unknown run option(s) {unknown}; known options: {sorted(known)}")
+        return cls(**values).validate()

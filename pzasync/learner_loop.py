@@ -1,0 +1,190 @@
+"""One agent's learning loop: read its buffer, update, publish to its slot. Inline (sequential) or in a process.
+
+`LearnerDriver.try_update` is the single step both runners use, so they run the same algorithm: an off-policy
+learner updates while its update count is behind `replay_ratio * (transitions - learning_starts)` (or freely
+when there is no ratio); an on-policy learner updates once per `batch_size` transitions read in order.
+`learner_process_main` wraps the driver in a process loop with heartbeats, metrics and error reporting.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+import traceback
+from collections import deque
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from . import stats as S
+from .buffer import SharedRingBuffer
+from .slots import PolicySlot
+from .stats import RunStats
+
+
+def target_updates(ratio: float, written: int, learning_starts: int) -> int:
+    """Updates an off-policy learner should have made once `written` transitions exist."""
+    return int(ratio * (written - learning_starts)) + 1 if written >= learning_starts else 0
+
+
+@dataclass
+class LearnerSetup:
+    """Everything a learner process needs, picklable: built by the runner before processes start."""
+
+    agent: str
+    learner_path: str  # "module:Class"
+    config: dict[str, Any]
+    layout: Any
+    buffer: SharedRingBuffer
+    slot: PolicySlot
+    stats: RunStats
+    replay_ratio: float | None
+    publish_every: int
+    device: str
+    seed: int
+    torch_threads: int
+    checkpoint_path: str | None = None
+    resume_state_path: str | None = None
+
+
+def build_learner(setup: LearnerSetup) -> Any:
+    from .learners import LearnerContext, resolve_learner
+
+    cls, _ = resolve_learner(setup.learner_path, setup.agent)
+    learner = cls(LearnerContext(setup.agent, setup.layout, setup.config, setup.device, setup.seed))
+    if setup.resume_state_path and os.path.exists(setup.resume_state_path):
+        import torch
+
+        learner.load_state_dict(torch.load(setup.resume_state_path, weights_only=False)["state"])
+    return learner
+
+
+class LearnerDriver:
+    """Feeds one learner from its buffer and publishes its policy; call `try_update` repeatedly."""
+
+    def __init__(self, setup: LearnerSetup, learner: Any) -> None:
+        from .learners import policy_to_vector
+
+        self.setup = setup
+        self.learner = learner
+        self.on_policy = bool(learner.on_policy)
+        self.buffer = setup.buffer
+        self.stats = setup.stats
+        self.rng = np.random.default_rng(setup.seed)
+        self.updates = setup.stats.get(setup.agent, S.UPDATES)
+        self.last_metrics: dict[str, float] = {}
+        self.lags: deque[float] = deque(maxlen=20_000)
+        self._pending: list[dict[str, np.ndarray]] = []
+        self._pending_rows = 0
+        self._vector = np.zeros(setup.slot.size, np.float32)
+        self._to_vector = policy_to_vector
+
+    def publish(self) -> int:
+        """Publish the learner's current policy; returns the new version."""
+        self._to_vector(self.learner.policy, self._vector)
+        version = self.setup.slot.publish(self._vector)
+        self.stats.set(self.setup.agent, S.VERSION, version)
+        return version
+
+    def _next_batch(self) -> dict[str, np.ndarray] | None:
+        learner = self.learner
+        if not self.on_policy:
+            written = self.buffer.written
+            if written < max(1, learner.learning_starts):
+                return None
+            ratio = self.setup.replay_ratio
+            if ratio is not None and self.updates >= target_updates(ratio, written, learner.learning_starts):
+                return None
+            return self.buffer.sample(learner.batch_size, self.rng)
+        while self._pending_rows < learner.batch_size:
+            chunk = self.buffer.read_new(max_rows=learner.batch_size - self._pending_rows)
+            if chunk is None:
+                return None
+            self._pending.append(chunk)
+            self._pending_rows += len(chunk["reward"])
+        batch = {k: np.concatenate([c[k] for c in self._pending]) for k in self._pending[0]}
+        self._pending, self._pending_rows = [], 0
+        return batch
+
+    def try_update(self) -> bool:
+        """Run one update if one is due and data is there; publish every `publish_every` updates."""
+        batch = self._next_batch()
+        if batch is None:
+            return False
+        version = self.setup.slot.version
+        lag = version - batch["policy_version"]
+        self.lags.extend(lag[:: max(1, len(lag) // 16)].tolist())
+        self.last_metrics = {k: float(v) for k, v in self.learner.update(batch).items()}
+        self.updates += 1
+        self.stats.set(self.setup.agent, S.UPDATES, self.updates)
+        if self.updates % self.setup.publish_every == 0:
+            self.publish()
+        return True
+
+    def lag_summary(self) -> tuple[float, float]:
+        """Mean and 95th percentile of (published version - version that produced each consumed transition)."""
+        if not self.lags:
+            return 0.0, 0.0
+        values = np.fromiter(self.lags, dtype=np.float64)
+        return float(values.mean()), float(np.percentile(values, 95))
+
+    def report(self) -> dict[str, Any]:
+        mean, p95 = self.lag_summary()
+        return {"updates": self.updates, "metrics": self.last_metrics, "lag_mean": mean, "lag_p95": p95,
+                "dropped": self.buffer.dropped}
+
+    def save_checkpoint(self, path: str) -> None:
+        from .learners.players import save_checkpoint
+
+        tmp = f"{path}.tmp"
+        save_checkpoint(tmp, self.learner)
+        os.replace(tmp, path)
+
+
+def learner_process_main(setup: LearnerSetup, messages: Any, checkpoint_every_s: float) -> None:
+    """Body of a learner process: update as the schedule allows until the run asks to stop."""
+    import torch
+
+    torch.set_num_threads(setup.torch_threads)
+    stats, agent = setup.stats, setup.agent
+    try:
+        driver = LearnerDriver(setup, build_learner(setup))
+        driver.publish()
+        stats.set(agent, S.STATUS, S.RUNNING)
+        next_report = next_checkpoint = time.monotonic()
+        next_checkpoint += checkpoint_every_s if checkpoint_every_s > 0 else float("inf")
+        idle_since = None
+        parent = os.getppid()
+        while not stats.stop_requested:
+            if driver.try_update():
+                if idle_since is not None:
+                    stats.add(agent, S.LEARNER_WAIT_NS, time.monotonic_ns() - idle_since)
+                    idle_since = None
+            else:
+                if idle_since is None:
+                    idle_since = time.monotonic_ns()
+                time.sleep(0.0002)
+            now = time.monotonic()
+            if now >= next_report:
+                if os.getppid() != parent:
+                    break  # the runner's process died: stop rather than train for nobody
+                stats.beat(agent)
+                messages.put(("report", agent, driver.report()))
+                next_report = now + 0.5
+            if now >= next_checkpoint and setup.checkpoint_path:
+                driver.save_checkpoint(setup.checkpoint_path)
+                next_checkpoint = now + checkpoint_every_s
+        if setup.checkpoint_path:
+            driver.save_checkpoint(setup.checkpoint_path)
+        messages.put(("report", agent, driver.report()))
+        stats.set(agent, S.STATUS, S.DONE)
+    except BaseException as exc:  # noqa: BLE001 - every failure is reported to the runner, then re-raised
+        stats.set(agent, S.STATUS, S.CRASHED)
+        messages.put(("error", agent, f"{type(exc).__name__}: {exc}", traceback.format_exc()))
+        if not isinstance(exc, Exception):
+            raise
+    finally:
+        setup.buffer.close()
+        setup.slot.close()
+        stats.close()

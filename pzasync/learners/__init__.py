@@ -1,0 +1,93 @@
+"""Learners: the plug-in base classes, the built-in ones, and resolution of user learner specs.
+
+A learner spec is a built-in name (`"dqn"`, `"ppo"`, `"random"`, `"fixed"`), a `"module:Class"` path, a name
+registered under the `pzasync.learners` entry-point group, or a Learner subclass; optionally paired with an
+options dict: `("ppo", {"lr": 3e-4})`.
+"""
+
+from __future__ import annotations
+
+import difflib
+import importlib
+from importlib.metadata import entry_points
+from typing import Any
+
+from ..errors import ConfigError
+from .base import Batch, Learner, LearnerContext, Policy, policy_size, policy_to_vector, vector_to_policy
+
+BUILTIN: dict[str, str] = {
+    "dqn": "pzasync.learners.dqn:DQNLearner",
+    "ppo": "pzasync.learners.ppo:PPOLearner",
+    "random": "pzasync.learners.players:RandomPlayer",
+    "fixed": "pzasync.learners.players:FixedPlayer",
+}
+ENTRY_POINT_GROUP = "pzasync.learners"
+
+LearnerSpec = Any  # str | type[Learner] | tuple[str | type[Learner], dict]
+
+
+def _entry_points() -> dict[str, Any]:
+    return {ep.name: ep for ep in entry_points(group=ENTRY_POINT_GROUP)}
+
+
+def known_learner_names() -> list[str]:
+    """Built-in names plus those registered by installed packages."""
+    return sorted(set(BUILTIN) | set(_entry_points()))
+
+
+def _import_path(path: str, agent: str) -> type:
+    module_name, sep, attr = path.partition(":")
+    if not sep:
+        module_name, _, attr = path.rpartition(".")
+    try:
+        module = importlib.import_module(module_name)
+    except Exception as exc:  # noqa: BLE001 - any import failure of user code is reported the same way
+        raise ConfigError(
+            f"agent {agent!r}: learner {path!r} failed to import: {type(exc).__name__}: {exc}"
+        ) from exc
+    cls = getattr(module, attr, None)
+    if cls is None:
+        raise ConfigError(f"agent {agent!r}: module {module_name!r} has no learner class {attr!r}")
+    return cls
+
+
+def resolve_learner(spec: LearnerSpec, agent: str = "?") -> tuple[type[Learner], dict[str, Any]]:
+    """Turn a learner spec into (Learner subclass, options), with errors that name the agent."""
+    options: dict[str, Any] = {}
+    if isinstance(spec, tuple):
+        if len(spec) != 2 or not isinstance(spec[1], dict):
+            raise ConfigError(f"agent {agent!r}: a learner spec tuple must be (name, options dict), got {spec!r}")
+        spec, options = spec
+    if isinstance(spec, str):
+        if spec in BUILTIN:
+            cls = _import_path(BUILTIN[spec], agent)
+        elif spec in (eps := _entry_points()):
+            cls = eps[spec].load()
+        elif ":" in spec or "." in spec:
+            cls = _import_path(spec, agent)
+        else:
+            close = difflib.get_close_matches(spec, known_learner_names(), n=2)
+            hint = f" Did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
+            raise ConfigError(
+                f"agent {agent!r}: unknown learner {spec!r}; known learners: {', '.join(known_learner_names())}, "
+                f"or 'package.module:Class'.{hint}"
+            )
+    else:
+        cls = spec
+    if not (isinstance(cls, type) and issubclass(cls, Learner)):
+        raise ConfigError(f"agent {agent!r}: {cls!r} is not a subclass of pzasync.Learner")
+    return cls, dict(options)
+
+
+__all__ = [
+    "BUILTIN",
+    "Batch",
+    "Learner",
+    "LearnerContext",
+    "Policy",
+    "known_learner_names",
+    "policy_size",
+    "policy_to_vector",
+    "resolve_learner",
+    "vector_to_policy",
+]

@@ -1,0 +1,152 @@
+"""Watching a run from the actor's process: learner reports, crashes, episode logs, budgets, live display.
+
+`RunMonitor.tick` is called before every decision; it does real work (draining learner messages, writing
+logs, redrawing) only every few hundred microseconds of wall time, so the actor's loop stays lean.
+"""
+
+from __future__ import annotations
+
+import queue
+import sys
+import time
+from collections import defaultdict
+from typing import Any
+
+import numpy as np
+
+from . import stats as S
+from .rundir import RunDirectory
+
+
+class RunMonitor:
+    """Collects what learners report and what episodes return; decides when the run stops."""
+
+    POLL_EVERY_S = 0.25
+
+    def __init__(self, plan: Any, run_dir: RunDirectory | None, show: bool, seconds: float | None,
+                 start: float) -> None:
+        self.plan = plan
+        self.run_dir = run_dir
+        self.deadline = start + seconds if seconds is not None else None
+        self.start = start
+        self.returns: dict[str, list[float]] = defaultdict(list)
+        self.reports: dict[str, dict] = {}
+        self.errors: dict[str, str] = {}
+        self.tracebacks: dict[str, str] = {}
+        self.stop_reason: str | None = None
+        self._episode_rows: list[dict] = []
+        self._calls = 0
+        self._next_poll = 0.0
+        self._actor: Any = None
+        self._acting_start = start
+        self._live: Any = None
+        self._show = show
+
+    # -------------------------------------------------------------------------------------- events
+    def started(self, actor: Any) -> None:
+        self._actor = actor
+        self._acting_start = time.monotonic()
+        if self._show:
+            from rich.live import Live
+
+            self._live = Live(self._table(), refresh_per_second=4, transient=False)
+            self._live.start()
+
+    def episode(self, summary: Any) -> None:
+        for agent, value in summary.returns.items():
+            self.returns[agent].append(value)
+        if self.run_dir is not None:
+            self._episode_rows.append({"episode": summary.index, "wall_s": round(time.monotonic() - self.start, 4),
+                                       "agent_steps": self._actor.total_steps if self._actor else 0,
+                                       "returns": summary.returns, "cut_by_actor": summary.cut_by_actor})
+
+    def learner_error(self, agent: str, summary: str, trace: str) -> None:
+        """Record a crashed learner and print its traceback once; the actor carries on with its last policy."""
+        if agent in self.errors:
+            return
+        self.errors[agent] = summary
+        self.tracebacks[agent] = trace
+        print(f"pzasync: the learner of agent {agent!r} crashed ({summary}); the actor goes on with its last "
+              f"published policy.\n{trace}", file=sys.stderr)
+
+    def request_stop(self, reason: str) -> None:
+        if self.stop_reason is None:
+            self.stop_reason = reason
+        self.plan.stats.request_stop()
+
+    # -------------------------------------------------------------------------------------- polling
+    def tick(self, messages: Any) -> bool:
+        """Before each decision: True to keep going. Cheap except every POLL_EVERY_S seconds."""
+        self._calls += 1
+        if self._calls & 31:
+            return self.stop_reason is None
+        now = time.monotonic()
+        if now >= self._next_poll:
+            self._next_poll = now + self.POLL_EVERY_S
+            self.plan.stats.beat()
+            if messages is not None:
+                self.drain(messages)
+            self.flush()
+            if self._live is not None:
+                self._live.update(self._table())
+            if self.deadline is not None and now >= self.deadline:
+                self.request_stop("time budget reached")
+        return self.stop_reason is None
+
+    def drain(self, messages: Any) -> None:
+        while True:
+            try:
+                message = messages.get_nowait()
+            except (queue.Empty, OSError, ValueError):
+                return
+            if message[0] == "report":
+                _, agent, report = message
+                self.reports[agent] = report
+                if self.run_dir is not None:
+                    row = {"wall_s": round(time.monotonic() - self.start, 4), "agent": agent,
+                           "agent_steps": self._actor.total_steps if self._actor else 0,
+                           "version": self.plan.stats.get(agent, S.VERSION), **report}
+                    self.run_dir.append("metrics.jsonl", row)
+                    self.run_dir.tensorboard(report["updates"], agent, report.get("metrics", {}))
+            elif message[0] == "error":
+                _, agent, summary, trace = message
+                self.learner_error(agent, summary, trace)
+
+    def flush(self) -> None:
+        if self.run_dir is not None and self._episode_rows:
+            with open(self.run_dir.path / "episodes.jsonl", "a") as f:
+                import json
+
+                for row in self._episode_rows:
+                    f.write(json.dumps(row) + "\n")
+            self._episode_rows.clear()
+
+    def close(self) -> None:
+        self.flush()
+        if self._live is not None:
+            self._live.update(self._table())
+            self._live.stop()
+            self._live = None
+
+    # -------------------------------------------------------------------------------------- display
+    def _table(self) -> Any:
+        from rich.table import Table
+
+        steps = self._actor.total_steps if self._actor else 0
+        elapsed = max(1e-9, time.monotonic() - self._acting_start)
+        episodes = self._actor.episodes if self._actor else 0
+        table = Table(title=f"{steps:,} agent steps · {steps / elapsed:,.0f}/s · {episodes:,} episodes · "
+                            f"{time.monotonic() - self.start:,.0f}s")
+        for column in ("agent", "learner", "return (last 100)", "updates", "version", "lag mean/p95", "status"):
+            table.add_column(column, justify="left" if column in ("agent", "learner", "status") else "right")
+        stats = self.plan.stats
+        for agent, p in self.plan.agents.items():
+            recent = self.returns.get(agent, [])[-100:]
+            report = self.reports.get(agent, {})
+            status = S.STATUS_NAMES.get(stats.get(agent, S.STATUS), "?") if stats is not None else "-"
+            table.add_row(agent, p.learner_name, f"{np.mean(recent):+.3f}" if recent else "-",
+                          f"{stats.get(agent, S.UPDATES):,}" if stats is not None else "-",
+                          str(stats.get(agent, S.VERSION)) if stats is not None else "-",
+                          f"{report.get('lag_mean', 0):.1f}/{report.get('lag_p95', 0):.0f}" if p.learns else "-",
+                          ("[red]" + status + "[/]") if agent in self.errors else status)
+        return table

@@ -1,0 +1,285 @@
+"""AsyncRunner and SequentialRunner (SPEC 5): the same plan, actor, learners and seeds, two schedules.
+
+Async: the actor runs in the calling (main) process, one spawned process per learning agent trains from
+that agent's buffer and publishes to its slot. Sequential: the same pieces in one process, each learner's
+updates run inline just before its agent's decisions, on the replay-ratio schedule. Both return `RunResult`.
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import signal
+import time
+import traceback
+from typing import Any
+
+from . import stats as S
+from .actor import Actor, ActingAgent
+from .config import RunConfig
+from .errors import PzasyncError
+from .learner_loop import LearnerDriver, LearnerSetup, build_learner, learner_process_main
+from .plan import AgentPlan, RunPlan
+from .progress import RunMonitor
+from .results import AgentResult, RunResult
+from .rundir import RunDirectory, plot_returns
+
+
+class LearnerStartupError(PzasyncError):
+    """A learner process failed before publishing its first policy."""
+
+
+class _Runner:
+    kind = "?"
+
+    def __init__(self, env: Any, learners: Any, config: RunConfig | None = None) -> None:
+        self.env = env
+        self.learners = learners
+        self.config = (config or RunConfig()).validate()
+        self.plan = RunPlan(env, learners, self.config)
+
+    def _setup(self, plan: AgentPlan, stats: S.RunStats, threads: int, run_dir: RunDirectory | None,
+               ratio: float | None) -> LearnerSetup:
+        return LearnerSetup(
+            agent=plan.agent, learner_path=plan.learner_path, config=plan.options, layout=plan.layout,
+            buffer=plan.buffer, slot=plan.slot, stats=stats, replay_ratio=ratio,
+            publish_every=self.config.publish_every, device=self.config.device_for(plan.agent),
+            seed=plan.seed(self.config.seed), torch_threads=threads,
+            checkpoint_path=run_dir.checkpoint_path(plan.agent) if run_dir else None,
+        )
+
+    def _acting_agents(self) -> dict[str, ActingAgent]:
+        return {
+            agent: ActingAgent(agent, p.layout, p.build_policy(self.config.seed), p.learns, p.learner_cls.on_policy,
+                               p.slot, p.buffer, int(p.options.get("learning_starts", p.options.get("batch_size", 64))))
+            for agent, p in self.plan.agents.items()
+        }
+
+    def _actor(self, acting: dict[str, ActingAgent], before_decision: Any = None) -> Actor:
+        cfg = self.config
+        ratio = cfg.replay_ratio if self.kind == "async" else None
+        env = self.plan.env_spec.make()
+        return Actor(env, acting, self.plan.stats, replay_ratio=ratio, max_lead=cfg.max_actor_lead,
+                     backpressure=cfg.backpressure if self.kind == "async" else False,
+                     check_rewards=cfg.check_rewards, max_episode_steps=cfg.max_episode_steps,
+                     before_decision=before_decision)
+
+    def _run_dir(self) -> RunDirectory | None:
+        if self.config.out_dir is None:
+            return None
+        run_dir = RunDirectory.new(self.config.out_dir, self.plan.env_spec.name)
+        run_dir.write_json("run.json", {
+            "env": self.plan.env_spec.name if isinstance(self.plan.env_spec.source, str) else None,
+            "env_kwargs": self.plan.env_spec.kwargs, "runner": self.kind,
+            "learners": {a: {"learner": p.learner_path, "name": p.learner_name, "options": p.options}
+                         for a, p in self.plan.agents.items()},
+            "config": self.config.as_dict(),
+        })
+        return run_dir
+
+    def _result(self, monitor: RunMonitor, actor: Actor | None, wall: float, startup: float, reason: str,
+                run_dir: RunDirectory | None, reports: dict[str, dict]) -> RunResult:
+        stats = self.plan.stats
+        agents = {}
+        for agent, p in self.plan.agents.items():
+            report = reports.get(agent, {})
+            agents[agent] = AgentResult(
+                agent=agent, learner=p.learner_name, updates=stats.get(agent, S.UPDATES),
+                published_version=stats.get(agent, S.VERSION), last_metrics=report.get("metrics", {}),
+                episode_returns=monitor.returns.get(agent, []), agent_steps=stats.get(agent, S.STEPS),
+                transitions_written=p.buffer.written if p.buffer is not None else 0,
+                transitions_dropped=p.buffer.dropped if p.buffer is not None else 0,
+                policy_lag_mean=report.get("lag_mean", 0.0), policy_lag_p95=report.get("lag_p95", 0.0),
+                learner_wait_s=stats.get(agent, S.LEARNER_WAIT_NS) / 1e9,
+                actor_wait_s=stats.get(agent, S.ACTOR_WAIT_NS) / 1e9,
+                restarts=stats.get(agent, S.RESTARTS), error=monitor.errors.get(agent),
+            )
+        steps = actor.total_steps if actor else 0
+        acting_time = max(1e-9, wall - startup)
+        result = RunResult(
+            runner=self.kind, env=self.plan.env_spec.name, agent_steps=steps,
+            episodes=actor.episodes if actor else 0, wall_seconds=wall, startup_seconds=startup,
+            actor_steps_per_second=steps / acting_time, stopped_because=reason, agents=agents,
+            run_dir=str(run_dir.path) if run_dir else None, config=self.config.as_dict(),
+        )
+        if run_dir is not None:
+            run_dir.write_json("result.json", result.to_dict())
+            plot_returns(run_dir, f"{result.env}: {self.kind} runner")
+            run_dir.close()
+        return result
+
+    def run(self, agent_steps: int | None = None, seconds: float | None = None) -> RunResult:
+        """Train until `agent_steps` decisions or `seconds` of wall time (whichever comes first)."""
+        if agent_steps is None and seconds is None:
+            raise PzasyncError("run() needs agent_steps or seconds")
+        return self._run(agent_steps, seconds)
+
+    def _run(self, agent_steps: int | None, seconds: float | None) -> RunResult:
+        raise NotImplementedError
+
+
+class _StopOnSignal:
+    """Turn SIGTERM into the same graceful stop as Ctrl-C while a run is in progress (main thread only)."""
+
+    def __init__(self, monitor: RunMonitor) -> None:
+        self.monitor = monitor
+        self.previous: Any = None
+
+    def __enter__(self) -> _StopOnSignal:
+        import threading
+
+        if threading.current_thread() is threading.main_thread():
+            self.previous = signal.signal(signal.SIGTERM, self._handle)
+        return self
+
+    def _handle(self, signum: int, frame: Any) -> None:
+        self.monitor.request_stop("SIGTERM")
+
+    def __exit__(self, *exc: Any) -> None:
+        if self.previous is not None:
+            signal.signal(signal.SIGTERM, self.previous)
+
+
+class AsyncRunner(_Runner):
+    """One actor (this process) plus one spawned learner process per learning agent."""
+
+    kind = "async"
+
+    def _run(self, agent_steps: int | None, seconds: float | None) -> RunResult:
+        cfg, plan = self.config, self.plan
+        start = time.monotonic()
+        ctx = mp.get_context("spawn")
+        run_dir = self._run_dir()
+        plan.allocate()
+        processes: dict[str, Any] = {}
+        messages = ctx.Queue()
+        monitor = RunMonitor(plan, run_dir, cfg.progress, seconds, start)
+        actor = None
+        reason = "agent-step budget reached"
+        try:
+            threads = plan.torch_threads(len(plan.learning) + 1)
+            for p in plan.learning:
+                setup = self._setup(p, plan.stats, threads, run_dir, cfg.replay_ratio)
+                proc = ctx.Process(target=learner_process_main, args=(setup, messages, cfg.checkpoint_every_s),
+                                   name=f"pzasync-learner-{p.agent}", daemon=True)
+                proc.start()
+                processes[p.agent] = proc
+            self._wait_for_first_policies(processes, messages, monitor)
+            import torch
+
+            torch.set_num_threads(1)
+            actor = self._actor(self._acting_agents())
+            startup = time.monotonic() - start
+            monitor.started(actor)
+            with _StopOnSignal(monitor):
+                try:
+                    actor.run(agent_steps=agent_steps, seed=cfg.seed,
+                              keep_going=lambda: monitor.tick(messages), on_episode=monitor.episode)
+                except KeyboardInterrupt:
+                    monitor.request_stop("interrupted (SIGINT)")
+            reason = monitor.stop_reason or reason
+        finally:
+            try:
+                plan.stats.request_stop()
+                for agent, proc in processes.items():
+                    proc.join(timeout=cfg.process_timeout_s)
+                    if proc.is_alive():
+                        proc.terminate()
+                        proc.join(timeout=5)
+                monitor.drain(messages)
+                messages.close()
+                messages.join_thread()
+                monitor.close()
+                wall = time.monotonic() - start
+                result = self._result(monitor, actor, wall, locals().get("startup", wall), reason, run_dir,
+                                      monitor.reports)
+            finally:
+                if actor is not None:
+                    actor.env.close()
+                plan.release()
+        return result
+
+    def _wait_for_first_policies(self, processes: dict[str, Any], messages: Any, monitor: RunMonitor) -> None:
+        """Start-up barrier: every learner publishes version 1 before the actor's first decision."""
+        deadline = time.monotonic() + self.config.process_timeout_s
+        pending = set(processes)
+        while pending:
+            monitor.drain(messages)
+            for agent in list(pending):
+                if self.plan.stats.get(agent, S.VERSION) >= 1:
+                    pending.discard(agent)
+                elif agent in monitor.errors or not processes[agent].is_alive():
+                    detail = monitor.tracebacks.get(agent, f"exit code {processes[agent].exitcode}")
+                    raise LearnerStartupError(f"learner of agent {agent!r} failed to start:\n{detail}")
+            if time.monotonic() > deadline:
+                raise LearnerStartupError(f"learners of {sorted(pending)} did not publish a first policy within "
+                                          f"{self.config.process_timeout_s}s")
+            time.sleep(0.01)
+
+
+class SequentialRunner(_Runner):
+    """The baseline: the same actor and learners in one process, updates interleaved with env steps."""
+
+    kind = "sequential"
+
+    def _run(self, agent_steps: int | None, seconds: float | None) -> RunResult:
+        cfg, plan = self.config, self.plan
+        start = time.monotonic()
+        run_dir = self._run_dir()
+        plan.allocate()
+        monitor = RunMonitor(plan, run_dir, cfg.progress, seconds, start)
+        actor = None
+        drivers: dict[str, LearnerDriver] = {}
+        reason = "agent-step budget reached"
+        try:
+            import torch
+
+            torch.set_num_threads(plan.torch_threads(1))
+            ratio = cfg.replay_ratio if cfg.replay_ratio is not None else cfg.sequential_replay_ratio
+            for p in plan.learning:
+                setup = self._setup(p, plan.stats, 1, run_dir, ratio)
+                drivers[p.agent] = LearnerDriver(setup, build_learner(setup))
+                drivers[p.agent].publish()
+                plan.stats.set(p.agent, S.STATUS, S.RUNNING)
+            last_checkpoint = [time.monotonic()]
+
+            def before_decision(agent: str) -> None:
+                driver = drivers.get(agent)
+                if driver is not None and monitor.errors.get(agent) is None:
+                    try:
+                        while driver.try_update():
+                            pass
+                    except Exception as exc:  # noqa: BLE001 - a crashed learner is reported; acting goes on
+                        plan.stats.set(agent, S.STATUS, S.CRASHED)
+                        monitor.learner_error(agent, f"{type(exc).__name__}: {exc}", traceback.format_exc())
+                    monitor.reports[agent] = driver.report()
+                if run_dir and cfg.checkpoint_every_s and time.monotonic() - last_checkpoint[0] > cfg.checkpoint_every_s:
+                    last_checkpoint[0] = time.monotonic()
+                    for a, d in drivers.items():
+                        d.save_checkpoint(run_dir.checkpoint_path(a))
+
+            actor = self._actor(self._acting_agents(), before_decision)
+            startup = time.monotonic() - start
+            monitor.started(actor)
+            with _StopOnSignal(monitor):
+                try:
+                    actor.run(agent_steps=agent_steps, seed=cfg.seed, keep_going=lambda: monitor.tick(None),
+                              on_episode=monitor.episode)
+                except KeyboardInterrupt:
+                    monitor.request_stop("interrupted (SIGINT)")
+            reason = monitor.stop_reason or reason
+        finally:
+            try:
+                for agent, driver in drivers.items():
+                    monitor.reports[agent] = driver.report()
+                    if run_dir is not None:
+                        driver.save_checkpoint(run_dir.checkpoint_path(agent))
+                monitor.close()
+                wall = time.monotonic() - start
+                result = self._result(monitor, actor, wall, locals().get("startup", wall), reason, run_dir,
+                                      monitor.reports)
+            finally:
+                if actor is not None:
+                    actor.env.close()
+                plan.release()
+        return result
+

@@ -1,0 +1,92 @@
+"""Plug-in learners used by the tests, given to runners by dotted path like a user's own learner."""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Any
+
+import numpy as np
+import torch
+
+from pzasync.learners import Learner, Policy
+
+
+class FirstLegalPolicy(Policy):
+    """Deterministic: the first legal action (0 without a mask). One dummy parameter so it has a slot."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.marker = torch.nn.Parameter(torch.zeros(1))
+
+    def act(self, obs, mask, explore):
+        batch = len(next(iter(obs.values())))
+        if mask is None:
+            return np.zeros(batch, dtype=np.int64), {}
+        return mask.argmax(axis=1).astype(np.int64), {}
+
+
+class RecordingLearner(Learner):
+    """On-policy: saves every batch it gets (in order) to `record_dir`; can sleep or raise on demand."""
+
+    on_policy = True
+    defaults = {"batch_size": 8, "record_dir": None, "sleep_s": 0.0, "raise_after": None}
+
+    def __init__(self, ctx):
+        super().__init__(ctx)
+        self._policy = self.build_policy(ctx.layout, self.config)
+        self.calls = 0
+
+    @classmethod
+    def build_policy(cls, layout, config):
+        return FirstLegalPolicy()
+
+    @property
+    def policy(self):
+        return self._policy
+
+    def update(self, batch: dict[str, np.ndarray]) -> dict[str, float]:
+        self.calls += 1
+        if self.config["raise_after"] is not None and self.calls > self.config["raise_after"]:
+            raise RuntimeError(f"deliberate failure in update {self.calls}")
+        if self.config["record_dir"]:
+            path = os.path.join(self.config["record_dir"], f"{self.ctx.agent}-{self.calls:06d}.npz")
+            np.savez(path, **batch)
+        if self.config["sleep_s"]:
+            time.sleep(self.config["sleep_s"])
+        with torch.no_grad():
+            self._policy.marker += 1
+        return {"rows": float(len(batch["reward"]))}
+
+
+class KeysLearner(Learner):
+    """Off-policy: writes the sorted keys and shapes of each batch it receives to `record_dir`."""
+
+    on_policy = False
+    extras = {"score": "float32"}
+    defaults = {"batch_size": 4, "learning_starts": 4, "record_dir": None}
+
+    def __init__(self, ctx):
+        super().__init__(ctx)
+        self._policy = self.build_policy(ctx.layout, self.config)
+
+    @classmethod
+    def build_policy(cls, layout, config):
+        return ScoringPolicy()
+
+    @property
+    def policy(self):
+        return self._policy
+
+    def update(self, batch):
+        path = os.path.join(self.config["record_dir"], f"{self.ctx.agent}-keys.txt")
+        with open(path, "w") as f:
+            for key in sorted(batch):
+                f.write(f"{key} {batch[key].dtype} {batch[key].shape}\n")
+        return {"n": float(len(batch["reward"]))}
+
+
+class ScoringPolicy(FirstLegalPolicy):
+    def act(self, obs, mask, explore):
+        actions, _ = super().act(obs, mask, explore)
+        return actions, {"score": np.full(len(actions), 0.5, np.float32)}

@@ -1,0 +1,135 @@
+"""Runners (SPEC 5) with plug-in learners: batches, invariants 4 and 5, errors, run directories."""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+
+import numpy as np
+import pytest
+from custom_learners import FirstLegalPolicy
+
+import pzasync
+from pzasync import AsyncRunner, RunConfig, SequentialRunner
+from pzasync.errors import ConfigError
+
+C4 = "pettingzoo.classic.connect_four_v3"
+RUNNERS = [AsyncRunner, SequentialRunner]
+
+
+def recorded(record_dir, agent):
+    files = sorted(glob.glob(os.path.join(record_dir, f"{agent}-*.npz")))
+    parts = [dict(np.load(f)) for f in files]
+    return {k: np.concatenate([p[k] for p in parts]) for k in parts[0]} if parts else {}
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("runner", RUNNERS, ids=lambda r: r.__name__)
+def test_custom_learner_by_dotted_path_gets_documented_keys(runner, tmp_path):
+    result = runner(C4, ("custom_learners:KeysLearner", {"record_dir": str(tmp_path)}), RunConfig(seed=1)).run(
+        agent_steps=300)
+    assert result.agents["player_0"].updates > 0
+    lines = (tmp_path / "player_0-keys.txt").read_text().splitlines()
+    keys = {line.split()[0]: line.split(" ", 2)[1:] for line in lines}
+    assert set(keys) == {"obs", "action", "reward", "next_obs", "terminated", "truncated", "action_mask",
+                         "next_action_mask", "policy_version", "score"}
+    assert keys["obs"] == ["int8", "(4, 6, 7, 2)"] and keys["action_mask"] == ["bool", "(4, 7)"]
+    assert keys["score"][0] == "float32" and keys["policy_version"][0] == "int64"
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("runner", RUNNERS, ids=lambda r: r.__name__)
+def test_actor_transitions_equal_rollout(runner, tmp_path):
+    """Invariant 4: with a deterministic policy and seed, the learner receives exactly rollout's transitions."""
+    steps = 600
+    config = RunConfig(seed=11, backpressure=True)
+    result = runner(C4, ("custom_learners:RecordingLearner", {"record_dir": str(tmp_path)}), config).run(
+        agent_steps=steps)
+    policy = FirstLegalPolicy()
+    expected = pzasync.rollout(C4, lambda a, o, m: int(policy.act({"obs": o[None]}, m[None], False)[0][0]),
+                               agent_steps=steps, seed=11)
+    for agent in ("player_0", "player_1"):
+        got = recorded(tmp_path, agent)
+        n = len(got["reward"])
+        assert n >= 200, f"too little reached the learner of {agent}: {n}"
+        assert result.agents[agent].transitions_dropped == 0, "backpressure must prevent overwrites"
+        for key in ("obs", "action", "reward", "next_obs", "terminated", "truncated", "action_mask",
+                    "next_action_mask"):
+            np.testing.assert_array_equal(got[key], expected[agent][key][:n], err_msg=f"{agent} {key}")
+        assert (np.diff(got["policy_version"]) >= 0).all() and got["policy_version"].min() >= 1
+
+
+@pytest.mark.timeout(120)
+def test_actor_keeps_stepping_while_a_learner_sleeps(tmp_path):
+    """Invariant 5: a learner stuck in update() for seconds does not slow the actor down."""
+    learners = {"player_0": ("custom_learners:RecordingLearner", {"sleep_s": 30.0}),
+                "player_1": ("custom_learners:RecordingLearner", {})}
+    config = RunConfig(seed=0, process_timeout_s=5)
+    result = AsyncRunner(C4, learners, config).run(agent_steps=3000)
+    assert result.agent_steps == 3000 and result.agents["player_0"].agent_steps > 1000
+    assert result.agents["player_0"].updates <= 1, "the sleeping learner finished no more than one update"
+    assert result.agents["player_1"].updates > 50
+    assert result.wall_seconds < 25, "the actor did not wait for the sleeping learner"
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("runner", RUNNERS, ids=lambda r: r.__name__)
+def test_crashing_learner_is_reported_and_the_actor_carries_on(runner, capfd):
+    learners = {"player_0": ("custom_learners:RecordingLearner", {"raise_after": 3}),
+                "player_1": ("custom_learners:RecordingLearner", {})}
+    result = runner(C4, learners, RunConfig(seed=0)).run(agent_steps=2000)
+    err = capfd.readouterr().err
+    assert result.agent_steps == 2000
+    crashed = result.agents["player_0"]
+    assert crashed.error == "RuntimeError: deliberate failure in update 4"
+    assert crashed.updates == 3 and crashed.agent_steps > 500
+    assert err.count("deliberate failure in update 4") >= 1 and "Traceback" in err
+    assert err.count("crashed (RuntimeError") == 1, "the traceback is logged once"
+    assert result.agents["player_1"].error is None and result.agents["player_1"].updates > 50
+
+
+@pytest.mark.parametrize(
+    "learners, message",
+    [
+        ("dqm", r"agent 'player_0': unknown learner 'dqm'; known learners: dqn, fixed, ppo, random.*Did you mean 'dqn'"),
+        ({"player_9": "random", "*": "random"}, r"learners given for unknown agent\(s\) \['player_9'\]"),
+        ({"player_0": "random"}, r"no learner for agent\(s\) \['player_1'\]"),
+        ("custom_learners:Nope", r"agent 'player_0': module 'custom_learners' has no learner class 'Nope'"),
+        ("no_such_module_xyz:Learner", r"agent 'player_0': learner 'no_such_module_xyz:Learner' failed to import: "
+                                       r"ModuleNotFoundError"),
+        (("custom_learners:RecordingLearner", {"bogus": 1}), r"agent 'player_0': learner RecordingLearner has no "
+                                                             r"option\(s\) \['bogus'\]"),
+    ],
+)
+def test_bad_learner_specs_fail_before_anything_starts(learners, message):
+    with pytest.raises(ConfigError, match=message):
+        AsyncRunner(C4, learners, RunConfig())
+
+
+@pytest.mark.parametrize(
+    "options, message",
+    [
+        ({"publish_every": 0}, r"option publish_every=0: must be an integer >= 1"),
+        ({"publish_mode": "triple"}, r"option publish_mode='triple': must be one of"),
+        ({"replay_ratio": -1.0}, r"option replay_ratio=-1.0: must be a positive number"),
+        ({"device": "tpu"}, r"option device for agent '\*': 'tpu' is not"),
+    ],
+)
+def test_out_of_range_options_are_named(options, message):
+    with pytest.raises(ConfigError, match=message):
+        AsyncRunner(C4, "random", RunConfig(**options))
+
+
+@pytest.mark.timeout(120)
+def test_run_directory_holds_metrics_checkpoints_result_and_plot(tmp_path):
+    learners = ("custom_learners:RecordingLearner", {})
+    result = SequentialRunner(C4, learners, RunConfig(seed=0, out_dir=str(tmp_path))).run(agent_steps=500)
+    run_dir = result.run_dir
+    assert run_dir and os.path.isdir(run_dir)
+    for name in ("run.json", "result.json", "episodes.jsonl", "returns.png", "checkpoints/player_0.pt"):
+        assert os.path.exists(os.path.join(run_dir, name)), name
+    saved = json.load(open(os.path.join(run_dir, "result.json")))
+    assert saved["agent_steps"] == 500 and saved["agents"]["player_1"]["updates"] == result.agents["player_1"].updates
+    episodes = [json.loads(line) for line in open(os.path.join(run_dir, "episodes.jsonl"))]
+    assert len(episodes) == result.episodes and set(episodes[0]["returns"]) == {"player_0", "player_1"}
