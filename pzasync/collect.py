@@ -46,7 +46,7 @@ def run_episodes(
         raise ConfigError(f"agent_steps must be >= 1, got {agent_steps}")
     layouts = layouts or LayoutBook(env)
     assembler = TransitionAssembler(layouts)
-    ledger = RewardLedger() if check_rewards else None
+    ledger = RewardLedger()
     steps = 0
     first_reset = True
 
@@ -57,8 +57,7 @@ def run_episodes(
         env.reset(seed=seed if first_reset else None)
         first_reset = False
         assembler.start_episode()
-        if ledger:
-            ledger.start(env)
+        ledger.start(env)
         cut = False
         for agent in env.agent_iter():
             observation, reward, terminated, truncated, info = env.last()
@@ -75,16 +74,14 @@ def run_episodes(
             else:
                 action, extras = act(agent, obs, mask)
                 assembler.decide(agent, obs, mask, action, extras)
+                ledger.decided(agent)
                 steps += 1
-            if ledger:
-                ledger.before_step(env, agent if action is not None else None)
             env.step(action if to_env is None or action is None else to_env(agent, action))
-            if ledger:
-                ledger.after_step(env)
+            ledger.after_step(env)
         if cut:
-            for done in assembler.cut_episode(env):
+            for done in assembler.cut_episode(env, ledger.since_decision):
                 emit(done)
-        summary = assembler.end_episode(ledger.paid if ledger else None, cut_by_actor=cut)
+        summary = assembler.end_episode(ledger.paid if check_rewards else None, cut_by_actor=cut)
         if on_episode is not None:
             on_episode(summary)
     return steps

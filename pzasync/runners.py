@@ -16,6 +16,7 @@ from typing import Any
 from . import stats as S
 from .actor import Actor, ActingAgent
 from .config import RunConfig
+from .environments import EnvSpec
 from .errors import PzasyncError
 from .learner_loop import LearnerDriver, LearnerSetup, build_learner, learner_process_main
 from .plan import AgentPlan, RunPlan
@@ -36,6 +37,33 @@ class _Runner:
         self.learners = learners
         self.config = (config or RunConfig()).validate()
         self.plan = RunPlan(env, learners, self.config)
+        self.resume_dir: RunDirectory | None = None
+        self._resumed_steps: dict[str, int] = {}
+        self._resumed_updates: dict[str, int] = {}
+
+    @classmethod
+    def resume(cls, run_dir: str, **config_overrides: Any) -> _Runner:
+        """Continue a run from its directory: same env, learners and options; learners load their checkpoints,
+        exploration schedules continue from the recorded agent steps, logs are appended to."""
+        from .errors import ConfigError
+
+        rd = RunDirectory(run_dir, create=False)
+        info = rd.read_json("run.json")
+        if info.get("env") is None:
+            raise ConfigError(f"{run_dir}: the env was a factory; build the runner yourself and call resume_from()")
+        learners = {a: (spec["learner"], spec["options"]) for a, spec in info["learners"].items()}
+        config = RunConfig.from_dict({**info["config"], **config_overrides})
+        runner = cls(EnvSpec.of(info["env"], **info.get("env_kwargs", {})), learners, config)
+        return runner.resume_from(run_dir)
+
+    def resume_from(self, run_dir: str) -> _Runner:
+        """Load checkpoints and counters from `run_dir` and keep writing there."""
+        self.resume_dir = RunDirectory(run_dir, create=False)
+        if (self.resume_dir.path / "result.json").exists():
+            previous = self.resume_dir.read_json("result.json")
+            self._resumed_steps = {a: r["agent_steps"] for a, r in previous["agents"].items()}
+            self._resumed_updates = {a: r["updates"] for a, r in previous["agents"].items()}
+        return self
 
     def _setup(self, plan: AgentPlan, stats: S.RunStats, threads: int, run_dir: RunDirectory | None,
                ratio: float | None) -> LearnerSetup:
@@ -45,14 +73,18 @@ class _Runner:
             publish_every=self.config.publish_every, device=self.config.device_for(plan.agent),
             seed=plan.seed(self.config.seed), torch_threads=threads,
             checkpoint_path=run_dir.checkpoint_path(plan.agent) if run_dir else None,
+            resume_state_path=self.resume_dir.checkpoint_path(plan.agent) if self.resume_dir else None,
         )
 
     def _acting_agents(self) -> dict[str, ActingAgent]:
-        return {
-            agent: ActingAgent(agent, p.layout, p.build_policy(self.config.seed), p.learns, p.learner_cls.on_policy,
-                               p.slot, p.buffer, int(p.options.get("learning_starts", p.options.get("batch_size", 64))))
-            for agent, p in self.plan.agents.items()
-        }
+        acting = {}
+        for agent, p in self.plan.agents.items():
+            starts = int(p.options.get("learning_starts", p.options.get("batch_size", 64)))
+            a = ActingAgent(agent, p.layout, p.build_policy(self.config.seed), p.learns, p.learner_cls.on_policy,
+                            p.slot, p.buffer, starts, steps=self._resumed_steps.get(agent, 0))
+            a.policy.on_actor_steps(a.steps)
+            acting[agent] = a
+        return acting
 
     def _actor(self, acting: dict[str, ActingAgent], before_decision: Any = None) -> Actor:
         cfg = self.config
@@ -64,6 +96,8 @@ class _Runner:
                      before_decision=before_decision)
 
     def _run_dir(self) -> RunDirectory | None:
+        if self.resume_dir is not None:
+            return self.resume_dir
         if self.config.out_dir is None:
             return None
         run_dir = RunDirectory.new(self.config.out_dir, self.plan.env_spec.name)
@@ -83,9 +117,10 @@ class _Runner:
         for agent, p in self.plan.agents.items():
             report = reports.get(agent, {})
             agents[agent] = AgentResult(
-                agent=agent, learner=p.learner_name, updates=stats.get(agent, S.UPDATES),
+                agent=agent, learner=p.learner_name,
+                updates=stats.get(agent, S.UPDATES) + self._resumed_updates.get(agent, 0),
                 published_version=stats.get(agent, S.VERSION), last_metrics=report.get("metrics", {}),
-                episode_returns=monitor.returns.get(agent, []), agent_steps=stats.get(agent, S.STEPS),
+                episode_returns=monitor.returns.get(agent, []), agent_steps=stats.get(agent, S.STEPS) + self._resumed_steps.get(agent, 0),
                 transitions_written=p.buffer.written if p.buffer is not None else 0,
                 transitions_dropped=p.buffer.dropped if p.buffer is not None else 0,
                 policy_lag_mean=report.get("lag_mean", 0.0), policy_lag_p95=report.get("lag_p95", 0.0),

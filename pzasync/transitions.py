@@ -93,32 +93,37 @@ class LayoutBook:
 
 
 class RewardLedger:
-    """What the env paid each agent, read from `_cumulative_rewards` around every step, not from `last()`.
+    """What the env paid each agent, summed from `env.rewards` after every step, independently of `last()`.
 
-    PettingZoo's convention: an agent's cumulative reward is zeroed when it acts, so the payments of one step
-    are the growth of every other agent's entry plus the acting agent's new entry.
+    PettingZoo defines `rewards` as what the last step paid and `_cumulative_rewards[agent]` (what `last()`
+    shows) as what was paid since the agent last acted. The assembler reads the second at turns; this ledger
+    sums the first, so an env or an assembly that loses, repeats or misplaces a reward makes them disagree.
+    It also knows what each agent was paid since its last decision, which is what a transition cut by the
+    actor gets: `_cumulative_rewards` cannot be trusted mid-cycle (PettingZoo's parallel_to_aec conversion
+    only overwrites it when a cycle ends, so it still shows an already-consumed reward).
     """
 
     def __init__(self) -> None:
         self.paid: dict[str, float] = defaultdict(float)
-        self._before: dict[str, float] = {}
-        self._acting: str | None = None
+        self.since_decision: dict[str, float] = defaultdict(float)
 
     def start(self, env: Any) -> None:
         self.paid.clear()
+        self.since_decision.clear()
         for agent, value in env._cumulative_rewards.items():
-            self.paid[agent] += float(value)
+            if value:
+                self.paid[agent] += float(value)
+                self.since_decision[agent] += float(value)
 
-    def before_step(self, env: Any, acting_agent: str | None) -> None:
-        self._before = dict(env._cumulative_rewards)
-        self._acting = acting_agent
+    def decided(self, agent: str) -> None:
+        self.since_decision[agent] = 0.0
 
     def after_step(self, env: Any) -> None:
-        before, paid = self._before, self.paid
-        for agent, value in env._cumulative_rewards.items():
-            prev = 0.0 if agent == self._acting else before.get(agent, 0.0)
-            if value != prev:
-                paid[agent] += float(value) - float(prev)
+        paid, since = self.paid, self.since_decision
+        for agent, value in env.rewards.items():
+            if value:
+                paid[agent] += float(value)
+                since[agent] += float(value)
 
 
 class TransitionAssembler:
@@ -165,12 +170,12 @@ class TransitionAssembler:
         self._pending[agent] = _Decision(obs, mask, action, extras or {})
         self.agent_steps += 1
 
-    def cut_episode(self, env: Any) -> list[Transition]:
-        """SPEC 2.5: the actor stops the episode; complete every pending transition as truncated."""
+    def cut_episode(self, env: Any, since_decision: dict[str, float]) -> list[Transition]:
+        """SPEC 2.5: the actor stops the episode; complete every pending transition as truncated, with the
+        reward paid to the agent since its decision (from a RewardLedger)."""
         done = []
-        cumulative = env._cumulative_rewards
         for agent in list(env.agents):
-            reward = float(cumulative.get(agent, 0.0))
+            reward = float(since_decision.get(agent, 0.0))
             self.returns[agent] += reward
             pending = self._pending.pop(agent, None)
             if pending is None:
@@ -195,13 +200,14 @@ class TransitionAssembler:
 
     def check_conservation(self, paid: dict[str, float]) -> None:
         """Invariant 8: per agent, transition rewards plus pre-decision rewards equal what the env paid."""
-        for agent in set(paid) | set(self.returns):
+        for agent in sorted(set(paid) | set(self.returns)):
             total = self.in_transitions.get(agent, 0.0) + self.before_first_decision.get(agent, 0.0)
             expected = paid.get(agent, 0.0)
             if not math.isclose(total, expected, rel_tol=1e-9, abs_tol=1e-6):
                 raise RewardConservationError(
                     f"episode {self.episode_index}, agent {agent!r}: the env paid {expected!r} but transitions "
                     f"carry {self.in_transitions.get(agent, 0.0)!r} plus {self.before_first_decision.get(agent, 0.0)!r} "
-                    f"before its first decision. Does the env zero _cumulative_rewards[agent] when the agent acts, "
-                    f"as PettingZoo requires?"
+                    f"before its first decision (its `rewards` entries summed to the first amount, the `last()` "
+                    f"rewards to the second). Does the env zero _cumulative_rewards[agent] when the agent acts "
+                    f"and clear `rewards` every step, as PettingZoo requires?"
                 )

@@ -102,13 +102,14 @@ class Recorder(BaseWrapper):
         return result
 
     def step(self, action):
-        self.log.append(("step", action))
+        agent = self.agent_selection
         super().step(action)
+        self.log.append(("step", action, agent, dict(self.rewards)))
 
     def observe(self, agent):
         obs = super().observe(agent)
         if not self._in_last:
-                self.log.append(("turn", agent, (obs, self._cumulative_rewards[agent], False, True, {}), "cut"))
+                self.log.append(("turn", agent, (obs, None, False, True, {}), "cut"))
         return obs
 
 
@@ -124,12 +125,18 @@ def reference_transitions(log):
     result = {}
     for events in episodes:
         moments = {}  # agent -> [(obs, reward, term, trunc, action)]
+        paid_since_decision = {}
         for i, event in enumerate(events):
-            if event[0] != "turn":
+            if event[0] == "step":
+                _, action, actor, rewards = event
+                if action is not None:
+                    paid_since_decision[actor] = 0.0
+                for a, r in rewards.items():
+                    paid_since_decision[a] = paid_since_decision.get(a, 0.0) + r
                 continue
             agent, (obs, reward, term, trunc, _info) = event[1], event[2]
-            if len(event) == 4:  # a cut: the actor completes the pending transition itself
-                moments.setdefault(agent, []).append((obs, reward, False, True, None))
+            if len(event) == 4:  # a cut: the pending transition gets what was paid since the decision
+                moments.setdefault(agent, []).append((obs, paid_since_decision.get(agent, 0.0), False, True, None))
                 continue
             followed_by_step = i + 1 < len(events) and events[i + 1][0] == "step"
             if not followed_by_step:
@@ -242,3 +249,16 @@ def test_same_seed_same_transitions():
     for agent in a:
         for key in a[agent]:
             np.testing.assert_array_equal(a[agent][key], b[agent][key])
+
+
+def test_cut_mid_cycle_of_a_converted_parallel_env_pays_only_what_came_since_the_decision():
+    """parallel_to_aec only refreshes _cumulative_rewards when a cycle ends, so mid-cycle it still shows a reward
+    the agent already received; a transition cut there must get what was paid since its decision (nothing)."""
+    actions = iter([0, 1, 2])  # rock, paper, scissors: player_1 wins the first round
+    episodes = []
+    out = pzasync.rollout("pettingzoo.classic.rps_v2:parallel_env", lambda a, o, m: next(actions), agent_steps=3,
+                          seed=0, episodes=episodes)
+    assert out["player_0"]["reward"].tolist() == [-1.0, 0.0]
+    assert out["player_0"]["truncated"].tolist() == [False, True]
+    assert out["player_1"]["reward"].tolist() == [1.0] and out["player_1"]["truncated"].tolist() == [True]
+    assert episodes[0].returns == {"player_0": -1.0, "player_1": 1.0}
