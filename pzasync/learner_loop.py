@@ -78,6 +78,8 @@ class LearnerDriver:
         self._pending: list[dict[str, np.ndarray]] = []
         self._pending_rows = 0
         self._vector = np.zeros(setup.slot.size, np.float32)
+        # An on-policy learner's data must come from its newest policy: it publishes after every update.
+        self.publish_every = 1 if self.on_policy else setup.publish_every
         self._to_vector = policy_to_vector
 
     def publish(self) -> int:
@@ -118,7 +120,7 @@ class LearnerDriver:
         self.last_metrics = {k: float(v) for k, v in self.learner.update(batch).items()}
         self.updates += 1
         self.stats.set(self.setup.agent, S.UPDATES, self.updates)
-        if self.updates % self.setup.publish_every == 0:
+        if self.updates % self.publish_every == 0:
             self.publish()
         return True
 

@@ -55,8 +55,7 @@ class AgentPlan:
         torch.manual_seed(self.seed(base_seed))
         policy = self.learner_cls.build_policy(self.layout, self.options)
         policy.eval()
-        if hasattr(policy, "seed"):
-            policy.seed(self.seed(base_seed) + 1)
+        policy.seed(self.seed(base_seed) + 1)
         return policy
 
 

@@ -29,3 +29,26 @@ def test_envs_lists_installed_families_with_agent_counts():
     assert "pettingzoo.classic.connect_four_v3" in lines and "mpe2.simple_spread_v3" in lines
     assert "│ 3 " in lines["mpe2.simple_spread_v3"].replace("  ", " ")
     assert "AEC+par" in lines["mpe2.simple_spread_v3"]
+
+
+def test_train_then_eval_on_a_tiny_budget(tmp_path):
+    runner = CliRunner()
+    result = runner.invoke(main, ["train", "pettingzoo.classic.tictactoe_v3", "--steps", "1500", "--runner",
+                                  "sequential", "--learner", "dqn,learning_starts=200", "--learner-for",
+                                  "player_2=random", "--out", str(tmp_path), "--eval-episodes", "30"],
+                           env={"COLUMNS": "250"})
+    assert result.exit_code == 0, result.output
+    assert "1,500 agent steps" in result.output and "player_1" in result.output and "win" in result.output
+    (run_dir,) = list(tmp_path.iterdir())
+    assert (run_dir / "returns.png").exists() and (run_dir / "checkpoints" / "player_1.pt").exists()
+    assert not (run_dir / "checkpoints" / "player_2.pt").exists(), "random players have nothing to save"
+    evaluated = runner.invoke(main, ["eval", str(run_dir), "--episodes", "40"], env={"COLUMNS": "250"})
+    assert evaluated.exit_code == 0, evaluated.output
+    assert "player_1" in evaluated.output and "40 episodes per agent" in evaluated.output
+
+
+def test_train_rejects_bad_learner_options_without_traceback(tmp_path):
+    result = CliRunner().invoke(main, ["train", "pettingzoo.classic.tictactoe_v3", "--steps", "100", "--learner",
+                                       "dqn,gamma", "--out", str(tmp_path)])
+    assert result.exit_code == 2 and "Traceback" not in result.output
+    assert "learner option 'gamma' in 'dqn,gamma' is not KEY=VALUE" in result.output

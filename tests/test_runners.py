@@ -133,3 +133,46 @@ def test_run_directory_holds_metrics_checkpoints_result_and_plot(tmp_path):
     assert saved["agent_steps"] == 500 and saved["agents"]["player_1"]["updates"] == result.agents["player_1"].updates
     episodes = [json.loads(line) for line in open(os.path.join(run_dir, "episodes.jsonl"))]
     assert len(episodes) == result.episodes and set(episodes[0]["returns"]) == {"player_0", "player_1"}
+
+
+@pytest.mark.timeout(120)
+def test_async_and_sequential_random_players_play_identical_episodes():
+    results = [runner("pettingzoo.classic.tictactoe_v3", "random", RunConfig(seed=21)).run(agent_steps=3000)
+               for runner in RUNNERS]
+    a, s = results
+    assert a.episodes == s.episodes > 100
+    for agent in ("player_1", "player_2"):
+        assert a.agents[agent].episode_returns == s.agents[agent].episode_returns
+    other_seed = SequentialRunner("pettingzoo.classic.tictactoe_v3", "random", RunConfig(seed=22)).run(agent_steps=3000)
+    assert other_seed.agents["player_1"].episode_returns != s.agents["player_1"].episode_returns
+
+
+@pytest.mark.timeout(180)
+@pytest.mark.parametrize("runner", RUNNERS, ids=lambda r: r.__name__)
+def test_heterogeneous_learners_in_one_run(runner):
+    learners = {"player_0": ("dqn", {"learning_starts": 200}), "player_1": ("ppo", {"batch_size": 256})}
+    result = runner(C4, learners, RunConfig(seed=0, replay_ratio=0.25)).run(agent_steps=4000)
+    dqn, ppo = result.agents["player_0"], result.agents["player_1"]
+    assert dqn.learner == "dqn" and ppo.learner == "ppo"
+    assert dqn.error is None and ppo.error is None
+    assert dqn.updates > 100 and "loss" in dqn.last_metrics
+    assert ppo.updates >= 3 and "approx_kl" in ppo.last_metrics
+    assert dqn.published_version >= 10
+    assert ppo.published_version == ppo.updates + 1, "on-policy learners publish after every update"
+
+
+@pytest.mark.timeout(180)
+def test_a_run_resumes_from_its_directory(tmp_path):
+    learners = {"player_0": ("dqn", {"learning_starts": 100, "epsilon_decay_steps": 4000}), "player_1": "random"}
+    first = SequentialRunner(C4, learners, RunConfig(seed=0, out_dir=str(tmp_path))).run(agent_steps=1500)
+    resumed_runner = SequentialRunner.resume(first.run_dir)
+    acting = resumed_runner._acting_agents()
+    assert acting["player_0"].steps == first.agents["player_0"].agent_steps
+    assert acting["player_0"].policy.epsilon < 1.0, "exploration continues where it stopped"
+    second = resumed_runner.run(agent_steps=1000)
+    assert second.run_dir == first.run_dir
+    total = lambda r: r.agents["player_0"].agent_steps + r.agents["player_1"].agent_steps  # noqa: E731
+    assert total(second) == total(first) + 1000, "agent-step counts continue"
+    assert second.agents["player_0"].updates > first.agents["player_0"].updates
+    episodes = [json.loads(line) for line in open(os.path.join(first.run_dir, "episodes.jsonl"))]
+    assert len(episodes) == first.episodes + second.episodes, "logs are appended to"

@@ -36,6 +36,9 @@ class Policy(torch.nn.Module):
     def on_actor_steps(self, agent_steps: int) -> None:
         """Told by the actor how many decisions this agent has taken (e.g. for an epsilon schedule)."""
 
+    def seed(self, seed: int) -> None:
+        """Seed the policy's own sampling so that two policies seeded alike act alike."""
+
 
 @dataclass
 class LearnerContext:
@@ -108,6 +111,7 @@ class Learner(ABC):
         return {"policy": self.policy.state_dict()}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore `state_dict()`'s output. Copy optimiser state (torch shares its tensors otherwise)."""
         self.policy.load_state_dict(state["policy"])
 
 
