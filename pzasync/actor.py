@@ -41,6 +41,9 @@ class ActingAgent:
     steps: int = 0
     vector: np.ndarray | None = None
     obs_keys: list[str] = field(default_factory=list)
+    may_wait: bool = False
+    steps_word: int = 0
+    steps_offset: int = 0
 
     def __post_init__(self) -> None:
         if self.slot is not None:
@@ -93,6 +96,10 @@ class Actor:
         self.before_decision = before_decision
         self._load = vector_to_policy
         self.layouts = {a: x.layout for a, x in agents.items()}
+        for a in agents.values():
+            a.may_wait = self._may_wait(a)
+            a.steps_word = stats.word_index(a.agent, S.STEPS)
+            a.steps_offset = a.steps  # steps taken before this run (a resumed run) are not this run's
         self.total_steps = 0
         self.episodes = 0
 
@@ -103,10 +110,15 @@ class Actor:
             a.version = a.slot.read(a.vector)
             self._load(a.vector, a.policy)
 
+    def _may_wait(self, a: ActingAgent) -> bool:
+        if a.buffer is None:
+            return False
+        return (self.backpressure and a.on_policy) or (self.replay_ratio is not None and not a.on_policy)
+
     def _wait_if_ahead(self, a: ActingAgent) -> None:
         """Opt-in waits: under a replay ratio (bounded lead) or on-policy backpressure. Time is reported."""
         stats, agent = self.stats, a.agent
-        if a.buffer is None or stats.get(agent, S.STATUS) == S.CRASHED:
+        if stats.get(agent, S.STATUS) == S.CRASHED:
             return
         def ahead() -> bool:
             if a.on_policy:
@@ -126,8 +138,10 @@ class Actor:
         a = self.agents[agent]
         if self.before_decision is not None:
             self.before_decision(agent)
-        self._wait_if_ahead(a)
-        self.refresh(a)
+        if a.may_wait:
+            self._wait_if_ahead(a)
+        if a.slot is not None and a.slot.version != a.version:
+            self.refresh(a)
         if len(a.obs_keys) == 1:
             batch = {"obs": obs[None]}
         else:
@@ -137,9 +151,10 @@ class Actor:
         a.steps += 1
         a.policy.on_actor_steps(a.steps)
         self.total_steps += 1
-        self.stats.add(agent, S.STEPS, 1)
-        self.stats.run[S.AGENT_STEPS] = self.total_steps
-        out = {k: v[0] for k, v in extras.items()}
+        words = self.stats.words
+        words[a.steps_word] = a.steps - a.steps_offset
+        words[S.AGENT_STEPS] = self.total_steps
+        out = {k: v[0] for k, v in extras.items()} if extras else {}
         out["policy_version"] = a.version
         return actions[0], out
 

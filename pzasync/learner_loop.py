@@ -157,16 +157,20 @@ def learner_process_main(setup: LearnerSetup, messages: Any, checkpoint_every_s:
         next_report = next_checkpoint = time.monotonic()
         next_checkpoint += checkpoint_every_s if checkpoint_every_s > 0 else float("inf")
         idle_since = None
+        idle_sleep = 0.0001
         parent = os.getppid()
         while not stats.stop_requested:
             if driver.try_update():
+                idle_sleep = 0.0001
                 if idle_since is not None:
                     stats.add(agent, S.LEARNER_WAIT_NS, time.monotonic_ns() - idle_since)
                     idle_since = None
             else:
                 if idle_since is None:
                     idle_since = time.monotonic_ns()
-                time.sleep(0.0002)
+                # Back off while there is nothing to do, so an idle learner leaves the cores to the actor.
+                time.sleep(idle_sleep)
+                idle_sleep = min(0.002, idle_sleep * 2)
             now = time.monotonic()
             if now >= next_report:
                 if os.getppid() != parent:

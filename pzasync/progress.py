@@ -39,8 +39,11 @@ class RunMonitor:
         self._next_poll = 0.0
         self._actor: Any = None
         self._acting_start = start
+        self._acting_end: float | None = None
         self._live: Any = None
         self._show = show
+        #: Called at every poll (every POLL_EVERY_S): the sequential runner refreshes learner reports here.
+        self.on_poll: Any = None
 
     # -------------------------------------------------------------------------------------- events
     def started(self, actor: Any) -> None:
@@ -51,6 +54,19 @@ class RunMonitor:
 
             self._live = Live(self._table(), refresh_per_second=4, transient=False)
             self._live.start()
+
+    def finished(self) -> None:
+        """The actor stopped: what follows (joins, checkpoints, plots) is not acting time."""
+        self._acting_end = time.monotonic()
+
+    def startup_seconds(self, wall: float) -> float:
+        return self._acting_start - self.start if self._actor is not None else wall
+
+    def acting_seconds(self) -> float:
+        """Seconds the actor was stepping: the denominator of agent-steps/s (start-up and shutdown excluded)."""
+        if self._actor is None:
+            return 0.0
+        return (self._acting_end or time.monotonic()) - self._acting_start
 
     def episode(self, summary: Any) -> None:
         for agent, value in summary.returns.items():
@@ -86,6 +102,8 @@ class RunMonitor:
             self.plan.stats.beat()
             if messages is not None:
                 self.drain(messages)
+            if self.on_poll is not None:
+                self.on_poll()
             self.flush()
             if self._live is not None:
                 self._live.update(self._table())

@@ -44,6 +44,7 @@ class RunResult:
     episodes: int
     wall_seconds: float
     startup_seconds: float
+    acting_seconds: float
     actor_steps_per_second: float
     stopped_because: str
     agents: dict[str, AgentResult]

@@ -110,7 +110,7 @@ class _Runner:
         })
         return run_dir
 
-    def _result(self, monitor: RunMonitor, actor: Actor | None, wall: float, startup: float, reason: str,
+    def _result(self, monitor: RunMonitor, actor: Actor | None, wall: float, reason: str,
                 run_dir: RunDirectory | None, reports: dict[str, dict]) -> RunResult:
         stats = self.plan.stats
         agents = {}
@@ -129,10 +129,11 @@ class _Runner:
                 restarts=stats.get(agent, S.RESTARTS), error=monitor.errors.get(agent),
             )
         steps = actor.total_steps if actor else 0
-        acting_time = max(1e-9, wall - startup)
+        startup, acting_time = monitor.startup_seconds(wall), max(1e-9, monitor.acting_seconds())
         result = RunResult(
             runner=self.kind, env=self.plan.env_spec.name, agent_steps=steps,
             episodes=actor.episodes if actor else 0, wall_seconds=wall, startup_seconds=startup,
+            acting_seconds=acting_time,
             actor_steps_per_second=steps / acting_time, stopped_because=reason, agents=agents,
             run_dir=str(run_dir.path) if run_dir else None, config=self.config.as_dict(),
         )
@@ -203,7 +204,6 @@ class AsyncRunner(_Runner):
 
             torch.set_num_threads(1)
             actor = self._actor(self._acting_agents())
-            startup = time.monotonic() - start
             monitor.started(actor)
             with _StopOnSignal(monitor):
                 try:
@@ -211,6 +211,8 @@ class AsyncRunner(_Runner):
                               keep_going=lambda: monitor.tick(messages), on_episode=monitor.episode)
                 except KeyboardInterrupt:
                     monitor.request_stop("interrupted (SIGINT)")
+                finally:
+                    monitor.finished()
             reason = monitor.stop_reason or reason
         finally:
             try:
@@ -225,7 +227,7 @@ class AsyncRunner(_Runner):
                 messages.join_thread()
                 monitor.close()
                 wall = time.monotonic() - start
-                result = self._result(monitor, actor, wall, locals().get("startup", wall), reason, run_dir,
+                result = self._result(monitor, actor, wall, reason, run_dir,
                                       monitor.reports)
             finally:
                 if actor is not None:
@@ -286,14 +288,17 @@ class SequentialRunner(_Runner):
                     except Exception as exc:  # noqa: BLE001 - a crashed learner is reported; acting goes on
                         plan.stats.set(agent, S.STATUS, S.CRASHED)
                         monitor.learner_error(agent, f"{type(exc).__name__}: {exc}", traceback.format_exc())
-                    monitor.reports[agent] = driver.report()
                 if run_dir and cfg.checkpoint_every_s and time.monotonic() - last_checkpoint[0] > cfg.checkpoint_every_s:
                     last_checkpoint[0] = time.monotonic()
                     for a, d in drivers.items():
                         d.save_checkpoint(run_dir.checkpoint_path(a))
 
+            def refresh_reports() -> None:
+                for a, d in drivers.items():
+                    monitor.reports[a] = d.report()
+
+            monitor.on_poll = refresh_reports
             actor = self._actor(self._acting_agents(), before_decision)
-            startup = time.monotonic() - start
             monitor.started(actor)
             with _StopOnSignal(monitor):
                 try:
@@ -301,6 +306,8 @@ class SequentialRunner(_Runner):
                               on_episode=monitor.episode)
                 except KeyboardInterrupt:
                     monitor.request_stop("interrupted (SIGINT)")
+                finally:
+                    monitor.finished()
             reason = monitor.stop_reason or reason
         finally:
             try:
@@ -310,7 +317,7 @@ class SequentialRunner(_Runner):
                         driver.save_checkpoint(run_dir.checkpoint_path(agent))
                 monitor.close()
                 wall = time.monotonic() - start
-                result = self._result(monitor, actor, wall, locals().get("startup", wall), reason, run_dir,
+                result = self._result(monitor, actor, wall, reason, run_dir,
                                       monitor.reports)
             finally:
                 if actor is not None:

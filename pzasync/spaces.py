@@ -87,7 +87,7 @@ class AgentLayout:
 
     @property
     def nested_obs(self) -> bool:
-        return not (len(self.obs_leaves) == 1 and self.obs_leaves[0].path == ())
+        return len(self.obs_leaves) != 1 or self.obs_leaves[0].path != ()
 
     def split(self, observation: Any, info: dict | None) -> tuple[Any, np.ndarray | None]:
         """Separate what the env returned into the stored observation and the action mask (or None)."""

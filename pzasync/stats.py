@@ -34,6 +34,12 @@ class RunStats:
         views = carve(segment.buf, _specs(len(agents)))
         self.run = views["run"]
         self.per_agent = views["agents"]
+        # The same words as one flat int64 memoryview: item access costs tens of nanoseconds (hot paths).
+        self.words = segment.buf[: 8 * (_GLOBAL_WORDS + _AGENT_WORDS * max(1, len(agents)))].cast("q")
+
+    def word_index(self, agent: str, word: int) -> int:
+        """Index of an agent's word in `words` (the per-agent block follows the run block, both packed)."""
+        return _GLOBAL_WORDS + self.index[agent] * _AGENT_WORDS + word
 
     @classmethod
     def create(cls, run_id: str, agents: list[str]) -> RunStats:
@@ -68,6 +74,9 @@ class RunStats:
 
     def close(self) -> None:
         self.run = self.per_agent = None
+        if self.words is not None:
+            self.words.release()
+            self.words = None
         self._segment.close()
 
     def unlink(self) -> None:

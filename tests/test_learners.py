@@ -77,17 +77,19 @@ def test_encoder_handles_images_and_nested_leaves():
 
 
 def test_uint8_images_are_scaled_to_unit_range_and_odd_sizes_work():
-    as_bytes = agent_layout("a", spaces.Box(0, 255, (20, 12, 3), np.uint8), spaces.Discrete(2))
-    as_floats = agent_layout("a", spaces.Box(0, 1, (20, 12, 3), np.float32), spaces.Discrete(2))
+    as_bytes = agent_layout("a", spaces.Box(0, 255, (20, 17, 3), np.uint8), spaces.Discrete(2))
+    as_floats = agent_layout("a", spaces.Box(0, 1, (20, 17, 3), np.float32), spaces.Discrete(2))
     a, b = Encoder(as_bytes), Encoder(as_floats)
     b.load_state_dict(a.state_dict())
-    pixels = np.random.default_rng(0).integers(0, 256, (3, 20, 12, 3)).astype(np.uint8)
+    pixels = np.random.default_rng(0).integers(0, 256, (3, 20, 17, 3)).astype(np.uint8)
     with torch.no_grad():
         scaled = a({"obs": torch.as_tensor(pixels)})
         by_hand = b({"obs": torch.as_tensor(pixels.astype(np.float32) / 255)})
     torch.testing.assert_close(scaled, by_hand)
     piston = agent_layout("p", spaces.Box(0, 255, (457, 120, 3), np.uint8), spaces.Box(-1, 1, (1,)))
     assert Encoder(piston)({"obs": torch.zeros(1, 457, 120, 3, dtype=torch.uint8)}).shape == (1, 256)
+    board = agent_layout("b", spaces.Box(0, 1, (6, 7, 2), np.int8), spaces.Discrete(7))
+    assert Encoder(board).out_dim == 6 * 7 * 2, "small board planes are flattened, not convolved"
 
 
 def test_tuple_with_multidiscrete_is_one_hot_per_component():

@@ -44,7 +44,8 @@ class QNetwork(Policy):
         self.rng = np.random.default_rng(seed)
 
     def on_actor_steps(self, agent_steps: int) -> None:
-        self.agent_steps = int(agent_steps)
+        # Straight into __dict__: nn.Module.__setattr__ costs microseconds, and this runs at every decision.
+        self.__dict__["agent_steps"] = agent_steps
 
     @property
     def epsilon(self) -> float:
