@@ -38,20 +38,6 @@ def main() -> None:
     """Asynchronous actor-learner training for any PettingZoo environment."""
 
 
-def random_legal_policy(env: Any, seed: int | None) -> Any:
-    """Uniform over legal actions (or the whole action space where there is no mask)."""
-    rng = np.random.default_rng(seed)
-
-    def act(agent: str, obs: Any, mask: np.ndarray | None) -> Any:
-        if mask is not None and mask.any():
-            return int(rng.choice(np.flatnonzero(mask)))
-        space = env.action_space(agent)
-        space.seed(int(rng.integers(2**31)))
-        return space.sample()
-
-    return act
-
-
 @main.command()
 @click.argument("env_id", default=DEFAULT_ENV)
 @click.option("--steps", default=20_000, show_default=True, help="Agent steps (decisions) to play.")
@@ -64,6 +50,7 @@ def rollout(env_id: str, steps: int, seed: int, max_episode_steps: int | None) -
     """
     from .collect import run_episodes
     from .environments import make_env
+    from .evaluate import random_actor
     from .transitions import EpisodeSummary, LayoutBook
 
     env = make_env(env_id)
@@ -86,7 +73,8 @@ def rollout(env_id: str, steps: int, seed: int, max_episode_steps: int | None) -
                 progress.update(task, completed=sum(counts.values()))
 
         start = time.perf_counter()
-        run_episodes(env, lambda a, o, m, act=random_legal_policy(env, seed): (act(a, o, m), {}), emit,
+        act = random_actor(env, seed)
+        run_episodes(env, lambda a, o, m: (act(a, o, m), {}), emit,
                      agent_steps=steps, seed=seed, layouts=LayoutBook(env), on_episode=episodes.append,
                      max_episode_steps=max_episode_steps)
         elapsed = time.perf_counter() - start
@@ -228,7 +216,7 @@ def _print_summary(result: Any, evaluations: dict[str, Any]) -> None:
                         f"{result.wall_seconds:.0f}s ({result.actor_steps_per_second:,.0f}/s), "
                         f"{result.episodes:,} episodes; stopped: {result.stopped_because}")
     columns = ["agent", "learner", "return (last 100)", "updates", "version", "lag mean/p95", "dropped",
-               "vs random (greedy)"]
+               "wins vs random [95% CI]"]
     for column in columns:
         table.add_column(column, justify="left" if column in ("agent", "learner") else "right")
     for agent, r in result.agents.items():
@@ -238,10 +226,10 @@ def _print_summary(result: Any, evaluations: dict[str, Any]) -> None:
             versus = "-"
         else:
             lo, hi = ev.win_rate_ci95
-            versus = f"win {ev.win_rate:.0%} [{lo:.0%}-{hi:.0%}], return {ev.mean:+.2f}"
+            versus = f"{ev.win_rate:.0%} [{lo:.0%}-{hi:.0%}]"
         table.add_row(agent, r.learner + (" [red](crashed)[/]" if r.error else ""),
                       f"{np.mean(recent):+.3f}" if recent else "-", f"{r.updates:,}", str(r.published_version),
-                      f"{r.policy_lag_mean:.1f}/{r.policy_lag_p95:.0f}", f"{r.transitions_dropped:,}", versus)
+                      f"{r.policy_lag_mean:.0f}/{r.policy_lag_p95:.0f}", f"{r.transitions_dropped:,}", versus)
     console.print(table)
     if result.run_dir:
         console.print(f"run directory: {result.run_dir} (returns.png, metrics.jsonl, checkpoints/)", soft_wrap=True)

@@ -8,6 +8,7 @@ per-agent buffers and slots and the run's counters; `release` closes and unlinks
 from __future__ import annotations
 
 import os
+import sys
 from dataclasses import dataclass
 from typing import Any
 
@@ -108,6 +109,11 @@ class RunPlan:
         check_fits(f"the run's buffers and slots ({len(self.learning)} learning agents)", self.shm_bytes)
         self.stats: RunStats | None = None
         self.removed_stale = clean_stale()
+        if self.removed_stale:
+            total = sum(seg.size for seg in self.removed_stale)
+            runs = sorted({seg.run_id for seg in self.removed_stale})
+            print(f"pzasync: removed {len(self.removed_stale)} shared-memory segment(s) ({total:,} bytes) left by "
+                  f"dead run(s) {', '.join(runs)}", file=sys.stderr)
 
     def _check_devices(self) -> None:
         wanted = {self.config.device_for(a) for a, p in self.agents.items() if p.learns}

@@ -84,8 +84,11 @@ class RunDirectory:
             self._tb.close()
 
 
-def plot_returns(run_dir: RunDirectory, title: str, window: int = 50) -> str | None:
-    """Episode returns (moving average) against wall-clock seconds, one line per agent; returns the PNG path."""
+def plot_returns(run_dir: RunDirectory, title: str, window: int | None = None) -> str | None:
+    """Episode returns (moving average) against wall-clock seconds, one line per agent; returns the PNG path.
+
+    The default window is 2% of the episodes (at least 10), so long runs show trends rather than noise.
+    """
     rows = run_dir.read_jsonl("episodes.jsonl")
     if not rows:
         return None
@@ -99,13 +102,14 @@ def plot_returns(run_dir: RunDirectory, title: str, window: int = 50) -> str | N
         return None
     fig, ax = plt.subplots(figsize=(8, 4.5))
     agents = sorted({a for r in rows for a in r["returns"]})
+    window = window or max(10, len(rows) // 50)
     for agent in agents:
         points = [(r["wall_s"], r["returns"][agent]) for r in rows if agent in r["returns"]]
         t = np.array([p[0] for p in points])
         y = np.array([p[1] for p in points], dtype=float)
         w = max(1, min(window, len(y) // 5 or 1))
         smooth = np.convolve(y, np.ones(w) / w, mode="valid")
-        ax.plot(t[w - 1:], smooth, label=agent)
+        ax.plot(t[w - 1:], smooth, label=agent, linewidth=1.2)
     ax.set_xlabel("wall-clock seconds")
     ax.set_ylabel(f"episode return (moving average of {window})")
     ax.set_title(title)

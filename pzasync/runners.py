@@ -143,6 +143,17 @@ class _Runner:
             run_dir.close()
         return result
 
+    def _finish(self, monitor: RunMonitor, actor: Actor | None, start: float, reason: str,
+                run_dir: RunDirectory | None) -> RunResult:
+        """Close the display, assemble the result (while the counters still exist), then release everything."""
+        try:
+            monitor.close()
+            return self._result(monitor, actor, time.monotonic() - start, reason, run_dir, monitor.reports)
+        finally:
+            if actor is not None:
+                actor.env.close()
+            self.plan.release()
+
     def run(self, agent_steps: int | None = None, seconds: float | None = None) -> RunResult:
         """Train until `agent_steps` decisions or `seconds` of wall time (whichever comes first)."""
         if agent_steps is None and seconds is None:
@@ -225,14 +236,8 @@ class AsyncRunner(_Runner):
                 monitor.drain(messages)
                 messages.close()
                 messages.join_thread()
-                monitor.close()
-                wall = time.monotonic() - start
-                result = self._result(monitor, actor, wall, reason, run_dir,
-                                      monitor.reports)
             finally:
-                if actor is not None:
-                    actor.env.close()
-                plan.release()
+                result = self._finish(monitor, actor, start, reason, run_dir)
         return result
 
     def _wait_for_first_policies(self, processes: dict[str, Any], messages: Any, monitor: RunMonitor) -> None:
@@ -315,13 +320,7 @@ class SequentialRunner(_Runner):
                     monitor.reports[agent] = driver.report()
                     if run_dir is not None:
                         driver.save_checkpoint(run_dir.checkpoint_path(agent))
-                monitor.close()
-                wall = time.monotonic() - start
-                result = self._result(monitor, actor, wall, reason, run_dir,
-                                      monitor.reports)
             finally:
-                if actor is not None:
-                    actor.env.close()
-                plan.release()
+                result = self._finish(monitor, actor, start, reason, run_dir)
         return result
 

@@ -12,10 +12,9 @@ from __future__ import annotations
 import multiprocessing as mp
 from typing import Any
 
-import numpy as np
-
 from .collect import rollout
 from .environments import EnvSpec
+from .evaluate import random_actor
 from .spaces import env_layouts, probe_info_masks
 
 
@@ -38,19 +37,10 @@ def check_env(env: Any, agent_steps: int = 2000, seed: int = 0, spawn: bool = Tr
         layouts = env_layouts(instance, probe_info_masks(instance, seed=seed))
     finally:
         instance.close()
-    rng = np.random.default_rng(seed)
-    probe = spec.make()
-
-    def random_legal(agent: str, obs: Any, mask: np.ndarray | None) -> Any:
-        if mask is not None and mask.any():
-            return int(rng.choice(np.flatnonzero(mask)))
-        space = probe.action_space(agent)
-        space.seed(int(rng.integers(2**31)))
-        return space.sample()
-
+    env_for_rollout = spec.make()
     episodes: list = []
-    data = rollout(spec.make(), random_legal, agent_steps=agent_steps, seed=seed, episodes=episodes)
-    probe.close()
+    data = rollout(env_for_rollout, random_actor(env_for_rollout, seed), agent_steps=agent_steps, seed=seed,
+                   episodes=episodes)
     decisions = sum(len(v["reward"]) for v in data.values())
     assert decisions == agent_steps, f"{decisions} transitions for {agent_steps} decisions"
     for agent, arrays in data.items():

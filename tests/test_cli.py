@@ -38,7 +38,7 @@ def test_train_then_eval_on_a_tiny_budget(tmp_path):
                                   "player_2=random", "--out", str(tmp_path), "--eval-episodes", "30"],
                            env={"COLUMNS": "250"})
     assert result.exit_code == 0, result.output
-    assert "1,500 agent steps" in result.output and "player_1" in result.output and "win" in result.output
+    assert "1,500 agent steps" in result.output and "player_1" in result.output and "wins vs random" in result.output
     (run_dir,) = list(tmp_path.iterdir())
     assert (run_dir / "returns.png").exists() and (run_dir / "checkpoints" / "player_1.pt").exists()
     assert not (run_dir / "checkpoints" / "player_2.pt").exists(), "random players have nothing to save"

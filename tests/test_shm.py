@@ -68,3 +68,13 @@ def test_normal_use_prints_no_resource_tracker_warning(tmp_path):
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
     assert "resource_tracker" not in proc.stderr and "leaked" not in proc.stderr
+
+
+def test_the_next_run_removes_leftovers_and_says_so(spawn_ctx, capfd):
+    from pzasync.plan import RunPlan
+
+    run_id, _pid, name = _killed_owner_segment(spawn_ctx)
+    plan = RunPlan("pettingzoo.classic.rps_v2", "random")
+    assert name in {seg.name for seg in plan.removed_stale}
+    assert not (SHM_DIR / name).exists()
+    assert f"left by dead run(s) {run_id}" in capfd.readouterr().err
