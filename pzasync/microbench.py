@@ -62,9 +62,9 @@ def run(vector_floats: int = 1_000_000) -> list[Measurement]:
             results.append(Measurement(f"slot.version ({mode})", _per_call(lambda: slot.version, 200_000),
                                        "<= 0.5 us"))
             results.append(Measurement(f"slot.publish {vector_floats:,} floats ({mode})",
-                                       _per_call(lambda: slot.publish(source), 50), f"<= 2x memcpy"))
+                                       _per_call(lambda: slot.publish(source), 50), "<= 2x memcpy"))
             results.append(Measurement(f"slot.read {vector_floats:,} floats ({mode})",
-                                       _per_call(lambda: slot.read(target), 50), f"<= 2x memcpy"))
+                                       _per_call(lambda: slot.read(target), 50), "<= 2x memcpy"))
         finally:
             slot.close()
             slot.unlink()

@@ -143,6 +143,19 @@ class _Runner:
             run_dir.close()
         return result
 
+    def _act(self, actor: Actor, monitor: RunMonitor, agent_steps: int | None, messages: Any) -> str | None:
+        """Run the actor until its budget, a time limit, Ctrl-C or SIGTERM; returns why it stopped early."""
+        monitor.started(actor)
+        with _StopOnSignal(monitor):
+            try:
+                actor.run(agent_steps=agent_steps, seed=self.config.seed, keep_going=lambda: monitor.tick(messages),
+                          on_episode=monitor.episode)
+            except KeyboardInterrupt:
+                monitor.request_stop("interrupted (SIGINT)")
+            finally:
+                monitor.finished()
+        return monitor.stop_reason
+
     def _finish(self, monitor: RunMonitor, actor: Actor | None, start: float, reason: str,
                 run_dir: RunDirectory | None) -> RunResult:
         """Close the display, assemble the result (while the counters still exist), then release everything."""
@@ -215,16 +228,7 @@ class AsyncRunner(_Runner):
 
             torch.set_num_threads(1)
             actor = self._actor(self._acting_agents())
-            monitor.started(actor)
-            with _StopOnSignal(monitor):
-                try:
-                    actor.run(agent_steps=agent_steps, seed=cfg.seed,
-                              keep_going=lambda: monitor.tick(messages), on_episode=monitor.episode)
-                except KeyboardInterrupt:
-                    monitor.request_stop("interrupted (SIGINT)")
-                finally:
-                    monitor.finished()
-            reason = monitor.stop_reason or reason
+            reason = self._act(actor, monitor, agent_steps, messages) or reason
         finally:
             try:
                 plan.stats.request_stop()
@@ -304,16 +308,7 @@ class SequentialRunner(_Runner):
 
             monitor.on_poll = refresh_reports
             actor = self._actor(self._acting_agents(), before_decision)
-            monitor.started(actor)
-            with _StopOnSignal(monitor):
-                try:
-                    actor.run(agent_steps=agent_steps, seed=cfg.seed, keep_going=lambda: monitor.tick(None),
-                              on_episode=monitor.episode)
-                except KeyboardInterrupt:
-                    monitor.request_stop("interrupted (SIGINT)")
-                finally:
-                    monitor.finished()
-            reason = monitor.stop_reason or reason
+            reason = self._act(actor, monitor, agent_steps, None) or reason
         finally:
             try:
                 for agent, driver in drivers.items():
