@@ -8,6 +8,7 @@ two opt-in modes that say so in their metrics: a replay ratio (bounded lead) and
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -18,6 +19,7 @@ from gymnasium import spaces
 from . import stats as S
 from .buffer import SharedRingBuffer
 from .collect import run_episodes
+from .errors import EnvCrashedError, NonFiniteError, PzasyncError
 from .learner_loop import target_updates
 from .slots import PolicySlot
 from .spaces import AgentLayout
@@ -42,6 +44,8 @@ class ActingAgent:
     vector: np.ndarray | None = None
     obs_keys: list[str] = field(default_factory=list)
     may_wait: bool = False
+    nonfinite: int = 0
+    float_paths: list[tuple] = field(default_factory=list)
     steps_word: int = 0
     steps_offset: int = 0
 
@@ -50,6 +54,7 @@ class ActingAgent:
             self.vector = np.zeros(self.slot.size, np.float32)
         self.obs_keys = (["obs"] if not self.layout.nested_obs
                          else [f"obs/{leaf.name}" for leaf in self.layout.obs_leaves])
+        self.float_paths = [leaf.path for leaf in self.layout.obs_leaves if leaf.dtype.kind == "f"]
 
 
 def env_action_converter(layouts: dict[str, AgentLayout]) -> Callable[[str, Any], Any]:
@@ -82,10 +87,14 @@ class Actor:
         check_rewards: bool = True,
         max_episode_steps: int | None = None,
         before_decision: Callable[[str], None] | None = None,
+        env_name: str | None = None,
+        raise_on_nonfinite: bool = False,
     ) -> None:
         from .learners import vector_to_policy
 
         self.env = env
+        self.env_name = env_name or str(env)
+        self.raise_on_nonfinite = raise_on_nonfinite
         self.agents = agents
         self.stats = stats
         self.replay_ratio = replay_ratio
@@ -158,10 +167,24 @@ class Actor:
         out["policy_version"] = a.version
         return actions[0], out
 
+    def _finite(self, a: ActingAgent, t: Transition) -> bool:
+        if not math.isfinite(t.reward):
+            return False
+        for obs in (t.obs, t.next_obs):
+            for path in a.float_paths:
+                if not np.isfinite(_leaf(obs, path)).all():
+                    return False
+        return True
+
     def emit(self, t: Transition) -> None:
-        buffer = self.agents[t.agent].buffer
-        if buffer is not None:
-            buffer.write(t)
+        a = self.agents[t.agent]
+        if not self._finite(a, t):
+            a.nonfinite += 1
+            if self.raise_on_nonfinite:
+                raise NonFiniteError(f"agent {t.agent!r}: NaN or inf in a transition (reward {t.reward!r}) after "
+                                     f"{self.total_steps} agent steps; RunConfig(nonfinite='count') counts instead")
+        if a.buffer is not None:
+            a.buffer.write(t)
 
     # ------------------------------------------------------------------------------------------ the loop
     def run(
@@ -178,12 +201,21 @@ class Actor:
             self.stats.run[S.EPISODES] = self.episodes
             on_episode(summary)
 
-        return run_episodes(
-            self.env, self.act, self.emit, agent_steps=agent_steps, seed=seed,
-            layouts=LayoutBook(self.env, self.layouts, fixed=True), check_rewards=self.check_rewards,
-            max_episode_steps=self.max_episode_steps, on_episode=episode_done, keep_going=keep_going,
-            to_env=env_action_converter(self.layouts),
-        )
+        try:
+            return run_episodes(
+                self.env, self.act, self.emit, agent_steps=agent_steps, seed=seed,
+                layouts=LayoutBook(self.env, self.layouts, fixed=True), check_rewards=self.check_rewards,
+                max_episode_steps=self.max_episode_steps, on_episode=episode_done, keep_going=keep_going,
+                to_env=env_action_converter(self.layouts),
+            )
+        except (PzasyncError, KeyboardInterrupt):
+            raise
+        except Exception as exc:
+            agent = getattr(self.env, "agent_selection", None)
+            raise EnvCrashedError(
+                f"env {self.env_name!r} raised {type(exc).__name__}: {exc} at agent {agent!r}'s turn, episode "
+                f"{self.episodes}, after {self.total_steps} agent steps of this run (original traceback above)"
+            ) from exc
 
 
 def _leaf(obs: Any, path: tuple) -> Any:

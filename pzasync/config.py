@@ -47,6 +47,15 @@ class RunConfig:
     checkpoint_every_s: float = 300.0
     #: Seconds to wait for processes to start, stop or answer before giving up on them.
     process_timeout_s: float = 60.0
+    #: A learner that crashes (or hangs) is restarted from its checkpoint or its published weights, at most
+    #: this many times per agent, waiting `restart_backoff_s` * 2^(restarts so far) first; one more crash
+    #: stops the run with LearnerCrashedError.
+    max_learner_restarts: int = 3
+    restart_backoff_s: float = 1.0
+    #: A learner process silent (no heartbeat) for this long is reported as hung, killed and restarted.
+    heartbeat_timeout_s: float = 120.0
+    #: NaN or inf in an observation or reward: "count" (reported per agent) or "raise".
+    nonfinite: str = "count"
     #: Show a live progress display.
     progress: bool = False
 
@@ -79,8 +88,15 @@ class RunConfig:
         for name in ("checkpoint_every_s",):
             if getattr(self, name) < 0:
                 bad(name, "must be >= 0")
-        if self.process_timeout_s <= 0:
-            bad("process_timeout_s", "must be > 0")
+        for name in ("process_timeout_s", "heartbeat_timeout_s"):
+            if not getattr(self, name) > 0:
+                bad(name, "must be > 0")
+        if not isinstance(self.max_learner_restarts, int) or self.max_learner_restarts < 0:
+            bad("max_learner_restarts", "must be an integer >= 0")
+        if self.restart_backoff_s < 0:
+            bad("restart_backoff_s", "must be >= 0")
+        if self.nonfinite not in ("count", "raise"):
+            bad("nonfinite", "must be 'count' or 'raise'")
         for agent, device in {"*": self.device, **self.devices}.items():
             if not isinstance(device, str) or not (device == "cpu" or device.startswith("cuda") or device == "mps"):
                 raise ConfigError(f"option device for agent {agent!r}: {device!r} is not 'cpu', 'cuda[:N]' or 'mps'")

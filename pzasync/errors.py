@@ -46,3 +46,19 @@ class SlotReadTimeout(PzasyncError, TimeoutError):
 
 class RewardConservationError(PzasyncError, AssertionError):
     """The rewards assigned to transitions do not add up to what the environment paid."""
+
+
+class LearnerCrashedError(PzasyncError):
+    """A learner kept crashing (or hanging) past its restart budget; carries its last traceback."""
+
+
+class EnvCrashedError(PzasyncError):
+    """The environment raised; the message names the env, the agent, the episode and the step."""
+
+
+class NonFiniteError(PzasyncError, FloatingPointError):
+    """NaN or inf in an observation or reward while RunConfig.nonfinite == "raise"."""
+
+
+class LearnerStartupError(PzasyncError):
+    """A learner process failed before publishing its first policy."""

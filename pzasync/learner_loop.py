@@ -9,6 +9,7 @@ when there is no ratio); an on-policy learner updates once per `batch_size` tran
 from __future__ import annotations
 
 import os
+import signal
 import time
 import traceback
 from collections import deque
@@ -46,6 +47,8 @@ class LearnerSetup:
     torch_threads: int
     checkpoint_path: str | None = None
     resume_state_path: str | None = None
+    #: Start from the weights in the slot (a restarted learner with no checkpoint to load).
+    init_from_slot: bool = False
 
 
 def build_learner(setup: LearnerSetup) -> Any:
@@ -81,6 +84,13 @@ class LearnerDriver:
         # An on-policy learner's data must come from its newest policy: it publishes after every update.
         self.publish_every = 1 if self.on_policy else setup.publish_every
         self._to_vector = policy_to_vector
+
+    def load_published(self) -> None:
+        """Adopt the policy the slot holds (what the actor is acting with)."""
+        from .learners import vector_to_policy
+
+        if self.setup.slot.read(self._vector):
+            vector_to_policy(self._vector, self.learner.policy)
 
     def publish(self) -> int:
         """Publish the learner's current policy; returns the new version."""
@@ -144,21 +154,35 @@ class LearnerDriver:
         os.replace(tmp, path)
 
 
-def learner_process_main(setup: LearnerSetup, messages: Any, checkpoint_every_s: float) -> None:
-    """Body of a learner process: update as the schedule allows until the run asks to stop."""
-    import torch
+def _orphaned(parent: int) -> bool:
+    return os.getppid() != parent
 
-    torch.set_num_threads(setup.torch_threads)
+
+def learner_process_main(setup: LearnerSetup, messages: Any, checkpoint_every_s: float) -> None:
+    """Body of a learner process: update as the schedule allows until the run asks to stop.
+
+    Ctrl-C is the runner's to handle (a terminal sends SIGINT to the whole process group), so it is ignored
+    here. If the runner's process dies (SIGKILL), this process notices within half a second, unlinks the
+    shared memory it knows of (its buffer and slot, the run's counters) and exits.
+    """
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    parent = os.getppid()
     stats, agent = setup.stats, setup.agent
+    stats.beat(agent)
+    orphaned = False
     try:
+        import torch
+
+        torch.set_num_threads(setup.torch_threads)
         driver = LearnerDriver(setup, build_learner(setup))
+        if setup.init_from_slot:
+            driver.load_published()
         driver.publish()
         stats.set(agent, S.STATUS, S.RUNNING)
         next_report = next_checkpoint = time.monotonic()
         next_checkpoint += checkpoint_every_s if checkpoint_every_s > 0 else float("inf")
         idle_since = None
         idle_sleep = 0.0001
-        parent = os.getppid()
         while not stats.stop_requested:
             if driver.try_update():
                 idle_sleep = 0.0001
@@ -173,8 +197,9 @@ def learner_process_main(setup: LearnerSetup, messages: Any, checkpoint_every_s:
                 idle_sleep = min(0.002, idle_sleep * 2)
             now = time.monotonic()
             if now >= next_report:
-                if os.getppid() != parent:
-                    break  # the runner's process died: stop rather than train for nobody
+                if _orphaned(parent):
+                    orphaned = True
+                    break
                 stats.beat(agent)
                 messages.put(("report", agent, driver.report()))
                 next_report = now + 0.5
@@ -183,14 +208,22 @@ def learner_process_main(setup: LearnerSetup, messages: Any, checkpoint_every_s:
                 next_checkpoint = now + checkpoint_every_s
         if setup.checkpoint_path:
             driver.save_checkpoint(setup.checkpoint_path)
-        messages.put(("report", agent, driver.report()))
-        stats.set(agent, S.STATUS, S.DONE)
+        if not orphaned:
+            messages.put(("report", agent, driver.report()))
+            stats.set(agent, S.STATUS, S.DONE)
     except BaseException as exc:  # noqa: BLE001 - every failure is reported to the runner, then re-raised
         stats.set(agent, S.STATUS, S.CRASHED)
-        messages.put(("error", agent, f"{type(exc).__name__}: {exc}", traceback.format_exc()))
+        orphaned = orphaned or _orphaned(parent)
+        if not orphaned:
+            messages.put(("error", agent, f"{type(exc).__name__}: {exc}", traceback.format_exc()))
         if not isinstance(exc, Exception):
             raise
     finally:
+        if orphaned:
+            # The owner is gone and will never unlink: leave nothing behind. Do not wait on the dead pipe.
+            messages.cancel_join_thread()
+            for resource in (setup.buffer, setup.slot, stats):
+                resource.unlink()
         setup.buffer.close()
         setup.slot.close()
         stats.close()

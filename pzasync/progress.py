@@ -32,6 +32,8 @@ class RunMonitor:
         self.returns: dict[str, list[float]] = defaultdict(list)
         self.reports: dict[str, dict] = {}
         self.errors: dict[str, str] = {}
+        #: Crash events not yet handled by the runner (agent names, in order).
+        self.crashes: list[str] = []
         self.tracebacks: dict[str, str] = {}
         self.stop_reason: str | None = None
         self._episode_rows: list[dict] = []
@@ -77,13 +79,19 @@ class RunMonitor:
                                        "returns": summary.returns, "cut_by_actor": summary.cut_by_actor})
 
     def learner_error(self, agent: str, summary: str, trace: str) -> None:
-        """Record a crashed learner and print its traceback once; the actor carries on with its last policy."""
-        if agent in self.errors:
-            return
+        """Record a crashed learner; the first crash of an agent prints its traceback, later ones one line.
+
+        The actor carries on with the last published policy; the runner decides about restarts.
+        """
+        first = agent not in self.errors
         self.errors[agent] = summary
         self.tracebacks[agent] = trace
-        print(f"pzasync: the learner of agent {agent!r} crashed ({summary}); the actor goes on with its last "
-              f"published policy.\n{trace}", file=sys.stderr)
+        self.crashes.append(agent)
+        if first:
+            print(f"pzasync: the learner of agent {agent!r} crashed ({summary}); the actor goes on with its last "
+                  f"published policy.\n{trace}", file=sys.stderr)
+        else:
+            print(f"pzasync: the learner of agent {agent!r} crashed again ({summary})", file=sys.stderr)
 
     def request_stop(self, reason: str) -> None:
         if self.stop_reason is None:

@@ -28,6 +28,7 @@ class AgentResult:
     actor_wait_s: float = 0.0
     restarts: int = 0
     error: str | None = None
+    nonfinite_transitions: int = 0
 
     @property
     def mean_return(self) -> float:

@@ -7,7 +7,9 @@ updates run inline just before its agent's decisions, on the replay-ratio schedu
 
 from __future__ import annotations
 
+import dataclasses
 import multiprocessing as mp
+import os
 import signal
 import time
 import traceback
@@ -17,16 +19,13 @@ from . import stats as S
 from .actor import Actor, ActingAgent
 from .config import RunConfig
 from .environments import EnvSpec
-from .errors import PzasyncError
-from .learner_loop import LearnerDriver, LearnerSetup, build_learner, learner_process_main
+from .errors import LearnerCrashedError, PzasyncError
+from .learner_loop import LearnerDriver, LearnerSetup, build_learner
 from .plan import AgentPlan, RunPlan
 from .progress import RunMonitor
+from .supervisor import LearnerSupervisor
 from .results import AgentResult, RunResult
 from .rundir import RunDirectory, plot_returns
-
-
-class LearnerStartupError(PzasyncError):
-    """A learner process failed before publishing its first policy."""
 
 
 class _Runner:
@@ -93,7 +92,8 @@ class _Runner:
         return Actor(env, acting, self.plan.stats, replay_ratio=ratio, max_lead=cfg.max_actor_lead,
                      backpressure=cfg.backpressure if self.kind == "async" else False,
                      check_rewards=cfg.check_rewards, max_episode_steps=cfg.max_episode_steps,
-                     before_decision=before_decision)
+                     before_decision=before_decision, env_name=self.plan.env_spec.name,
+                     raise_on_nonfinite=cfg.nonfinite == "raise")
 
     def _run_dir(self) -> RunDirectory | None:
         if self.resume_dir is not None:
@@ -127,6 +127,7 @@ class _Runner:
                 learner_wait_s=stats.get(agent, S.LEARNER_WAIT_NS) / 1e9,
                 actor_wait_s=stats.get(agent, S.ACTOR_WAIT_NS) / 1e9,
                 restarts=stats.get(agent, S.RESTARTS), error=monitor.errors.get(agent),
+                nonfinite_transitions=actor.agents[agent].nonfinite if actor else 0,
             )
         steps = actor.total_steps if actor else 0
         startup, acting_time = monitor.startup_seconds(wall), max(1e-9, monitor.acting_seconds())
@@ -207,59 +208,34 @@ class AsyncRunner(_Runner):
     def _run(self, agent_steps: int | None, seconds: float | None) -> RunResult:
         cfg, plan = self.config, self.plan
         start = time.monotonic()
-        ctx = mp.get_context("spawn")
         run_dir = self._run_dir()
         plan.allocate()
-        processes: dict[str, Any] = {}
-        messages = ctx.Queue()
         monitor = RunMonitor(plan, run_dir, cfg.progress, seconds, start)
         actor = None
         reason = "agent-step budget reached"
+        supervisor = None
         try:
             threads = plan.torch_threads(len(plan.learning) + 1)
-            for p in plan.learning:
-                setup = self._setup(p, plan.stats, threads, run_dir, cfg.replay_ratio)
-                proc = ctx.Process(target=learner_process_main, args=(setup, messages, cfg.checkpoint_every_s),
-                                   name=f"pzasync-learner-{p.agent}", daemon=True)
-                proc.start()
-                processes[p.agent] = proc
-            self._wait_for_first_policies(processes, messages, monitor)
+            setups = {p.agent: self._setup(p, plan.stats, threads, run_dir, cfg.replay_ratio) for p in plan.learning}
+            supervisor = LearnerSupervisor(mp.get_context("spawn"), setups, cfg, monitor)
+            supervisor.start()
+            supervisor.wait_for_first_policies()
+            monitor.on_poll = supervisor.poll
             import torch
 
             torch.set_num_threads(1)
             actor = self._actor(self._acting_agents())
-            reason = self._act(actor, monitor, agent_steps, messages) or reason
+            reason = self._act(actor, monitor, agent_steps, supervisor.messages) or reason
         finally:
             try:
-                plan.stats.request_stop()
-                for agent, proc in processes.items():
-                    proc.join(timeout=cfg.process_timeout_s)
-                    if proc.is_alive():
-                        proc.terminate()
-                        proc.join(timeout=5)
-                monitor.drain(messages)
-                messages.close()
-                messages.join_thread()
+                if supervisor is not None:
+                    supervisor.stop()
             finally:
                 result = self._finish(monitor, actor, start, reason, run_dir)
+        if supervisor.fatal is not None:
+            supervisor.fatal.result = result
+            raise supervisor.fatal
         return result
-
-    def _wait_for_first_policies(self, processes: dict[str, Any], messages: Any, monitor: RunMonitor) -> None:
-        """Start-up barrier: every learner publishes version 1 before the actor's first decision."""
-        deadline = time.monotonic() + self.config.process_timeout_s
-        pending = set(processes)
-        while pending:
-            monitor.drain(messages)
-            for agent in list(pending):
-                if self.plan.stats.get(agent, S.VERSION) >= 1:
-                    pending.discard(agent)
-                elif agent in monitor.errors or not processes[agent].is_alive():
-                    detail = monitor.tracebacks.get(agent, f"exit code {processes[agent].exitcode}")
-                    raise LearnerStartupError(f"learner of agent {agent!r} failed to start:\n{detail}")
-            if time.monotonic() > deadline:
-                raise LearnerStartupError(f"learners of {sorted(pending)} did not publish a first policy within "
-                                          f"{self.config.process_timeout_s}s")
-            time.sleep(0.01)
 
 
 class SequentialRunner(_Runner):
@@ -275,6 +251,7 @@ class SequentialRunner(_Runner):
         monitor = RunMonitor(plan, run_dir, cfg.progress, seconds, start)
         actor = None
         drivers: dict[str, LearnerDriver] = {}
+        fatal: list[LearnerCrashedError] = []
         reason = "agent-step budget reached"
         try:
             import torch
@@ -288,15 +265,38 @@ class SequentialRunner(_Runner):
                 plan.stats.set(p.agent, S.STATUS, S.RUNNING)
             last_checkpoint = [time.monotonic()]
 
+            def restart(agent: str) -> None:
+                """Inline twin of the supervisor's restart: rebuild from the checkpoint or the published weights."""
+                if plan.stats.get(agent, S.RESTARTS) >= cfg.max_learner_restarts:
+                    fatal.append(LearnerCrashedError(
+                        f"the learner of agent {agent!r} failed {plan.stats.get(agent, S.RESTARTS) + 1} times "
+                        f"(restart budget max_learner_restarts={cfg.max_learner_restarts}); last failure: "
+                        f"{monitor.errors[agent]}\n{monitor.tracebacks[agent]}"))
+                    monitor.request_stop(f"the learner of {agent!r} kept failing")
+                    return
+                setup = drivers[agent].setup
+                path = run_dir.checkpoint_path(agent) if run_dir else None
+                checkpoint = path if path and os.path.exists(path) else None
+                setup = dataclasses.replace(setup, resume_state_path=checkpoint, init_from_slot=checkpoint is None)
+                driver = LearnerDriver(setup, build_learner(setup))
+                if setup.init_from_slot:
+                    driver.load_published()
+                driver.publish()
+                drivers[agent] = driver
+                plan.stats.add(agent, S.RESTARTS, 1)
+                plan.stats.set(agent, S.STATUS, S.RUNNING)
+
             def before_decision(agent: str) -> None:
                 driver = drivers.get(agent)
-                if driver is not None and monitor.errors.get(agent) is None:
+                if driver is not None and not fatal:
                     try:
                         while driver.try_update():
                             pass
                     except Exception as exc:  # noqa: BLE001 - a crashed learner is reported; acting goes on
                         plan.stats.set(agent, S.STATUS, S.CRASHED)
                         monitor.learner_error(agent, f"{type(exc).__name__}: {exc}", traceback.format_exc())
+                        monitor.crashes.clear()
+                        restart(agent)
                 if run_dir and cfg.checkpoint_every_s and time.monotonic() - last_checkpoint[0] > cfg.checkpoint_every_s:
                     last_checkpoint[0] = time.monotonic()
                     for a, d in drivers.items():
@@ -317,5 +317,8 @@ class SequentialRunner(_Runner):
                         driver.save_checkpoint(run_dir.checkpoint_path(agent))
             finally:
                 result = self._finish(monitor, actor, start, reason, run_dir)
+        if fatal:
+            fatal[0].result = result
+            raise fatal[0]
         return result
 

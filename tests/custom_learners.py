@@ -29,7 +29,7 @@ class RecordingLearner(Learner):
     """On-policy: saves every batch it gets (in order) to `record_dir`; can sleep or raise on demand."""
 
     on_policy = True
-    defaults = {"batch_size": 8, "record_dir": None, "sleep_s": 0.0, "raise_after": None}
+    defaults = {"batch_size": 8, "record_dir": None, "sleep_s": 0.0, "raise_after": None, "once_file": None}
 
     def __init__(self, ctx):
         super().__init__(ctx)
@@ -44,15 +44,25 @@ class RecordingLearner(Learner):
     def policy(self):
         return self._policy
 
+    def _misbehave_now(self) -> bool:
+        """With `once_file`, only the first life of this learner misbehaves (the marker survives restarts)."""
+        marker = self.config["once_file"]
+        if marker is None:
+            return True
+        if os.path.exists(marker):
+            return False
+        open(marker, "w").close()
+        return True
+
     def update(self, batch: dict[str, np.ndarray]) -> dict[str, float]:
         self.calls += 1
-        if self.config["raise_after"] is not None and self.calls > self.config["raise_after"]:
+        if self.config["raise_after"] is not None and self.calls > self.config["raise_after"] and self._misbehave_now():
             raise RuntimeError(f"deliberate failure in update {self.calls}")
+        if self.config["sleep_s"] and self._misbehave_now():
+            time.sleep(self.config["sleep_s"])
         if self.config["record_dir"]:
             path = os.path.join(self.config["record_dir"], f"{self.ctx.agent}-{self.calls:06d}.npz")
             np.savez(path, **batch)
-        if self.config["sleep_s"]:
-            time.sleep(self.config["sleep_s"])
         with torch.no_grad():
             self._policy.marker += 1
         return {"rows": float(len(batch["reward"]))}

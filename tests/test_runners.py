@@ -12,7 +12,7 @@ from custom_learners import FirstLegalPolicy
 
 import pzasync
 from pzasync import AsyncRunner, RunConfig, SequentialRunner
-from pzasync.errors import ConfigError
+from pzasync.errors import ConfigError, LearnerCrashedError
 
 C4 = "pettingzoo.classic.connect_four_v3"
 RUNNERS = [AsyncRunner, SequentialRunner]
@@ -75,18 +75,45 @@ def test_actor_keeps_stepping_while_a_learner_sleeps(tmp_path):
 
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("runner", RUNNERS, ids=lambda r: r.__name__)
-def test_crashing_learner_is_reported_and_the_actor_carries_on(runner, capfd):
-    learners = {"player_0": ("custom_learners:RecordingLearner", {"raise_after": 3}),
+def test_crashed_learner_is_reported_restarted_and_the_actor_carries_on(runner, capfd, tmp_path):
+    marker = str(tmp_path / "crashed-once")
+    learners = {"player_0": ("custom_learners:RecordingLearner", {"raise_after": 3, "once_file": marker}),
                 "player_1": ("custom_learners:RecordingLearner", {})}
-    result = runner(C4, learners, RunConfig(seed=0)).run(agent_steps=2000)
+    result = runner(C4, learners, RunConfig(seed=0, restart_backoff_s=0.05)).run(agent_steps=30_000)
     err = capfd.readouterr().err
-    assert result.agent_steps == 2000
+    assert result.agent_steps == 30_000
     crashed = result.agents["player_0"]
-    assert crashed.error == "RuntimeError: deliberate failure in update 4"
-    assert crashed.updates == 3 and crashed.agent_steps > 500
-    assert err.count("deliberate failure in update 4") >= 1 and "Traceback" in err
-    assert err.count("crashed (RuntimeError") == 1, "the traceback is logged once"
-    assert result.agents["player_1"].error is None and result.agents["player_1"].updates > 50
+    assert crashed.error == "RuntimeError: deliberate failure in update 4" and crashed.restarts == 1
+    assert crashed.updates > 20, "the restarted learner trains on"
+    assert crashed.published_version > 2, "and publishes again"
+    assert err.count("Traceback") == 1 and "deliberate failure in update 4" in err
+    assert "restarting the learner of agent 'player_0' from its last published weights" in err or runner is \
+        SequentialRunner
+    assert result.agents["player_1"].error is None and result.agents["player_1"].restarts == 0
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("runner", RUNNERS, ids=lambda r: r.__name__)
+def test_a_learner_that_keeps_crashing_stops_the_run_with_a_clear_error(runner, capfd):
+    learners = {"player_0": ("custom_learners:RecordingLearner", {"raise_after": 0}), "player_1": "random"}
+    config = RunConfig(seed=0, max_learner_restarts=2, restart_backoff_s=0.05)
+    with pytest.raises(LearnerCrashedError, match=r"the learner of agent 'player_0' failed 3 times \(restart budget "
+                                                  r"max_learner_restarts=2\); last failure: RuntimeError: deliberate"):
+        runner(C4, learners, config).run(agent_steps=100_000)
+    assert capfd.readouterr().err.count("Traceback") == 1, "one full traceback, then one line per crash"
+
+
+@pytest.mark.timeout(120)
+def test_a_hung_learner_is_killed_and_restarted(tmp_path, capfd):
+    marker = str(tmp_path / "hung-once")
+    learners = {"player_0": ("custom_learners:RecordingLearner", {"sleep_s": 60.0, "once_file": marker}),
+                "player_1": "random"}
+    config = RunConfig(seed=0, heartbeat_timeout_s=2.0, restart_backoff_s=0.05)
+    result = AsyncRunner(C4, learners, config).run(seconds=9)
+    hung = result.agents["player_0"]
+    assert hung.restarts == 1 and "no heartbeat" in hung.error
+    assert hung.updates > 5, "the restarted learner trains on"
+    assert "hung" in capfd.readouterr().err
 
 
 @pytest.mark.parametrize(
