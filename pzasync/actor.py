@@ -213,8 +213,9 @@ class Actor:
         except Exception as exc:
             agent = getattr(self.env, "agent_selection", None)
             raise EnvCrashedError(
-                f"env {self.env_name!r} raised {type(exc).__name__}: {exc} at agent {agent!r}'s turn, episode "
-                f"{self.episodes}, after {self.total_steps} agent steps of this run (original traceback above)"
+                f"env {self.env_name!r} raised {type(exc).__name__}: {exc} during the turn of agent {agent!r}, in "
+                f"episode {self.episodes} (from 0), at agent step {self.total_steps} of this run (original "
+                f"traceback above)"
             ) from exc
 
 

@@ -21,6 +21,7 @@ import numpy as np
 from . import stats as S
 from .buffer import SharedRingBuffer
 from .slots import PolicySlot
+from .shm import run_id_of, unlink_run
 from .stats import RunStats
 
 
@@ -49,6 +50,9 @@ class LearnerSetup:
     resume_state_path: str | None = None
     #: Start from the weights in the slot (a restarted learner with no checkpoint to load).
     init_from_slot: bool = False
+    #: The runner's pid. Recorded by the runner, not read with getppid() in the child: if the runner dies
+    #: before the child gets that far, getppid() already names the process that adopted it.
+    parent_pid: int = 0
 
 
 def build_learner(setup: LearnerSetup) -> Any:
@@ -166,11 +170,13 @@ def learner_process_main(setup: LearnerSetup, messages: Any, checkpoint_every_s:
     shared memory it knows of (its buffer and slot, the run's counters) and exits.
     """
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    parent = os.getppid()
+    parent = setup.parent_pid or os.getppid()
     stats, agent = setup.stats, setup.agent
     stats.beat(agent)
-    orphaned = False
+    orphaned = _orphaned(parent)
     try:
+        if orphaned:
+            return
         import torch
 
         torch.set_num_threads(setup.torch_threads)
@@ -220,10 +226,10 @@ def learner_process_main(setup: LearnerSetup, messages: Any, checkpoint_every_s:
             raise
     finally:
         if orphaned:
-            # The owner is gone and will never unlink: leave nothing behind. Do not wait on the dead pipe.
+            # The owner is gone and will never unlink: remove the whole run's memory (other learners may not
+            # have lived long enough to do their part). Do not wait on the dead runner's pipe.
             messages.cancel_join_thread()
-            for resource in (setup.buffer, setup.slot, stats):
-                resource.unlink()
+            unlink_run(run_id_of(setup.buffer.name), parent)
         setup.buffer.close()
         setup.slot.close()
         stats.close()

@@ -73,6 +73,7 @@ class _Runner:
             seed=plan.seed(self.config.seed), torch_threads=threads,
             checkpoint_path=run_dir.checkpoint_path(plan.agent) if run_dir else None,
             resume_state_path=self.resume_dir.checkpoint_path(plan.agent) if self.resume_dir else None,
+            parent_pid=os.getpid(),
         )
 
     def _acting_agents(self) -> dict[str, ActingAgent]:

@@ -146,6 +146,27 @@ def find_stale() -> list[StaleSegment]:
     return stale
 
 
+def unlink_run(run_id: str, owner_pid: int) -> list[str]:
+    """Unlink every segment of one run (used by a learner whose runner died and can no longer do it)."""
+    removed = []
+    for name, run, pid in list_segments():
+        if run == run_id and pid == owner_pid:
+            try:
+                _posixshmem.shm_unlink("/" + name)
+            except FileNotFoundError:
+                continue
+            removed.append(name)
+    return removed
+
+
+def run_id_of(segment_name: str) -> str:
+    """The run id inside a segment name."""
+    match = _NAME_RE.match(segment_name)
+    if not match:
+        raise ValueError(f"{segment_name!r} is not a pzasync segment name")
+    return match["run"]
+
+
 def clean_stale() -> list[StaleSegment]:
     """Unlink the segments of dead runs and return what was removed."""
     removed = []

@@ -1,0 +1,15 @@
+"""A training run in its own process, for signal tests: python run_script.py OUT_DIR SECONDS."""
+
+import json
+import sys
+
+from pzasync import AsyncRunner, RunConfig
+
+if __name__ == "__main__":
+    out_dir, seconds = sys.argv[1], float(sys.argv[2])
+    learners = {"player_0": ("dqn", {"learning_starts": 200}), "player_1": ("dqn", {"learning_starts": 200})}
+    print("starting", flush=True)
+    result = AsyncRunner("pettingzoo.classic.connect_four_v3", learners,
+                         RunConfig(seed=0, out_dir=out_dir, process_timeout_s=20)).run(seconds=seconds)
+    print(json.dumps({"stopped_because": result.stopped_because, "agent_steps": result.agent_steps,
+                      "run_dir": result.run_dir}), flush=True)

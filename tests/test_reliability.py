@@ -1,0 +1,183 @@
+"""Faults: env crashes, signals, SIGKILL of the main process, bad input, non-finite values (SPEC invariants 5-7)."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from faulty_envs import CrashingEnv, NaNEnv, TextObsEnv
+
+from pzasync import AsyncRunner, RunConfig, SequentialRunner
+from pzasync.environments import EnvSpec
+from pzasync.errors import (EnvCrashedError, EnvSpecError, InsufficientSharedMemoryError, NonFiniteError,
+                            UnsupportedSpaceError)
+from pzasync.shm import clean_stale, list_segments
+
+RUNNERS = [AsyncRunner, SequentialRunner]
+SCRIPT = str(Path(__file__).parent / "run_script.py")
+
+
+# -------------------------------------------------------------------------------------------- env crashes
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("runner", RUNNERS, ids=lambda r: r.__name__)
+def test_env_crash_reaches_the_user_with_context_and_everything_is_released(runner, tmp_path):
+    learners = ("custom_learners:RecordingLearner", {})
+    run = runner(lambda: CrashingEnv(crash_at=300), learners, RunConfig(seed=0, out_dir=str(tmp_path)))
+    with pytest.raises(EnvCrashedError) as info:
+        run.run(agent_steps=10_000)
+    message = str(info.value)
+    assert "raised ValueError: physics exploded at live step 300" in message
+    assert "during the turn of agent 'p0', in episode 49 (from 0), at agent step 300 of this run" in message
+    assert message.startswith("env 'test_env_crash_reaches_the_user_with_context_and_everything_is_released.")
+    assert isinstance(info.value.__cause__, ValueError), "the original exception and traceback are chained"
+    (run_dir,) = list(tmp_path.iterdir())
+    assert (run_dir / "checkpoints" / "p0.pt").exists(), "final checkpoints are written"
+    assert (run_dir / "result.json").exists()
+
+
+# -------------------------------------------------------------------------------------------- signals
+def _children(pid: int) -> list[int]:
+    try:
+        return [int(p) for p in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+    except FileNotFoundError:
+        return []
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    status = Path(f"/proc/{pid}/status")
+    return status.exists() and "zombie" not in status.read_text()
+
+
+def _start_run(tmp_path, seconds: float) -> subprocess.Popen:
+    proc = subprocess.Popen([sys.executable, SCRIPT, str(tmp_path), str(seconds)], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, cwd=str(Path(SCRIPT).parent))
+    assert proc.stdout.readline().strip() == "starting"
+    return proc
+
+
+def _wait_until_acting(proc, tmp_path, timeout=60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if any(tmp_path.glob("*/episodes.jsonl")):
+            return
+        assert proc.poll() is None, proc.stderr.read()
+        time.sleep(0.1)
+    raise AssertionError("the run never started acting")
+
+
+@pytest.mark.timeout(180)
+@pytest.mark.parametrize("signals", [[signal.SIGINT], [signal.SIGTERM], [signal.SIGINT, signal.SIGINT]],
+                         ids=["SIGINT", "SIGTERM", "SIGINT-twice"])
+def test_signals_stop_the_run_gracefully_and_leave_nothing(tmp_path, signals):
+    proc = _start_run(tmp_path, seconds=120)
+    try:
+        _wait_until_acting(proc, tmp_path)
+        children = _children(proc.pid)
+        assert len(children) >= 2, "two learner processes (and multiprocessing's resource tracker)"
+        sent = time.monotonic()
+        for i, sig in enumerate(signals):
+            proc.send_signal(sig)
+            time.sleep(0.3 if i == 0 else 0)
+        out, err = proc.communicate(timeout=60)
+        took = time.monotonic() - sent
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert took < 30, f"stopping took {took:.1f}s"
+    deadline = time.monotonic() + 10
+    while any(_alive(c) for c in children) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not any(_alive(c) for c in children), "learner processes outlived the run"
+    assert not [s for s in list_segments() if s[2] == proc.pid], "shared memory left behind"
+    if len(signals) == 1:
+        assert proc.returncode == 0, err
+        summary = json.loads(out.strip().splitlines()[-1])
+        expected = "interrupted (SIGINT)" if signals[0] == signal.SIGINT else "SIGTERM"
+        assert summary["stopped_because"] == expected and summary["agent_steps"] > 0
+        run_dir = Path(summary["run_dir"])
+        assert (run_dir / "checkpoints" / "player_0.pt").exists() and (run_dir / "result.json").exists()
+
+
+@pytest.mark.timeout(300)
+def test_sigkill_of_the_main_process_at_random_moments_leaves_nothing(tmp_path):
+    """Kill a real run at random moments; its learners must exit and its shared memory must go, either
+    unlinked by the orphaned learners or removed (and reported) by the next run's clean-up."""
+    rng = random.Random(7)
+    cleaned_by_next_run = 0
+    for attempt in range(3):
+        run_dir = tmp_path / f"run{attempt}"
+        proc = _start_run(run_dir, seconds=120)
+        try:
+            time.sleep(rng.uniform(0.5, 6.0))
+            children = _children(proc.pid)
+            proc.kill()
+            proc.wait(timeout=30)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+        deadline = time.monotonic() + 20
+        while any(_alive(c) for c in children) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not any(_alive(c) for c in children), f"attempt {attempt}: learners outlived their runner"
+        left = [name for name, _run, pid in list_segments() if pid == proc.pid]
+        if left:
+            removed = {seg.name for seg in clean_stale()}
+            assert set(left) <= removed
+            cleaned_by_next_run += 1
+        assert not [name for name, _run, pid in list_segments() if pid == proc.pid]
+    print(f"runs whose leftovers needed the next run's clean-up: {cleaned_by_next_run} of 3")
+
+
+# -------------------------------------------------------------------------------------------- bad input
+@pytest.mark.parametrize(
+    "env, learners, error, message",
+    [
+        (EnvSpec.of("mpe2.simple_v3", continuous_actions=True), "dqn", UnsupportedSpaceError,
+         r"agent 'agent_0': DQN needs a Discrete action space, got Box"),
+        (lambda: TextObsEnv(), "random", UnsupportedSpaceError, r"agent 'p0': observation space Text"),
+        ("pettingzoo.classic.conect_four_v3", "dqn", EnvSpecError, r"Did you mean: pettingzoo.classic.connect_four_v3"),
+    ],
+    ids=["dqn-on-continuous", "text-observations", "mistyped-env"],
+)
+def test_bad_input_fails_before_any_process_starts(env, learners, error, message):
+    import multiprocessing as mp
+
+    with pytest.raises(error, match=message):
+        AsyncRunner(env, learners, RunConfig()).run(agent_steps=100)
+    assert not mp.active_children()
+
+
+def test_buffers_that_do_not_fit_are_refused_with_both_numbers(monkeypatch):
+    monkeypatch.setattr("pzasync.shm.free_shm_bytes", lambda: 50_000_000)
+    with pytest.raises(InsufficientSharedMemoryError, match=r"needs [\d,]+ bytes of shared memory but only "
+                                                           r"50,000,000 bytes are free"):
+        AsyncRunner("pettingzoo.classic.connect_four_v3", "dqn", RunConfig(buffer_capacity=2_000_000))
+
+
+def test_unpicklable_factory_is_refused_with_the_reason():
+    lock = threading.Lock()
+    with pytest.raises(EnvSpecError, match=r"captures something unpicklable"):
+        AsyncRunner(lambda: (lock, CrashingEnv())[1], "random", RunConfig())
+
+
+# -------------------------------------------------------------------------------------------- non-finite values
+@pytest.mark.parametrize("runner", RUNNERS, ids=lambda r: r.__name__)
+def test_non_finite_observations_are_counted_or_raise(runner):
+    result = runner(lambda: NaNEnv(), ("custom_learners:RecordingLearner", {}), RunConfig(seed=0)).run(
+        agent_steps=600)
+    assert result.agents["p0"].nonfinite_transitions > 50 and result.agents["p1"].nonfinite_transitions == 0
+    with pytest.raises(NonFiniteError, match=r"agent 'p0': NaN or inf in a transition"):
+        runner(lambda: NaNEnv(), ("custom_learners:RecordingLearner", {}),
+               RunConfig(seed=0, nonfinite="raise")).run(agent_steps=600)
