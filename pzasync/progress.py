@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import queue
 import sys
+import threading
 import time
 from collections import defaultdict
 from typing import Any
@@ -46,11 +47,17 @@ class RunMonitor:
         self._show = show
         #: Called at every poll (every POLL_EVERY_S): the sequential runner refreshes learner reports here.
         self.on_poll: Any = None
+        self._watch_stop = threading.Event()
 
     # -------------------------------------------------------------------------------------- events
-    def started(self, actor: Any) -> None:
+    def started(self, actor: Any, heartbeat_timeout_s: float | None = None) -> None:
         self._actor = actor
         self._acting_start = time.monotonic()
+        self.plan.stats.beat()
+        if heartbeat_timeout_s:
+            self._watchdog = threading.Thread(target=self._watch_actor, args=(heartbeat_timeout_s,), daemon=True,
+                                              name="pzasync-actor-watchdog")
+            self._watchdog.start()
         if self._show:
             from rich.live import Live
 
@@ -60,6 +67,18 @@ class RunMonitor:
     def finished(self) -> None:
         """The actor stopped: what follows (joins, checkpoints, plots) is not acting time."""
         self._acting_end = time.monotonic()
+        self._watch_stop.set()
+
+    def _watch_actor(self, timeout: float) -> None:
+        """The actor's heartbeat comes from its polls; if they stop (an env step that never returns), say so."""
+        stats = self.plan.stats
+        while not self._watch_stop.wait(min(1.0, timeout / 4)):
+            silent = (time.monotonic_ns() - int(stats.run[S.ACTOR_BEAT])) / 1e9
+            if silent > timeout and not self._watch_stop.is_set():
+                agent = getattr(self._actor.env, "agent_selection", None)
+                print(f"pzasync: the actor has not stepped for {silent:.0f}s (stuck in the env at agent "
+                      f"{agent!r}'s turn?); learners keep their last state", file=sys.stderr)
+                stats.beat()  # report again only after another full timeout
 
     def startup_seconds(self, wall: float) -> float:
         return self._acting_start - self.start if self._actor is not None else wall

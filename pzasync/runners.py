@@ -147,7 +147,7 @@ class _Runner:
 
     def _act(self, actor: Actor, monitor: RunMonitor, agent_steps: int | None, messages: Any) -> str | None:
         """Run the actor until its budget, a time limit, Ctrl-C or SIGTERM; returns why it stopped early."""
-        monitor.started(actor)
+        monitor.started(actor, self.config.heartbeat_timeout_s)
         with _StopOnSignal(monitor):
             try:
                 actor.run(agent_steps=agent_steps, seed=self.config.seed, keep_going=lambda: monitor.tick(messages),

@@ -29,7 +29,8 @@ class RecordingLearner(Learner):
     """On-policy: saves every batch it gets (in order) to `record_dir`; can sleep or raise on demand."""
 
     on_policy = True
-    defaults = {"batch_size": 8, "record_dir": None, "sleep_s": 0.0, "raise_after": None, "once_file": None}
+    defaults = {"batch_size": 8, "record_dir": None, "sleep_s": 0.0, "raise_after": None, "once_file": None,
+                "kill_self_after": None}
 
     def __init__(self, ctx):
         super().__init__(ctx)
@@ -58,6 +59,9 @@ class RecordingLearner(Learner):
         self.calls += 1
         if self.config["raise_after"] is not None and self.calls > self.config["raise_after"] and self._misbehave_now():
             raise RuntimeError(f"deliberate failure in update {self.calls}")
+        if self.config["kill_self_after"] is not None and self.calls > self.config["kill_self_after"] \
+                and self._misbehave_now():
+            os.kill(os.getpid(), 9)
         if self.config["sleep_s"] and self._misbehave_now():
             time.sleep(self.config["sleep_s"])
         if self.config["record_dir"]:

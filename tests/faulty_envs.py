@@ -42,3 +42,20 @@ class TextObsEnv(ScriptedEnv):
     def __init__(self) -> None:
         super().__init__()
         self._obs_space = spaces.Text(8)
+
+
+class StallingEnv(ScriptedEnv):
+    """One step, the `stall_at`-th live one, takes `seconds` to return."""
+
+    def __init__(self, stall_at: int = 100, seconds: float = 3.0) -> None:
+        super().__init__()
+        self.stall_at, self.seconds, self.live_steps = stall_at, seconds, 0
+
+    def step(self, action):
+        if action is not None:
+            self.live_steps += 1
+            if self.live_steps == self.stall_at:
+                import time
+
+                time.sleep(self.seconds)
+        super().step(action)

@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
-from faulty_envs import CrashingEnv, NaNEnv, TextObsEnv
+from faulty_envs import CrashingEnv, NaNEnv, StallingEnv, TextObsEnv
 
 from pzasync import AsyncRunner, RunConfig, SequentialRunner
 from pzasync.environments import EnvSpec
@@ -41,6 +41,14 @@ def test_env_crash_reaches_the_user_with_context_and_everything_is_released(runn
     (run_dir,) = list(tmp_path.iterdir())
     assert (run_dir / "checkpoints" / "p0.pt").exists(), "final checkpoints are written"
     assert (run_dir / "result.json").exists()
+
+
+@pytest.mark.timeout(60)
+def test_a_stuck_env_step_is_reported(capfd):
+    config = RunConfig(seed=0, heartbeat_timeout_s=1.0)
+    result = SequentialRunner(lambda: StallingEnv(stall_at=100, seconds=3.5), "random", config).run(agent_steps=300)
+    assert result.agent_steps == 300, "the run carries on once the step returns"
+    assert "pzasync: the actor has not stepped for" in capfd.readouterr().err
 
 
 # -------------------------------------------------------------------------------------------- signals

@@ -104,6 +104,18 @@ def test_a_learner_that_keeps_crashing_stops_the_run_with_a_clear_error(runner, 
 
 
 @pytest.mark.timeout(120)
+def test_a_learner_process_that_dies_is_restarted(tmp_path, capfd):
+    marker = str(tmp_path / "died-once")
+    learners = {"player_0": ("custom_learners:RecordingLearner", {"kill_self_after": 2, "once_file": marker}),
+                "player_1": "random"}
+    result = AsyncRunner(C4, learners, RunConfig(seed=0, restart_backoff_s=0.05)).run(seconds=8)
+    died = result.agents["player_0"]
+    assert died.restarts == 1 and died.error == "the learner process died (exit code -9)"
+    assert died.updates > 5
+    assert "died (exit code -9)" in capfd.readouterr().err
+
+
+@pytest.mark.timeout(120)
 def test_a_hung_learner_is_killed_and_restarted(tmp_path, capfd):
     marker = str(tmp_path / "hung-once")
     learners = {"player_0": ("custom_learners:RecordingLearner", {"sleep_s": 60.0, "once_file": marker}),
