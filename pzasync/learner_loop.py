@@ -8,6 +8,7 @@ when there is no ratio); an on-policy learner updates once per `batch_size` tran
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import signal
 import time
@@ -65,6 +66,22 @@ def build_learner(setup: LearnerSetup) -> Any:
 
         learner.load_state_dict(torch.load(setup.resume_state_path, weights_only=False)["state"])
     return learner
+
+
+def restarted(setup: LearnerSetup) -> LearnerSetup:
+    """The setup of a restarted learner: from its latest checkpoint, or from its published weights."""
+    path = setup.checkpoint_path
+    checkpoint = path if path and os.path.exists(path) else None
+    return dataclasses.replace(setup, resume_state_path=checkpoint, init_from_slot=checkpoint is None)
+
+
+def start_driver(setup: LearnerSetup) -> LearnerDriver:
+    """Build the learner (adopting the slot's weights if asked) and publish its policy."""
+    driver = LearnerDriver(setup, build_learner(setup))
+    if setup.init_from_slot:
+        driver.load_published()
+    driver.publish()
+    return driver
 
 
 class LearnerDriver:
@@ -180,10 +197,7 @@ def learner_process_main(setup: LearnerSetup, messages: Any, checkpoint_every_s:
         import torch
 
         torch.set_num_threads(setup.torch_threads)
-        driver = LearnerDriver(setup, build_learner(setup))
-        if setup.init_from_slot:
-            driver.load_published()
-        driver.publish()
+        driver = start_driver(setup)
         stats.set(agent, S.STATUS, S.RUNNING)
         next_report = next_checkpoint = time.monotonic()
         next_checkpoint += checkpoint_every_s if checkpoint_every_s > 0 else float("inf")

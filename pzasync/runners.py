@@ -7,7 +7,6 @@ updates run inline just before its agent's decisions, on the replay-ratio schedu
 
 from __future__ import annotations
 
-import dataclasses
 import multiprocessing as mp
 import os
 import signal
@@ -20,10 +19,10 @@ from .actor import Actor, ActingAgent
 from .config import RunConfig
 from .environments import EnvSpec
 from .errors import LearnerCrashedError, PzasyncError
-from .learner_loop import LearnerDriver, LearnerSetup, build_learner
+from .learner_loop import LearnerDriver, LearnerSetup, restarted, start_driver
 from .plan import AgentPlan, RunPlan
 from .progress import RunMonitor
-from .supervisor import LearnerSupervisor
+from .supervisor import LearnerSupervisor, restart_budget_error
 from .results import AgentResult, RunResult
 from .rundir import RunDirectory, plot_returns
 
@@ -260,30 +259,18 @@ class SequentialRunner(_Runner):
             torch.set_num_threads(plan.torch_threads(1))
             ratio = cfg.replay_ratio if cfg.replay_ratio is not None else cfg.sequential_replay_ratio
             for p in plan.learning:
-                setup = self._setup(p, plan.stats, 1, run_dir, ratio)
-                drivers[p.agent] = LearnerDriver(setup, build_learner(setup))
-                drivers[p.agent].publish()
+                drivers[p.agent] = start_driver(self._setup(p, plan.stats, 1, run_dir, ratio))
                 plan.stats.set(p.agent, S.STATUS, S.RUNNING)
             last_checkpoint = [time.monotonic()]
 
             def restart(agent: str) -> None:
-                """Inline twin of the supervisor's restart: rebuild from the checkpoint or the published weights."""
-                if plan.stats.get(agent, S.RESTARTS) >= cfg.max_learner_restarts:
-                    fatal.append(LearnerCrashedError(
-                        f"the learner of agent {agent!r} failed {plan.stats.get(agent, S.RESTARTS) + 1} times "
-                        f"(restart budget max_learner_restarts={cfg.max_learner_restarts}); last failure: "
-                        f"{monitor.errors[agent]}\n{monitor.tracebacks[agent]}"))
+                """The supervisor's restart, inline (no backoff: nothing runs meanwhile)."""
+                restarts = plan.stats.get(agent, S.RESTARTS)
+                if restarts >= cfg.max_learner_restarts:
+                    fatal.append(restart_budget_error(agent, restarts, cfg.max_learner_restarts, monitor))
                     monitor.request_stop(f"the learner of {agent!r} kept failing")
                     return
-                setup = drivers[agent].setup
-                path = run_dir.checkpoint_path(agent) if run_dir else None
-                checkpoint = path if path and os.path.exists(path) else None
-                setup = dataclasses.replace(setup, resume_state_path=checkpoint, init_from_slot=checkpoint is None)
-                driver = LearnerDriver(setup, build_learner(setup))
-                if setup.init_from_slot:
-                    driver.load_published()
-                driver.publish()
-                drivers[agent] = driver
+                drivers[agent] = start_driver(restarted(drivers[agent].setup))
                 plan.stats.add(agent, S.RESTARTS, 1)
                 plan.stats.set(agent, S.STATUS, S.RUNNING)
 

@@ -8,16 +8,22 @@ weights it last published); past `max_learner_restarts` the run stops with `Lear
 
 from __future__ import annotations
 
-import dataclasses
-import os
 import sys
 import time
 from typing import Any
 
 from . import stats as S
 from .errors import LearnerCrashedError, LearnerStartupError
-from .learner_loop import LearnerSetup, learner_process_main
+from .learner_loop import LearnerSetup, learner_process_main, restarted
 from .progress import RunMonitor
+
+
+def restart_budget_error(agent: str, restarts: int, budget: int, monitor: RunMonitor) -> LearnerCrashedError:
+    """The error that ends a run whose learner failed once more after `budget` restarts."""
+    return LearnerCrashedError(
+        f"the learner of agent {agent!r} failed {restarts + 1} times (restart budget max_learner_restarts="
+        f"{budget}); last failure: {monitor.errors.get(agent)}\n{monitor.tracebacks.get(agent, '')}"
+    )
 
 
 class LearnerSupervisor:
@@ -97,11 +103,7 @@ class LearnerSupervisor:
     def _schedule_restart(self, agent: str, now: float) -> None:
         restarts = self.stats.get(agent, S.RESTARTS)
         if restarts >= self.config.max_learner_restarts:
-            self.fatal = LearnerCrashedError(
-                f"the learner of agent {agent!r} failed {restarts + 1} times (restart budget "
-                f"max_learner_restarts={self.config.max_learner_restarts}); last failure: "
-                f"{self.monitor.errors.get(agent)}\n{self.monitor.tracebacks.get(agent, '')}"
-            )
+            self.fatal = restart_budget_error(agent, restarts, self.config.max_learner_restarts, self.monitor)
             self.monitor.request_stop(f"the learner of {agent!r} kept failing")
             return
         self.restart_at[agent] = now + self.config.restart_backoff_s * (2 ** restarts)
@@ -111,17 +113,15 @@ class LearnerSupervisor:
         if old.is_alive():
             old.kill()
         old.join(timeout=5)
-        setup = self.setups[agent]
-        checkpoint = setup.checkpoint_path if setup.checkpoint_path and os.path.exists(setup.checkpoint_path) else None
-        restarted = dataclasses.replace(setup, resume_state_path=checkpoint, init_from_slot=checkpoint is None)
+        setup = restarted(self.setups[agent])
         self.stats.add(agent, S.RESTARTS, 1)
         self.stats.set(agent, S.STATUS, S.STARTING)
         self.stats.beat(agent)
-        source = f"checkpoint {checkpoint}" if checkpoint else "its last published weights"
+        source = f"checkpoint {setup.resume_state_path}" if setup.resume_state_path else "its last published weights"
         print(f"pzasync: restarting the learner of agent {agent!r} from {source} "
               f"(restart {self.stats.get(agent, S.RESTARTS)} of {self.config.max_learner_restarts})",
               file=sys.stderr)
-        self._spawn(agent, restarted)
+        self._spawn(agent, setup)
 
     # ------------------------------------------------------------------------------------------ stopping
     def stop(self) -> None:
