@@ -48,8 +48,14 @@ class ActingAgent:
     float_paths: list[tuple] = field(default_factory=list)
     steps_word: int = 0
     steps_offset: int = 0
+    #: Whose learner counters apply (its own name, or its agent group's) and, in a group, its member index.
+    unit: str = ""
+    member: int | None = None
+    #: Transitions this agent wrote (a group's buffer counts all members together).
+    written: int = 0
 
     def __post_init__(self) -> None:
+        self.unit = self.unit or self.agent
         if self.slot is not None:
             self.vector = np.zeros(self.slot.size, np.float32)
         self.obs_keys = (["obs"] if not self.layout.nested_obs
@@ -126,7 +132,7 @@ class Actor:
 
     def _wait_if_ahead(self, a: ActingAgent) -> None:
         """Opt-in waits: under a replay ratio (bounded lead) or on-policy backpressure. Time is reported."""
-        stats, agent = self.stats, a.agent
+        stats, agent = self.stats, a.unit
         if stats.get(agent, S.STATUS) == S.CRASHED:
             return
         def ahead() -> bool:
@@ -165,6 +171,8 @@ class Actor:
         words[S.AGENT_STEPS] = self.total_steps
         out = {k: v[0] for k, v in extras.items()} if extras else {}
         out["policy_version"] = a.version
+        if a.member is not None:
+            out["member"] = a.member
         return actions[0], out
 
     def _finite(self, a: ActingAgent, t: Transition) -> bool:
@@ -185,6 +193,7 @@ class Actor:
                                      f"{self.total_steps} agent steps; RunConfig(nonfinite='count') counts instead")
         if a.buffer is not None:
             a.buffer.write(t)
+            a.written += 1
 
     # ------------------------------------------------------------------------------------------ the loop
     def run(

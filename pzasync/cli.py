@@ -1,4 +1,4 @@
-"""The `pzasync` command line: rollout, envs, clean (and, as they land, train / eval / bench)."""
+"""The `pzasync` command line: train, eval, bench, rollout, envs, clean, microbench."""
 
 from __future__ import annotations
 
@@ -13,9 +13,11 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 from rich.table import Table
 
+from .bench import CONFIGS, SCORES
 from .errors import UserInputError
 
 console = Console()
+errors = Console(stderr=True)
 
 DEFAULT_ENV = "pzasync.envs.forage"
 DEFAULT_TRAIN_ENV = "pettingzoo.classic.connect_four_v3"
@@ -28,7 +30,7 @@ class FriendlyGroup(click.Group):
         try:
             return super().invoke(ctx)
         except UserInputError as exc:
-            console.print(f"[bold red]error:[/] {exc}", highlight=False, soft_wrap=True)
+            errors.print(f"[bold red]error:[/] {exc}", highlight=False, soft_wrap=True)
             sys.exit(2)
 
 
@@ -160,6 +162,36 @@ def parse_learner_spec(text: str) -> Any:
     return (name, options) if options else name
 
 
+def learners_from_options(learner: str, learner_for: tuple[str, ...]) -> Any:
+    """--learner SPEC and repeated --learner-for AGENT=SPEC -> a learner spec for the runners."""
+    learners: Any = parse_learner_spec(learner)
+    if learner_for:
+        per_agent: dict[str, Any] = {"*": learners}
+        for item in learner_for:
+            agent, sep, spec = item.partition("=")
+            if not sep:
+                raise UserInputError(f"--learner-for {item!r}: expected AGENT=SPEC")
+            per_agent[agent] = parse_learner_spec(spec)
+        learners = per_agent
+    return learners
+
+
+def parse_env_args(items: tuple[str, ...]) -> dict[str, Any]:
+    """--env-arg KEY=VALUE (repeatable) -> env keyword arguments, values read as Python literals."""
+    import ast
+
+    kwargs: dict[str, Any] = {}
+    for item in items:
+        key, sep, raw = item.partition("=")
+        if not sep or not key:
+            raise UserInputError(f"--env-arg {item!r}: expected KEY=VALUE")
+        try:
+            kwargs[key] = ast.literal_eval(raw)
+        except (ValueError, SyntaxError):
+            kwargs[key] = raw
+    return kwargs
+
+
 @main.command()
 @click.argument("env_id", default=DEFAULT_TRAIN_ENV)
 @click.option("--learner", "learner", default="dqn", show_default=True,
@@ -184,15 +216,7 @@ def train(env_id: str, learner: str, learner_for: tuple[str, ...], runner: str, 
     from .config import RunConfig
     from .runners import AsyncRunner, SequentialRunner
 
-    learners: Any = parse_learner_spec(learner)
-    if learner_for:
-        per_agent: dict[str, Any] = {"*": learners}
-        for item in learner_for:
-            agent, sep, spec = item.partition("=")
-            if not sep:
-                raise UserInputError(f"--learner-for {item!r}: expected AGENT=SPEC")
-            per_agent[agent] = parse_learner_spec(spec)
-        learners = per_agent
+    learners = learners_from_options(learner, learner_for)
     if steps is None and minutes is None:
         minutes = 3.0
     config = RunConfig(seed=seed, publish_mode=publish, replay_ratio=replay_ratio, device=device, out_dir=out_dir,
@@ -257,6 +281,95 @@ def evaluate_cmd(run_dir: str, versus: str, episodes: int, seed: int) -> None:
         table.add_row(r.agent, f"{r.mean:+.3f} ± {r.mean_ci95:.3f}", f"{r.win_rate:.1%} [{lo:.1%}, {hi:.1%}]",
                       f"{r.wins}/{r.draws}/{r.episodes - r.wins - r.draws}")
     console.print(table)
+
+
+@main.command()
+@click.argument("env_id", default=DEFAULT_TRAIN_ENV)
+@click.option("--learner", "learner", default="dqn", show_default=True, help="Learner for every agent (as in train).")
+@click.option("--learner-for", "learner_for", multiple=True, metavar="AGENT=SPEC",
+              help="Learner for one agent, e.g. player_1=random (repeatable).")
+@click.option("--env-arg", "env_args", multiple=True, metavar="KEY=VALUE", help="Env keyword argument, e.g. N=4.")
+@click.option("--steps", default=30_000, show_default=True, help="Agent steps per trial.")
+@click.option("--replay-ratio", default=0.25, show_default=True,
+              help="Updates per agent step, the same in sequential and same-algorithm async trials.")
+@click.option("--seeds", default=5, show_default=True, help="Seeds per configuration.")
+@click.option("--configs", default=",".join(CONFIGS), show_default=True, help="Comma-separated configurations.")
+@click.option("--target", type=float, default=None,
+              help="Score to reach (e.g. 0.95): adds learning curves and time to target.")
+@click.option("--target-window", type=int, default=3, show_default=True,
+              help="Reached where the mean of this many consecutive evaluations first reaches the target.")
+@click.option("--from-json", "from_json", type=click.Path(exists=True, dir_okay=False), default=None,
+              help="Run nothing: show (and with --target, re-score) a report written by --json.")
+@click.option("--score", type=click.Choice(list(SCORES)), default="win_rate", show_default=True,
+              help="Evaluation score against random players.")
+@click.option("--eval-every", type=int, default=None, help="Agent steps between policy snapshots [steps/20].")
+@click.option("--eval-episodes", default=100, show_default=True, help="Games per snapshot evaluation.")
+@click.option("--cores", type=int, default=None, help="Pin each trial and its learners to the first N cores.")
+@click.option("--option", "run_options", multiple=True, metavar="KEY=VALUE",
+              help="Extra RunConfig option for every runner trial, e.g. publish_every=20.")
+@click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None, help="Write the report here.")
+@click.option("--plot", "plot_path", type=click.Path(dir_okay=False), default=None, help="Write the PNG here.")
+def bench(env_id: str, learner: str, learner_for: tuple[str, ...], env_args: tuple[str, ...], steps: int,
+          replay_ratio: float, seeds: int, configs: str, target: float | None, target_window: int,
+          from_json: str | None, score: str, eval_every: int | None, eval_episodes: int, cores: int | None,
+          run_options: tuple[str, ...], json_path: str | None, plot_path: str | None) -> None:
+    """Compare AsyncRunner with SequentialRunner and the bare loops on ENV_ID, same seeds and algorithm."""
+    import json
+
+    from rich.progress import TimeElapsedColumn
+
+    from .bench import BenchSettings, plan_trials, rescore, run_bench
+    from .bench_report import LABELS
+
+    if from_json is not None:
+        with open(from_json) as f:
+            report = json.load(f)
+        if target is not None or report["settings"].get("target") is not None:
+            report = rescore(report, target, target_window)
+        _show_bench(report, json_path, plot_path)
+        return
+    settings = BenchSettings(
+        env=env_id, env_kwargs=parse_env_args(env_args), learners=learners_from_options(learner, learner_for),
+        agent_steps=steps, replay_ratio=replay_ratio, seeds=seeds,
+        configs=tuple(c.strip() for c in configs.split(",") if c.strip()), target=target,
+        target_window=target_window, score=score,
+        eval_every=eval_every, eval_episodes=eval_episodes, cores=cores, run_options=parse_env_args(run_options),
+    ).validate()
+    total = len(plan_trials(settings))
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  console=console, transient=True) as progress:
+        overall = progress.add_task("trials", total=total)
+        current = progress.add_task("", total=steps)
+
+        def on_trial_start(i: int, spec: Any) -> None:
+            progress.update(overall, completed=i)
+            progress.reset(current, total=steps,
+                           description=f"{LABELS[spec.config]}, seed {spec.seed} (agent steps; then evaluation)")
+
+        report = run_bench(settings, on_trial_start=on_trial_start,
+                           on_progress=lambda n: progress.update(current, completed=n))
+        progress.update(overall, completed=len(report["trials"]))
+    _show_bench(report, json_path, plot_path)
+    if report["interrupted"]:
+        console.print("[yellow]interrupted: the report holds the trials that finished[/]")
+        raise SystemExit(130)
+
+
+def _show_bench(report: dict[str, Any], json_path: str | None, plot_path: str | None) -> None:
+    import json
+
+    from .bench_report import headline_lines, plot_report, summary_tables
+
+    for table in summary_tables(report):
+        console.print(table)
+    for line in headline_lines(report):
+        console.print(line, soft_wrap=True)
+    if json_path:
+        with open(json_path, "w") as f:
+            json.dump(report, f, indent=1)
+        console.print(f"report: {json_path}")
+    if plot_path:
+        console.print(f"plot: {plot_report(report, plot_path)}")
 
 
 @main.command()

@@ -58,6 +58,14 @@ class RunConfig:
     nonfinite: str = "count"
     #: Show a live progress display.
     progress: bool = False
+    #: Parameter sharing: group name -> member agents (names or fnmatch patterns such as "piston_*"). Each
+    #: group gets one learner, one buffer and one slot; its members act with copies of the one policy and
+    #: their transitions carry `member` (index in the group) so the learner can tell them apart. Learner
+    #: specs and `devices` may name the group. Agents in no group keep their own learner.
+    agent_groups: dict[str, list[str]] = field(default_factory=dict)
+    #: Every this many agent steps (at the next episode end), keep a copy of each learning agent's acting
+    #: policy in `RunResult.snapshots`, so learning curves can be evaluated after the run, outside its timing.
+    snapshot_every_steps: int | None = None
 
     def validate(self) -> RunConfig:
         """Raise ConfigError naming the first bad option; returns self."""
@@ -82,9 +90,10 @@ class RunConfig:
             bad("sequential_replay_ratio", "must be a positive number")
         if self.torch_threads is not None and (not isinstance(self.torch_threads, int) or self.torch_threads < 1):
             bad("torch_threads", "must be an integer >= 1 or None")
-        if self.max_episode_steps is not None and (not isinstance(self.max_episode_steps, int)
-                                                   or self.max_episode_steps < 1):
-            bad("max_episode_steps", "must be an integer >= 1 or None")
+        for name in ("max_episode_steps", "snapshot_every_steps"):
+            value = getattr(self, name)
+            if value is not None and (not isinstance(value, int) or value < 1):
+                bad(name, "must be an integer >= 1 or None")
         for name in ("checkpoint_every_s",):
             if getattr(self, name) < 0:
                 bad(name, "must be >= 0")
@@ -97,6 +106,14 @@ class RunConfig:
             bad("restart_backoff_s", "must be >= 0")
         if self.nonfinite not in ("count", "raise"):
             bad("nonfinite", "must be 'count' or 'raise'")
+        if not isinstance(self.agent_groups, dict):
+            bad("agent_groups", "must be a dict of group name -> list of agent names or patterns")
+        for group, members in self.agent_groups.items():
+            if not isinstance(group, str) or not group or group == "*":
+                raise ConfigError(f"option agent_groups: group name {group!r} must be a non-empty string other than '*'")
+            if isinstance(members, str) or not members or not all(isinstance(m, str) for m in members):
+                raise ConfigError(f"option agent_groups: group {group!r} needs a non-empty list of agent names or "
+                                  f"patterns, got {members!r}")
         for agent, device in {"*": self.device, **self.devices}.items():
             if not isinstance(device, str) or not (device == "cpu" or device.startswith("cuda") or device == "mps"):
                 raise ConfigError(f"option device for agent {agent!r}: {device!r} is not 'cpu', 'cuda[:N]' or 'mps'")

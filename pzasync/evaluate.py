@@ -122,7 +122,7 @@ def play(env_spec: Any, actors: dict[str, ActFn], episodes: int, seed: int,
 
 
 def load_run_policies(run_dir: str | Path) -> dict[str, tuple[Any, AgentLayout]]:
-    """Greedy policies of every agent with a checkpoint in a run directory."""
+    """Greedy policies of every agent with a checkpoint (its own, or its agent group's) in a run directory."""
     from .environments import EnvSpec
     from .learners.players import load_checkpoint_policy
     from .rundir import RunDirectory
@@ -136,9 +136,13 @@ def load_run_policies(run_dir: str | Path) -> dict[str, tuple[Any, AgentLayout]]
         layouts = env_layouts(env, probe_info_masks(env))
     finally:
         env.close()
+    from .plan import resolve_groups
+
+    groups = resolve_groups(info.get("config", {}).get("agent_groups", {}), list(layouts))
+    group_of = {a: g for g, members in groups.items() for a in members}
     policies = {}
     for agent, layout in layouts.items():
-        path = Path(rd.checkpoint_path(agent))
+        path = Path(rd.checkpoint_path(group_of.get(agent, agent)))  # a group's members share its checkpoint
         if path.exists():
             policies[agent] = (load_checkpoint_policy(str(path), layout), layout)
     if not policies:

@@ -54,13 +54,16 @@ class LearnerSetup:
     #: The runner's pid. Recorded by the runner, not read with getppid() in the child: if the runner dies
     #: before the child gets that far, getppid() already names the process that adopted it.
     parent_pid: int = 0
+    #: An agent group's members (then `agent` is the group's name).
+    members: list[str] = dataclasses.field(default_factory=list)
 
 
 def build_learner(setup: LearnerSetup) -> Any:
     from .learners import LearnerContext, resolve_learner
 
     cls, _ = resolve_learner(setup.learner_path, setup.agent)
-    learner = cls(LearnerContext(setup.agent, setup.layout, setup.config, setup.device, setup.seed))
+    learner = cls(LearnerContext(setup.agent, setup.layout, setup.config, setup.device, setup.seed,
+                                     members=list(setup.members)))
     if setup.resume_state_path and os.path.exists(setup.resume_state_path):
         import torch
 
@@ -99,6 +102,9 @@ class LearnerDriver:
         self.updates = setup.stats.get(setup.agent, S.UPDATES)
         self.last_metrics: dict[str, float] = {}
         self.lags: deque[float] = deque(maxlen=20_000)
+        from .results import process_usage
+
+        self._cpu_at_start = process_usage()[0]  # the report counts CPU from here: imports and start-up excluded
         self._pending: list[dict[str, np.ndarray]] = []
         self._pending_rows = 0
         self._vector = np.zeros(setup.slot.size, np.float32)
@@ -163,9 +169,12 @@ class LearnerDriver:
         return float(values.mean()), float(np.percentile(values, 95))
 
     def report(self) -> dict[str, Any]:
+        from .results import process_usage
+
         mean, p95 = self.lag_summary()
+        cpu, rss = process_usage()
         return {"updates": self.updates, "metrics": self.last_metrics, "lag_mean": mean, "lag_p95": p95,
-                "dropped": self.buffer.dropped}
+                "dropped": self.buffer.dropped, "process_cpu_seconds": cpu - self._cpu_at_start, "process_peak_rss_mb": rss}
 
     def save_checkpoint(self, path: str) -> None:
         from .learners.players import save_checkpoint

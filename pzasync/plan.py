@@ -2,14 +2,18 @@
 
 `RunPlan` resolves the env spec, each agent's learner and options, the storage layouts and the shared-memory
 budget, raising a `UserInputError` that names the agent, space or option at fault. `allocate` then creates the
-per-agent buffers and slots and the run's counters; `release` closes and unlinks all of them.
+buffers and slots and the run's counters; `release` closes and unlinks all of them.
+
+A *learner unit* owns one learner, buffer and slot: an agent on its own, or an agent group
+(`RunConfig.agent_groups`, parameter sharing) whose members all act with copies of its one policy.
 """
 
 from __future__ import annotations
 
+import fnmatch
 import os
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from .buffer import SharedRingBuffer
@@ -37,6 +41,15 @@ class AgentPlan:
     policy_floats: int
     buffer: SharedRingBuffer | None = None
     slot: PolicySlot | None = None
+    #: The learner unit this agent belongs to: its own name, or its group's.
+    unit: str = ""
+    #: In a group: this agent's index among the members (the `member` field of its transitions).
+    member: int | None = None
+    #: For a group's unit: its member agents, in env order.
+    members: list[str] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.unit = self.unit or self.agent
 
     @property
     def learns(self) -> bool:
@@ -60,16 +73,54 @@ class AgentPlan:
         return policy
 
 
-def _learner_specs(learners: Any, agents: list[str]) -> dict[str, Any]:
+def usable_cores() -> int:
+    """Cores this process may run on (its affinity mask, e.g. under `pzasync bench --cores` or taskset)."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
+
+
+def resolve_groups(groups: dict[str, list[str]], agents: list[str]) -> dict[str, list[str]]:
+    """Expand `RunConfig.agent_groups` patterns against the env's agents: group -> members in env order."""
+    taken: dict[str, str] = {}
+    resolved: dict[str, list[str]] = {}
+    for group, patterns in groups.items():
+        if group in agents:
+            raise ConfigError(f"agent group {group!r} has the name of one of the env's agents; rename the group")
+        members = []
+        for pattern in patterns:
+            matched = [a for a in agents if fnmatch.fnmatchcase(a, pattern)]
+            if not matched:
+                raise ConfigError(f"agent group {group!r}: {pattern!r} matches none of the env's agents {agents}")
+            members += [a for a in matched if a not in members]
+        for agent in members:
+            if agent in taken:
+                raise ConfigError(f"agent {agent!r} is in two agent groups, {taken[agent]!r} and {group!r}")
+            taken[agent] = group
+        resolved[group] = [a for a in agents if a in members]
+    return resolved
+
+
+def _learner_specs(learners: Any, agents: list[str], groups: dict[str, list[str]]) -> dict[str, Any]:
+    """Learner spec per agent; a group's members take the spec given under the group's name (or the default)."""
+    group_of = {a: g for g, members in groups.items() for a in members}
     if isinstance(learners, dict):
         default = learners.get("*")
-        unknown = sorted(set(learners) - set(agents) - {"*"})
+        unknown = sorted(set(learners) - set(agents) - set(groups) - {"*"})
         if unknown:
-            raise ConfigError(f"learners given for unknown agent(s) {unknown}; the env's agents are {agents}")
-        missing = [a for a in agents if a not in learners and default is None]
-        if missing:
-            raise ConfigError(f"no learner for agent(s) {missing}; give one per agent or a default under '*'")
-        return {a: learners.get(a, default) for a in agents}
+            raise ConfigError(f"learners given for unknown agent(s) {unknown}; the env's agents are {agents}"
+                              + (f" and its agent groups {sorted(groups)}" if groups else ""))
+        grouped = sorted(a for a in learners if a in group_of)
+        if grouped:
+            raise ConfigError(f"agent(s) {grouped} are in agent group(s) "
+                              f"{sorted({group_of[a] for a in grouped})}: give the learner under the group's name")
+        if default is None:
+            missing = list(dict.fromkeys(group_of.get(a, a) for a in agents if group_of.get(a, a) not in learners))
+            if missing:
+                kind = "agent group(s)" if all(m in groups for m in missing) else "agent(s)"
+                raise ConfigError(f"no learner for {kind} {missing}; give one per agent (or agent group) or a "
+                                  f"default under '*'")
+        return {a: learners.get(group_of.get(a, a), default) for a in agents}
     return dict.fromkeys(agents, learners)
 
 
@@ -88,8 +139,10 @@ class RunPlan:
         finally:
             probe.close()
         self.run_id = run_id or new_run_id()
+        #: Env agent -> group members; `units` below holds one plan per learner unit.
+        self.groups = resolve_groups(self.config.agent_groups, agents)
         self.agents: dict[str, AgentPlan] = {}
-        for index, (agent, spec) in enumerate(_learner_specs(learners, agents).items()):
+        for index, (agent, spec) in enumerate(_learner_specs(learners, agents, self.groups).items()):
             cls, options = resolve_learner(spec, agent)
             cls.check_spaces(layouts[agent])
             options = cls.validate_config(agent, options)
@@ -100,13 +153,23 @@ class RunPlan:
             size = policy_size(cls.build_policy(layouts[agent], options))
             self.agents[agent] = AgentPlan(agent, index, cls, name if isinstance(name, str) else cls.__name__,
                                            options, layouts[agent], max(2, capacity), size)
+        self.units: dict[str, AgentPlan] = {}
+        grouped = {a for members in self.groups.values() for a in members}
+        for agent, p in self.agents.items():
+            if agent not in grouped:
+                self.units[agent] = p
+        for group, members in self.groups.items():
+            self.units[group] = self._group_unit(group, members)
         self._check_devices()
-        self.learning = [p for p in self.agents.values() if p.learns]
+        #: The learner units that learn: one learner process (async) or driver (sequential) each.
+        self.learning = [p for p in self.units.values() if p.learns]
+        #: Bytes of shared memory actually created by `allocate` (0 before).
+        self.shm_in_use = 0
         self.shm_bytes = sum(
             SharedRingBuffer.nbytes_for(p.layout, p.capacity, p.learner_cls.extras) + 2 * 4 * p.policy_floats + 4096
             for p in self.learning
         )
-        check_fits(f"the run's buffers and slots ({len(self.learning)} learning agents)", self.shm_bytes)
+        check_fits(f"the run's buffers and slots ({len(self.learning)} learners)", self.shm_bytes)
         self.stats: RunStats | None = None
         self.removed_stale = clean_stale()
         if self.removed_stale:
@@ -115,8 +178,27 @@ class RunPlan:
             print(f"pzasync: removed {len(self.removed_stale)} shared-memory segment(s) ({total:,} bytes) left by "
                   f"dead run(s) {', '.join(runs)}", file=sys.stderr)
 
+    def _group_unit(self, group: str, members: list[str]) -> AgentPlan:
+        """One learner unit for the group's members, which must agree on spaces (what one policy needs)."""
+        first = self.agents[members[0]]
+        for agent in members[1:]:
+            other = self.agents[agent]
+            for what, mine, theirs in (("observation", first.layout.obs_space, other.layout.obs_space),
+                                       ("action", first.layout.action_space, other.layout.action_space),
+                                       ("action mask shape", first.layout.mask_shape, other.layout.mask_shape)):
+                if mine != theirs:
+                    raise ConfigError(
+                        f"agent group {group!r}: {members[0]!r} and {agent!r} have different {what} spaces "
+                        f"({mine} vs {theirs}); one shared policy needs equal spaces. Pad them first, e.g. with "
+                        f"supersuit.pad_observations_v0 / pad_action_space_v0")
+        unit = AgentPlan(group, first.index, first.learner_cls, first.learner_name, first.options, first.layout,
+                         first.capacity, first.policy_floats, members=list(members))
+        for i, agent in enumerate(members):
+            self.agents[agent].unit, self.agents[agent].member = group, i
+        return unit
+
     def _check_devices(self) -> None:
-        wanted = {self.config.device_for(a) for a, p in self.agents.items() if p.learns}
+        wanted = {self.config.device_for(a) for a, p in self.units.items() if p.learns}
         if any(d.startswith("cuda") for d in wanted):
             import torch
 
@@ -126,38 +208,50 @@ class RunPlan:
                 if ":" in device and int(device.split(":")[1]) >= torch.cuda.device_count():
                     raise ConfigError(f"device {device!r}: only {torch.cuda.device_count()} CUDA device(s) here")
 
-    def learner_context(self, agent: str) -> LearnerContext:
-        plan = self.agents[agent]
-        return LearnerContext(agent, plan.layout, plan.options, self.config.device_for(agent),
-                              plan.seed(self.config.seed))
+    def learner_context(self, unit: str) -> LearnerContext:
+        plan = self.units[unit]
+        return LearnerContext(unit, plan.layout, plan.options, self.config.device_for(unit),
+                              plan.seed(self.config.seed), members=list(plan.members))
 
     def torch_threads(self, processes: int) -> int:
-        return self.config.torch_threads or max(1, (os.cpu_count() or 1) // max(1, processes))
+        return self.config.torch_threads or max(1, usable_cores() // max(1, processes))
 
     def allocate(self) -> None:
-        """Create every agent's buffer and slot and the run's counters (owned by this process)."""
+        """Create every learner unit's buffer and slot and the run's counters (owned by this process)."""
         try:
-            self.stats = RunStats.create(self.run_id, list(self.agents))
-            for plan in self.agents.values():
-                if not plan.learns:
-                    self.stats.set(plan.agent, STATUS, NOT_LEARNING)
+            names = list(self.agents) + [g for g in self.groups]
+            self.stats = RunStats.create(self.run_id, names)
+            for unit in self.units.values():
+                if not unit.learns:
+                    self.stats.set(unit.agent, STATUS, NOT_LEARNING)
                     continue
-                label = f"a{plan.index}"
-                plan.buffer = SharedRingBuffer.create(plan.layout, plan.capacity, plan.learner_cls.extras,
+                label = f"a{unit.index}" if not unit.members else f"g{unit.index}"
+                extras = dict(unit.learner_cls.extras)
+                if unit.members:
+                    extras["member"] = "int16"
+                unit.buffer = SharedRingBuffer.create(unit.layout, unit.capacity, extras,
                                                       run_id=self.run_id, label=f"buf-{label}")
-                plan.slot = PolicySlot.create(plan.policy_floats, self.config.publish_mode, run_id=self.run_id,
+                unit.slot = PolicySlot.create(unit.policy_floats, self.config.publish_mode, run_id=self.run_id,
                                               label=f"slot-{label}")
+            for p in self.agents.values():
+                if p.unit != p.agent:
+                    p.buffer, p.slot = self.units[p.unit].buffer, self.units[p.unit].slot
+                    if not p.learns:
+                        self.stats.set(p.agent, STATUS, NOT_LEARNING)
+            self.shm_in_use = self.stats._segment.size + sum(
+                u.buffer.nbytes + u.slot.nbytes for u in self.units.values() if u.buffer is not None)
         except BaseException:
             self.release()
             raise
 
     def release(self) -> None:
         """Close and unlink everything `allocate` created; safe to call more than once."""
-        for plan in self.agents.values():
+        for plan in self.units.values():
             for resource in (plan.buffer, plan.slot):
                 if resource is not None:
                     resource.close()
                     resource.unlink()
+        for plan in [*self.units.values(), *self.agents.values()]:
             plan.buffer = plan.slot = None
         if self.stats is not None:
             self.stats.close()

@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from . import stats as S
+from .results import PolicySnapshot, process_usage
 from .rundir import RunDirectory
 
 
@@ -43,16 +44,22 @@ class RunMonitor:
         self._actor: Any = None
         self._acting_start = start
         self._acting_end: float | None = None
+        self._acting_cpu = 0.0
         self._live: Any = None
         self._show = show
         #: Called at every poll (every POLL_EVERY_S): the sequential runner refreshes learner reports here.
         self.on_poll: Any = None
         self._watch_stop = threading.Event()
+        #: RunConfig.snapshot_every_steps: policy copies taken at episode ends (RunResult.snapshots).
+        self.snapshot_every: int | None = None
+        self.snapshots: list[PolicySnapshot] = []
+        self._next_snapshot = 0
 
     # -------------------------------------------------------------------------------------- events
     def started(self, actor: Any, heartbeat_timeout_s: float | None = None) -> None:
         self._actor = actor
         self._acting_start = time.monotonic()
+        self._acting_cpu = process_usage()[0]
         self.plan.stats.beat()
         if heartbeat_timeout_s:
             self._watchdog = threading.Thread(target=self._watch_actor, args=(heartbeat_timeout_s,), daemon=True,
@@ -67,6 +74,7 @@ class RunMonitor:
     def finished(self) -> None:
         """The actor stopped: what follows (joins, checkpoints, plots) is not acting time."""
         self._acting_end = time.monotonic()
+        self._acting_cpu = process_usage()[0] - self._acting_cpu
         self._watch_stop.set()
 
     def _watch_actor(self, timeout: float) -> None:
@@ -83,6 +91,10 @@ class RunMonitor:
     def startup_seconds(self, wall: float) -> float:
         return self._acting_start - self.start if self._actor is not None else wall
 
+    def acting_cpu_seconds(self) -> float:
+        """CPU seconds this process spent while the actor was stepping."""
+        return self._acting_cpu if self._acting_end is not None else 0.0
+
     def acting_seconds(self) -> float:
         """Seconds the actor was stepping: the denominator of agent-steps/s (start-up and shutdown excluded)."""
         if self._actor is None:
@@ -92,10 +104,23 @@ class RunMonitor:
     def episode(self, summary: Any) -> None:
         for agent, value in summary.returns.items():
             self.returns[agent].append(value)
+        if self.snapshot_every is not None and self._actor.total_steps >= self._next_snapshot:
+            self.take_snapshot()
         if self.run_dir is not None:
             self._episode_rows.append({"episode": summary.index, "wall_s": round(time.monotonic() - self.start, 4),
                                        "agent_steps": self._actor.total_steps if self._actor else 0,
                                        "returns": summary.returns, "cut_by_actor": summary.cut_by_actor})
+
+    def take_snapshot(self) -> None:
+        """Copy every learning agent's acting policy, with the time and counts it belongs to."""
+        actor, stats = self._actor, self.plan.stats
+        learning = [a for a in actor.agents.values() if a.learns and a.vector is not None]
+        self.snapshots.append(PolicySnapshot(
+            agent_steps=actor.total_steps, seconds=time.monotonic() - self._acting_start,
+            updates={a.agent: stats.get(a.unit, S.UPDATES) for a in learning},
+            versions={a.agent: a.version for a in learning},
+            vectors={a.agent: a.vector.copy() for a in learning}))
+        self._next_snapshot = (actor.total_steps // self.snapshot_every + 1) * self.snapshot_every
 
     def learner_error(self, agent: str, summary: str, trace: str) -> None:
         """Record a crashed learner; the first crash of an agent prints its traceback, later ones one line.
@@ -187,11 +212,13 @@ class RunMonitor:
         stats = self.plan.stats
         for agent, p in self.plan.agents.items():
             recent = self.returns.get(agent, [])[-100:]
-            report = self.reports.get(agent, {})
-            status = S.STATUS_NAMES.get(stats.get(agent, S.STATUS), "?") if stats is not None else "-"
-            table.add_row(agent, p.learner_name, f"{np.mean(recent):+.3f}" if recent else "-",
-                          f"{stats.get(agent, S.UPDATES):,}" if stats is not None else "-",
-                          str(stats.get(agent, S.VERSION)) if stats is not None else "-",
+            unit = p.unit
+            report = self.reports.get(unit, {})
+            status = S.STATUS_NAMES.get(stats.get(unit, S.STATUS), "?") if stats is not None else "-"
+            table.add_row(agent if unit == agent else f"{agent} ({unit})", p.learner_name,
+                          f"{np.mean(recent):+.3f}" if recent else "-",
+                          f"{stats.get(unit, S.UPDATES):,}" if stats is not None else "-",
+                          str(stats.get(unit, S.VERSION)) if stats is not None else "-",
                           f"{report.get('lag_mean', 0):.1f}/{report.get('lag_p95', 0):.0f}" if p.learns else "-",
-                          ("[red]" + status + "[/]") if agent in self.errors else status)
+                          ("[red]" + status + "[/]") if unit in self.errors else status)
         return table

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import resource
+import sys
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -15,6 +17,9 @@ class AgentResult:
 
     agent: str
     learner: str
+    #: The agent group whose learner this agent shares (RunConfig.agent_groups); None on its own. Learner
+    #: figures (updates, version, lag, waits, restarts, dropped) are then the group's.
+    group: str | None = None
     updates: int = 0
     published_version: int = 0
     last_metrics: dict[str, float] = field(default_factory=dict)
@@ -29,10 +34,26 @@ class AgentResult:
     restarts: int = 0
     error: str | None = None
     nonfinite_transitions: int = 0
+    #: CPU seconds (since its learner started) and peak resident memory of this agent's learner process
+    #: (async runner only; in the sequential runner learners share the runner's process: RunResult.process_*).
+    learner_cpu_seconds: float | None = None
+    learner_peak_rss_mb: float | None = None
 
     @property
     def mean_return(self) -> float:
         return float(np.mean(self.episode_returns)) if self.episode_returns else float("nan")
+
+
+@dataclass
+class PolicySnapshot:
+    """Each learning agent's acting policy at one moment of a run (`RunConfig.snapshot_every_steps`)."""
+
+    agent_steps: int
+    #: Seconds since acting started (start-up excluded), when the copy was taken.
+    seconds: float
+    updates: dict[str, int]
+    versions: dict[str, int]
+    vectors: dict[str, np.ndarray]
 
 
 @dataclass
@@ -51,13 +72,23 @@ class RunResult:
     agents: dict[str, AgentResult]
     run_dir: str | None = None
     config: dict[str, Any] = field(default_factory=dict)
+    #: CPU seconds of the runner's own process while acting, and its peak resident memory (lifetime): the
+    #: actor, plus the learners in the sequential runner.
+    process_cpu_seconds: float = 0.0
+    process_peak_rss_mb: float = 0.0
+    #: Bytes of shared memory the run's buffers, slots and counters occupied.
+    shm_bytes: int = 0
+    #: Policy copies taken during the run (not part of the JSON form).
+    snapshots: list[PolicySnapshot] = field(default_factory=list, repr=False)
 
     @property
     def updates_per_agent_step(self) -> dict[str, float]:
         return {a: r.updates / r.agent_steps if r.agent_steps else 0.0 for a, r in self.agents.items()}
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        data = asdict(self)
+        data.pop("snapshots")
+        return data
 
     def to_json(self, path: str) -> None:
         with open(path, "w") as f:
@@ -65,5 +96,13 @@ class RunResult:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> RunResult:
+        data = dict(data)
         agents = {k: AgentResult(**v) for k, v in data.pop("agents").items()}
         return cls(agents=agents, **data)
+
+
+def process_usage() -> tuple[float, float]:
+    """CPU seconds (user + system) and peak RSS in MiB of the calling process, from getrusage."""
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    peak = usage.ru_maxrss / (1024 * 1024 if sys.platform == "darwin" else 1024)  # bytes on macOS, KiB on Linux
+    return usage.ru_utime + usage.ru_stime, peak

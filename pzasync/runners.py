@@ -23,7 +23,7 @@ from .learner_loop import LearnerDriver, LearnerSetup, restarted, start_driver
 from .plan import AgentPlan, RunPlan
 from .progress import RunMonitor
 from .supervisor import LearnerSupervisor, restart_budget_error
-from .results import AgentResult, RunResult
+from .results import AgentResult, RunResult, process_usage
 from .rundir import RunDirectory, plot_returns
 
 
@@ -38,6 +38,8 @@ class _Runner:
         self.resume_dir: RunDirectory | None = None
         self._resumed_steps: dict[str, int] = {}
         self._resumed_updates: dict[str, int] = {}
+        #: The actor of the current (or last) run; its `total_steps` can be read from another thread.
+        self.actor: Actor | None = None
 
     @classmethod
     def resume(cls, run_dir: str, **config_overrides: Any) -> _Runner:
@@ -72,7 +74,7 @@ class _Runner:
             seed=plan.seed(self.config.seed), torch_threads=threads,
             checkpoint_path=run_dir.checkpoint_path(plan.agent) if run_dir else None,
             resume_state_path=self.resume_dir.checkpoint_path(plan.agent) if self.resume_dir else None,
-            parent_pid=os.getpid(),
+            parent_pid=os.getpid(), members=list(plan.members),
         )
 
     def _acting_agents(self) -> dict[str, ActingAgent]:
@@ -80,7 +82,8 @@ class _Runner:
         for agent, p in self.plan.agents.items():
             starts = int(p.options.get("learning_starts", p.options.get("batch_size", 64)))
             a = ActingAgent(agent, p.layout, p.build_policy(self.config.seed), p.learns, p.learner_cls.on_policy,
-                            p.slot, p.buffer, starts, steps=self._resumed_steps.get(agent, 0))
+                            p.slot, p.buffer, starts, steps=self._resumed_steps.get(agent, 0), unit=p.unit,
+                            member=p.member)
             a.policy.on_actor_steps(a.steps)
             acting[agent] = a
         return acting
@@ -89,11 +92,12 @@ class _Runner:
         cfg = self.config
         ratio = cfg.replay_ratio if self.kind == "async" else None
         env = self.plan.env_spec.make()
-        return Actor(env, acting, self.plan.stats, replay_ratio=ratio, max_lead=cfg.max_actor_lead,
+        self.actor = Actor(env, acting, self.plan.stats, replay_ratio=ratio, max_lead=cfg.max_actor_lead,
                      backpressure=cfg.backpressure if self.kind == "async" else False,
                      check_rewards=cfg.check_rewards, max_episode_steps=cfg.max_episode_steps,
                      before_decision=before_decision, env_name=self.plan.env_spec.name,
                      raise_on_nonfinite=cfg.nonfinite == "raise")
+        return self.actor
 
     def _run_dir(self) -> RunDirectory | None:
         if self.resume_dir is not None:
@@ -115,19 +119,24 @@ class _Runner:
         stats = self.plan.stats
         agents = {}
         for agent, p in self.plan.agents.items():
-            report = reports.get(agent, {})
+            unit = p.unit  # learner-side figures belong to the agent's learner unit (itself, or its group)
+            report = reports.get(unit, {})
+            acting = actor.agents[agent] if actor else None
             agents[agent] = AgentResult(
-                agent=agent, learner=p.learner_name,
-                updates=stats.get(agent, S.UPDATES) + self._resumed_updates.get(agent, 0),
-                published_version=stats.get(agent, S.VERSION), last_metrics=report.get("metrics", {}),
-                episode_returns=monitor.returns.get(agent, []), agent_steps=stats.get(agent, S.STEPS) + self._resumed_steps.get(agent, 0),
-                transitions_written=p.buffer.written if p.buffer is not None else 0,
+                agent=agent, learner=p.learner_name, group=unit if unit != agent else None,
+                updates=stats.get(unit, S.UPDATES) + self._resumed_updates.get(agent, 0),
+                published_version=stats.get(unit, S.VERSION), last_metrics=report.get("metrics", {}),
+                episode_returns=monitor.returns.get(agent, []),
+                agent_steps=stats.get(agent, S.STEPS) + self._resumed_steps.get(agent, 0),
+                transitions_written=acting.written if acting else 0,
                 transitions_dropped=p.buffer.dropped if p.buffer is not None else 0,
                 policy_lag_mean=report.get("lag_mean", 0.0), policy_lag_p95=report.get("lag_p95", 0.0),
-                learner_wait_s=stats.get(agent, S.LEARNER_WAIT_NS) / 1e9,
-                actor_wait_s=stats.get(agent, S.ACTOR_WAIT_NS) / 1e9,
-                restarts=stats.get(agent, S.RESTARTS), error=monitor.errors.get(agent),
-                nonfinite_transitions=actor.agents[agent].nonfinite if actor else 0,
+                learner_wait_s=stats.get(unit, S.LEARNER_WAIT_NS) / 1e9,
+                actor_wait_s=stats.get(unit, S.ACTOR_WAIT_NS) / 1e9,
+                restarts=stats.get(unit, S.RESTARTS), error=monitor.errors.get(unit),
+                nonfinite_transitions=acting.nonfinite if acting else 0,
+                learner_cpu_seconds=report.get("process_cpu_seconds") if self.kind == "async" else None,
+                learner_peak_rss_mb=report.get("process_peak_rss_mb") if self.kind == "async" else None,
             )
         steps = actor.total_steps if actor else 0
         startup, acting_time = monitor.startup_seconds(wall), max(1e-9, monitor.acting_seconds())
@@ -137,7 +146,10 @@ class _Runner:
             acting_seconds=acting_time,
             actor_steps_per_second=steps / acting_time, stopped_because=reason, agents=agents,
             run_dir=str(run_dir.path) if run_dir else None, config=self.config.as_dict(),
+            shm_bytes=self.plan.shm_in_use, snapshots=monitor.snapshots,
         )
+        result.process_peak_rss_mb = process_usage()[1]
+        result.process_cpu_seconds = monitor.acting_cpu_seconds()
         if run_dir is not None:
             run_dir.write_json("result.json", result.to_dict())
             plot_returns(run_dir, f"{result.env}: {self.kind} runner")
@@ -146,6 +158,7 @@ class _Runner:
 
     def _act(self, actor: Actor, monitor: RunMonitor, agent_steps: int | None, messages: Any) -> str | None:
         """Run the actor until its budget, a time limit, Ctrl-C or SIGTERM; returns why it stopped early."""
+        monitor.snapshot_every = self.config.snapshot_every_steps
         monitor.started(actor, self.config.heartbeat_timeout_s)
         with _StopOnSignal(monitor):
             try:
@@ -274,17 +287,20 @@ class SequentialRunner(_Runner):
                 plan.stats.add(agent, S.RESTARTS, 1)
                 plan.stats.set(agent, S.STATUS, S.RUNNING)
 
+            units = {agent: p.unit for agent, p in plan.agents.items()}
+
             def before_decision(agent: str) -> None:
-                driver = drivers.get(agent)
+                unit = units[agent]
+                driver = drivers.get(unit)
                 if driver is not None and not fatal:
                     try:
                         while driver.try_update():
                             pass
                     except Exception as exc:  # noqa: BLE001 - a crashed learner is reported; acting goes on
-                        plan.stats.set(agent, S.STATUS, S.CRASHED)
-                        monitor.learner_error(agent, f"{type(exc).__name__}: {exc}", traceback.format_exc())
+                        plan.stats.set(unit, S.STATUS, S.CRASHED)
+                        monitor.learner_error(unit, f"{type(exc).__name__}: {exc}", traceback.format_exc())
                         monitor.crashes.clear()
-                        restart(agent)
+                        restart(unit)
                 if run_dir and cfg.checkpoint_every_s and time.monotonic() - last_checkpoint[0] > cfg.checkpoint_every_s:
                     last_checkpoint[0] = time.monotonic()
                     for a, d in drivers.items():

@@ -49,6 +49,8 @@ class LearnerContext:
     config: dict[str, Any] = field(default_factory=dict)
     device: str = "cpu"
     seed: int = 0
+    #: For an agent group (parameter sharing): the member agents, in the order of the batch's `member` field.
+    members: list[str] = field(default_factory=list)
 
 
 class Learner(ABC):

@@ -149,7 +149,8 @@ class PPOLearner(Learner):
         return self.net
 
     def compute_advantages(self, batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
-        """GAE over the chunk in order, with values from the current network; returns (advantages, returns)."""
+        """GAE over the chunk in order (per member for agent groups), with values from the current network;
+        returns (advantages, returns)."""
         dev, layout = self.device, self.ctx.layout
         with torch.no_grad():
             values = self.net.value(obs_tensors(batch, layout, "obs", dev)).cpu().double().numpy()
@@ -160,10 +161,17 @@ class PPOLearner(Learner):
         gamma, lam = float(self.config["gamma"]), float(self.config["gae_lambda"])
         deltas = rewards + gamma * next_values * alive - values
         advantages = np.zeros_like(deltas)
-        running = 0.0  # the chunk's last transition has no successor here: it bootstraps from its next_obs only
-        for t in range(len(deltas) - 1, -1, -1):
-            running = deltas[t] + gamma * lam * goes_on[t] * running
-            advantages[t] = running
+        # An agent group's members interleave in one chunk: each member's own transitions, in order, form its
+        # trajectory, so GAE runs per member. A trajectory's last transition in the chunk has no successor
+        # here: it bootstraps from its next_obs only.
+        members = batch.get("member")
+        tracks = [np.arange(len(deltas))] if members is None else [
+            np.flatnonzero(members == m) for m in np.unique(members)]
+        for rows in tracks:
+            running = 0.0
+            for t in rows[::-1]:
+                running = deltas[t] + gamma * lam * goes_on[t] * running
+                advantages[t] = running
         adv = torch.as_tensor(advantages, dtype=torch.float32, device=dev)
         return adv, adv + torch.as_tensor(values, dtype=torch.float32, device=dev)
 

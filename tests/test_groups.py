@@ -1,0 +1,121 @@
+"""Agent groups (parameter sharing): several agents, one learner, one buffer, one slot; every transition
+attributed to the member that made it."""
+
+from __future__ import annotations
+
+import glob
+
+import numpy as np
+import pytest
+import torch
+
+from pzasync import AsyncRunner, RunConfig, SequentialRunner
+from pzasync.errors import ConfigError
+from pzasync.learners import LearnerContext
+from pzasync.learners.ppo import PPOLearner
+from pzasync.plan import RunPlan
+from pzasync.spaces import env_layouts
+
+SCRIPTED = "tests.scripted_env:env"
+RECORDING = "tests.custom_learners:RecordingLearner"
+
+
+def recorded_batches(record_dir) -> list[dict[str, np.ndarray]]:
+    return [dict(np.load(path)) for path in sorted(glob.glob(f"{record_dir}/*.npz"))]
+
+
+@pytest.mark.parametrize("runner_cls", [AsyncRunner, SequentialRunner])
+def test_a_group_shares_one_learner_that_sees_each_members_transitions_attributed(runner_cls, tmp_path):
+    config = RunConfig(seed=0, agent_groups={"both": ["p*"]}, backpressure=True)
+    learners = {"both": (RECORDING, {"record_dir": str(tmp_path), "batch_size": 6})}
+    run = runner_cls(SCRIPTED, learners, config)
+    assert [p.agent for p in run.plan.learning] == ["both"]  # one learner for the two agents
+    result = run.run(agent_steps=120)
+    batches = recorded_batches(tmp_path)
+    assert batches and all(path.split("/")[-1].startswith("both-") for path in glob.glob(f"{tmp_path}/*.npz"))
+    rows = {k: np.concatenate([b[k] for b in batches]) for k in batches[0]}
+    # The scripted env puts the agent's index in obs[1]; members are numbered in env order (p0 = 0, p1 = 1).
+    np.testing.assert_array_equal(rows["member"], rows["obs"][:, 1])
+    assert set(rows["member"].tolist()) == {0, 1}
+    # Per member, transitions are in its own order: its decision counter (obs[0]) steps 0,1,2,.. per episode.
+    for member, decisions in ((0, 4), (1, 2)):
+        own = rows["obs"][rows["member"] == member, 0]
+        assert own.tolist() == list(np.arange(len(own)) % decisions)
+        # p1 is terminated (-100 on its 2nd decision): only its own transitions carry that
+        dead = rows["terminated"][rows["member"] == member]
+        assert dead.any() == (member == 1)
+    # Members pay what the SPEC says: p1's 2nd decision is its terminal -100 (+ its action), never p0's.
+    p1_last = (rows["member"] == 1) & (rows["obs"][:, 0] == 1)
+    assert (rows["reward"][p1_last] <= -99).all()
+    assert (rows["reward"][rows["member"] == 0] >= 0).all()
+    assert {r.group for r in result.agents.values()} == {"both"}
+    assert result.agents["p0"].updates == result.agents["p1"].updates == len(batches)
+    assert result.agents["p0"].transitions_written + result.agents["p1"].transitions_written == 120
+
+
+def test_grouped_and_own_learners_side_by_side(tmp_path):
+    plan = RunPlan("pzasync.envs.forage", {"pack": "dqn", "forager_2": "random"},
+                   RunConfig(agent_groups={"pack": ["forager_0", "forager_1"]}))
+    assert sorted(plan.units) == ["forager_2", "pack"] and [p.agent for p in plan.learning] == ["pack"]
+    assert plan.units["pack"].members == ["forager_0", "forager_1"]
+    assert (plan.agents["forager_1"].unit, plan.agents["forager_1"].member) == ("pack", 1)
+    plan.allocate()
+    try:
+        assert plan.agents["forager_0"].buffer is plan.agents["forager_1"].buffer is plan.units["pack"].buffer
+        assert plan.agents["forager_0"].slot is plan.units["pack"].slot
+        assert plan.agents["forager_2"].buffer is None
+    finally:
+        plan.release()
+
+
+def test_a_grouped_dqn_run_trains_and_reports_per_member(tmp_path):
+    config = RunConfig(seed=1, agent_groups={"pack": ["forager_*"]}, out_dir=str(tmp_path), replay_ratio=0.25)
+    result = AsyncRunner("pzasync.envs.forage", ("dqn", {"learning_starts": 100}), config).run(agent_steps=1500)
+    updates = {r.updates for r in result.agents.values()}
+    assert len(updates) == 1 and updates.pop() > 50
+    assert sum(r.transitions_written for r in result.agents.values()) == 1500
+    assert (tmp_path / result.run_dir.split("/")[-1] / "checkpoints" / "pack.pt").exists()
+    from pzasync.evaluate import load_run_policies
+
+    assert sorted(load_run_policies(result.run_dir)) == ["forager_0", "forager_1", "forager_2"]
+
+
+@pytest.mark.parametrize("groups, learners, message", [
+    ({"g": ["nobody_*"]}, "dqn", r"agent group 'g': 'nobody_\*' matches none of the env's agents"),
+    ({"g": ["forager_0"], "h": ["forager_*"]}, "dqn", r"agent 'forager_0' is in two agent groups, 'g' and 'h'"),
+    ({"forager_0": ["forager_1"]}, "dqn", r"agent group 'forager_0' has the name of one of the env's agents"),
+    ({"g": ["forager_0", "forager_1"]}, {"forager_0": "dqn", "*": "random"},
+     r"agent\(s\) \['forager_0'\] are in agent group\(s\) \['g'\]: give the learner under the group's name"),
+    ({"g": []}, "dqn", r"option agent_groups: group 'g' needs a non-empty list"),
+])
+def test_bad_groups_are_refused_with_the_reason(groups, learners, message):
+    with pytest.raises(ConfigError, match=message):
+        RunPlan("pzasync.envs.forage", learners, RunConfig(agent_groups=groups))
+
+
+def test_members_with_different_spaces_cannot_share_a_policy():
+    pytest.importorskip("mpe2")
+    with pytest.raises(ConfigError, match=r"agent group 'all': 'adversary_0' and 'agent_0' have different "
+                                          r"observation spaces .* supersuit.pad_observations_v0"):
+        RunPlan("mpe2.simple_tag_v3", "dqn", RunConfig(agent_groups={"all": ["*"]}))
+
+
+def test_ppo_advantages_run_per_member_when_members_interleave():
+    from pzasync.environments import make_env
+
+    env = make_env(SCRIPTED)
+    layout = env_layouts(env)["p0"]
+    learner = PPOLearner(LearnerContext("g", layout, PPOLearner.validate_config("g", {"batch_size": 6}),
+                                        members=["p0", "p1"]))
+    rng = np.random.default_rng(0)
+    n = 6
+    batch = {"obs": rng.random((n, 2)).astype(np.float32), "next_obs": rng.random((n, 2)).astype(np.float32),
+             "reward": rng.random(n).astype(np.float32), "terminated": np.zeros(n, bool),
+             "truncated": np.zeros(n, bool), "member": np.array([0, 1, 0, 1, 0, 1], np.int16)}
+    together, _ = learner.compute_advantages(batch)
+    for m in (0, 1):
+        rows = batch["member"] == m
+        alone, _ = learner.compute_advantages({k: v[rows] for k, v in batch.items() if k != "member"})
+        torch.testing.assert_close(together[torch.as_tensor(rows)], alone)
+    mixed, _ = learner.compute_advantages({k: v for k, v in batch.items() if k != "member"})
+    assert not torch.allclose(mixed, together), "without member ids the trajectories would be mixed up"
