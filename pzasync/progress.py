@@ -75,13 +75,23 @@ class RunMonitor:
         """The actor stopped: what follows (joins, checkpoints, plots) is not acting time."""
         self._acting_end = time.monotonic()
         self._acting_cpu = process_usage()[0] - self._acting_cpu
+        self._stop_watchdog()
+
+    def _stop_watchdog(self) -> None:
+        """Stop the watchdog and wait for it, so that it never reads counters the runner is about to release."""
         self._watch_stop.set()
+        watchdog, self._watchdog = getattr(self, "_watchdog", None), None
+        if watchdog is not None and watchdog is not threading.current_thread():
+            watchdog.join(timeout=5)
 
     def _watch_actor(self, timeout: float) -> None:
         """The actor's heartbeat comes from its polls; if they stop (an env step that never returns), say so."""
         stats = self.plan.stats
         while not self._watch_stop.wait(min(1.0, timeout / 4)):
-            silent = (time.monotonic_ns() - int(stats.run[S.ACTOR_BEAT])) / 1e9
+            words = stats.run
+            if words is None:  # the counters were released: the run is over
+                return
+            silent = (time.monotonic_ns() - int(words[S.ACTOR_BEAT])) / 1e9
             if silent > timeout and not self._watch_stop.is_set():
                 agent = getattr(self._actor.env, "agent_selection", None)
                 print(f"pzasync: the actor has not stepped for {silent:.0f}s (stuck in the env at agent "
@@ -192,6 +202,7 @@ class RunMonitor:
             self._episode_rows.clear()
 
     def close(self) -> None:
+        self._stop_watchdog()
         self.flush()
         if self._live is not None:
             self._live.update(self._table())
