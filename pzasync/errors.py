@@ -36,7 +36,8 @@ class InsufficientSharedMemoryError(UserInputError):
         self.available = available
         super().__init__(
             f"{what} needs {needed:,} bytes of shared memory but only {available:,} bytes are free in "
-            f"/dev/shm; lower the capacity or enlarge /dev/shm"
+            f"/dev/shm; lower RunConfig.buffer_capacity (off-policy learners) or onpolicy_buffer_batches "
+            f"(on-policy), shrink large observations first (e.g. supersuit.resize_v1), or enlarge /dev/shm"
         )
 
 

@@ -169,7 +169,11 @@ class RunPlan:
             SharedRingBuffer.nbytes_for(p.layout, p.capacity, p.learner_cls.extras) + 2 * 4 * p.policy_floats + 4096
             for p in self.learning
         )
-        check_fits(f"the run's buffers and slots ({len(self.learning)} learners)", self.shm_bytes)
+        largest = max(self.learning, default=None,
+                      key=lambda p: SharedRingBuffer.nbytes_for(p.layout, p.capacity, p.learner_cls.extras))
+        check_fits(f"the run's buffers and slots ({len(self.learning)} learners"
+                   + (f"; the largest, for {largest.agent!r}, holds {largest.capacity:,} transitions"
+                      if largest is not None else "") + ")", self.shm_bytes)
         self.stats: RunStats | None = None
         self.removed_stale = clean_stale()
         if self.removed_stale:
