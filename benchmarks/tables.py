@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 from pzasync.bench import rescore
-from pzasync.bench_report import LABELS
+from pzasync.bench_report import LABELS, format_spread as spread
 
 DIR = Path(sys.argv[1] if len(sys.argv) > 1 else "docs/bench")
 #: report -> (target, window) used in the docs.
@@ -26,14 +26,6 @@ def load(name: str) -> dict | None:
     if name in TARGETS:
         report = rescore(report, *TARGETS[name])
     return report
-
-
-def spread(s: dict, fmt: str = "{:,.0f}") -> str:
-    if s.get("median") is None:
-        return "-"
-    if s["n"] == 1:
-        return fmt.format(s["median"])
-    return f"{fmt.format(s['median'])} [{fmt.format(s['min'])}-{fmt.format(s['max'])}]"
 
 
 def throughput_table(report: dict) -> str:

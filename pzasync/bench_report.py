@@ -21,7 +21,8 @@ COLORS = {"sequential": "#d62728", "async_double_buffer": "#1f77b4", "async_snap
           "async_free": "#9467bd", "bare_random": "#7f7f7f", "bare_policy": "#bcbd22", "async_idle": "#17becf"}
 
 
-def _spread(s: dict | None, fmt: str = "{:,.0f}") -> str:
+def format_spread(s: dict | None, fmt: str = "{:,.0f}") -> str:
+    """A `summarize` figure as "median [min-max]" (the median alone for one seed, "-" for none)."""
     if not s or s.get("median") is None:
         return "-"
     text = fmt.format(s["median"])
@@ -63,16 +64,16 @@ def summary_tables(report: dict[str, Any]) -> list[Any]:
         cpu = np.median([sum(p["cpu_fraction"] for p in t["processes"]) for t in rows])
         lag = " ".join(f"{m['median']:.0f}/{p['median']:.0f}" for m, p in
                        zip(s["policy_lag_mean"].values(), s["policy_lag_p95"].values())) or "-"
-        speed.add_row(LABELS[config], _spread(s["agent_steps_per_s"]), _per_agent(s["updates_per_s"], "{:,.0f}"),
+        speed.add_row(LABELS[config], format_spread(s["agent_steps_per_s"]), _per_agent(s["updates_per_s"], "{:,.0f}"),
                       _per_agent(s["updates_per_agent_step"], "{:.3f}"), lag)
         cells = [LABELS[config], f"{cpu:.2f}", f"{s['peak_rss_mb']['median']:,.0f}",
                  f"{s['shm_bytes']['median'] / 2**20:.1f}",
-                 _spread(s["startup_seconds"], "{:.1f}") if config not in ("bare_random", "bare_policy") else "-"]
+                 format_spread(s["startup_seconds"], "{:.1f}") if config not in ("bare_random", "bare_policy") else "-"]
         if target is not None:
             ttt = s.get("time_to_target")
             cells += (["-", "-"] if ttt is None else
-                      [f"{_spread(ttt['seconds'], '{:.1f}')} ({ttt['reached']}/{s['seeds']})",
-                       _spread(ttt["agent_steps"])])
+                      [f"{format_spread(ttt['seconds'], '{:.1f}')} ({ttt['reached']}/{s['seeds']})",
+                       format_spread(ttt["agent_steps"])])
         resources.add_row(*cells)
     return [speed, resources]
 

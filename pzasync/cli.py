@@ -145,20 +145,23 @@ def envs(instantiate: bool, show_all: bool) -> None:
                       soft_wrap=True)
 
 
-def parse_learner_spec(text: str) -> Any:
-    """'dqn' or 'ppo,lr=3e-4,batch_size=256' or 'pkg.mod:Class,opt=1' -> a learner spec."""
+def parse_key_value(item: str, error: str) -> tuple[str, Any]:
+    """'KEY=VALUE' -> (key, value read as a Python literal, else kept as text); UserInputError(error) if malformed."""
     import ast
 
+    key, sep, raw = item.partition("=")
+    if not sep or not key:
+        raise UserInputError(error)
+    try:
+        return key, ast.literal_eval(raw)
+    except (ValueError, SyntaxError):
+        return key, raw
+
+
+def parse_learner_spec(text: str) -> Any:
+    """'dqn' or 'ppo,lr=3e-4,batch_size=256' or 'pkg.mod:Class,opt=1' -> a learner spec."""
     name, *pairs = [part.strip() for part in text.split(",")]
-    options: dict[str, Any] = {}
-    for pair in pairs:
-        key, sep, raw = pair.partition("=")
-        if not sep or not key:
-            raise UserInputError(f"learner option {pair!r} in {text!r} is not KEY=VALUE")
-        try:
-            options[key] = ast.literal_eval(raw)
-        except (ValueError, SyntaxError):
-            options[key] = raw
+    options = dict(parse_key_value(pair, f"learner option {pair!r} in {text!r} is not KEY=VALUE") for pair in pairs)
     return (name, options) if options else name
 
 
@@ -176,20 +179,9 @@ def learners_from_options(learner: str, learner_for: tuple[str, ...]) -> Any:
     return learners
 
 
-def parse_env_args(items: tuple[str, ...]) -> dict[str, Any]:
-    """--env-arg KEY=VALUE (repeatable) -> env keyword arguments, values read as Python literals."""
-    import ast
-
-    kwargs: dict[str, Any] = {}
-    for item in items:
-        key, sep, raw = item.partition("=")
-        if not sep or not key:
-            raise UserInputError(f"--env-arg {item!r}: expected KEY=VALUE")
-        try:
-            kwargs[key] = ast.literal_eval(raw)
-        except (ValueError, SyntaxError):
-            kwargs[key] = raw
-    return kwargs
+def parse_options(items: tuple[str, ...], flag: str) -> dict[str, Any]:
+    """Repeated `flag KEY=VALUE` (--env-arg, --option) -> keyword arguments, values read as Python literals."""
+    return dict(parse_key_value(item, f"{flag} {item!r}: expected KEY=VALUE") for item in items)
 
 
 @main.command()
@@ -329,11 +321,11 @@ def bench(env_id: str, learner: str, learner_for: tuple[str, ...], env_args: tup
         _show_bench(report, json_path, plot_path)
         return
     settings = BenchSettings(
-        env=env_id, env_kwargs=parse_env_args(env_args), learners=learners_from_options(learner, learner_for),
+        env=env_id, env_kwargs=parse_options(env_args, "--env-arg"), learners=learners_from_options(learner, learner_for),
         agent_steps=steps, replay_ratio=replay_ratio, seeds=seeds,
         configs=tuple(c.strip() for c in configs.split(",") if c.strip()), target=target,
         target_window=target_window, score=score,
-        eval_every=eval_every, eval_episodes=eval_episodes, cores=cores, run_options=parse_env_args(run_options),
+        eval_every=eval_every, eval_episodes=eval_episodes, cores=cores, run_options=parse_options(run_options, "--option"),
     ).validate()
     total = len(plan_trials(settings))
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),

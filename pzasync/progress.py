@@ -44,14 +44,16 @@ class RunMonitor:
         self._actor: Any = None
         self._acting_start = start
         self._acting_end: float | None = None
+        self._cpu_at_acting_start = 0.0
         self._acting_cpu = 0.0
         self._live: Any = None
         self._show = show
         #: Called at every poll (every POLL_EVERY_S): the sequential runner refreshes learner reports here.
         self.on_poll: Any = None
         self._watch_stop = threading.Event()
+        self._watchdog: threading.Thread | None = None
         #: RunConfig.snapshot_every_steps: policy copies taken at episode ends (RunResult.snapshots).
-        self.snapshot_every: int | None = None
+        self.snapshot_every: int | None = plan.config.snapshot_every_steps
         self.snapshots: list[PolicySnapshot] = []
         self._next_snapshot = 0
 
@@ -59,7 +61,7 @@ class RunMonitor:
     def started(self, actor: Any, heartbeat_timeout_s: float | None = None) -> None:
         self._actor = actor
         self._acting_start = time.monotonic()
-        self._acting_cpu = process_usage()[0]
+        self._cpu_at_acting_start = process_usage()[0]
         self.plan.stats.beat()
         if heartbeat_timeout_s:
             self._watchdog = threading.Thread(target=self._watch_actor, args=(heartbeat_timeout_s,), daemon=True,
@@ -74,13 +76,13 @@ class RunMonitor:
     def finished(self) -> None:
         """The actor stopped: what follows (joins, checkpoints, plots) is not acting time."""
         self._acting_end = time.monotonic()
-        self._acting_cpu = process_usage()[0] - self._acting_cpu
+        self._acting_cpu = process_usage()[0] - self._cpu_at_acting_start
         self._stop_watchdog()
 
     def _stop_watchdog(self) -> None:
         """Stop the watchdog and wait for it, so that it never reads counters the runner is about to release."""
         self._watch_stop.set()
-        watchdog, self._watchdog = getattr(self, "_watchdog", None), None
+        watchdog, self._watchdog = self._watchdog, None
         if watchdog is not None and watchdog is not threading.current_thread():
             watchdog.join(timeout=5)
 
@@ -102,8 +104,8 @@ class RunMonitor:
         return self._acting_start - self.start if self._actor is not None else wall
 
     def acting_cpu_seconds(self) -> float:
-        """CPU seconds this process spent while the actor was stepping."""
-        return self._acting_cpu if self._acting_end is not None else 0.0
+        """CPU seconds this process spent while the actor was stepping (0 until it stopped)."""
+        return self._acting_cpu
 
     def acting_seconds(self) -> float:
         """Seconds the actor was stepping: the denominator of agent-steps/s (start-up and shutdown excluded)."""

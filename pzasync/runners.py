@@ -147,9 +147,8 @@ class _Runner:
             actor_steps_per_second=steps / acting_time, stopped_because=reason, agents=agents,
             run_dir=str(run_dir.path) if run_dir else None, config=self.config.as_dict(),
             shm_bytes=self.plan.shm_in_use, snapshots=monitor.snapshots,
+            process_cpu_seconds=monitor.acting_cpu_seconds(), process_peak_rss_mb=process_usage()[1],
         )
-        result.process_peak_rss_mb = process_usage()[1]
-        result.process_cpu_seconds = monitor.acting_cpu_seconds()
         if run_dir is not None:
             run_dir.write_json("result.json", result.to_dict())
             plot_returns(run_dir, f"{result.env}: {self.kind} runner")
@@ -158,7 +157,6 @@ class _Runner:
 
     def _act(self, actor: Actor, monitor: RunMonitor, agent_steps: int | None, messages: Any) -> str | None:
         """Run the actor until its budget, a time limit, Ctrl-C or SIGTERM; returns why it stopped early."""
-        monitor.snapshot_every = self.config.snapshot_every_steps
         monitor.started(actor, self.config.heartbeat_timeout_s)
         with _StopOnSignal(monitor):
             try:
