@@ -12,7 +12,7 @@ import argparse
 import numpy as np
 import torch
 
-from pzasync import AsyncRunner, Learner, Policy, RunConfig
+from pzasync import AsyncRunner, Learner, Option, Policy, RunConfig
 
 
 class GreedyPolicy(Policy):
@@ -38,6 +38,7 @@ class GreedyPolicy(Policy):
 class BanditLearner(Learner):
     on_policy = False
     defaults = {"lr": 0.05, "batch_size": 32, "learning_starts": 32}
+    schema = {"lr": Option(float, gt=0, le=1)}  # checked before any process starts
 
     def __init__(self, ctx):
         super().__init__(ctx)

@@ -30,7 +30,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--steps", type=int, default=30_000)
     args = parser.parse_args()
-    report = check_env(make_env, agent_steps=min(args.steps, 1000))  # SPEC checks on the wrapped env first
+    report = check_env(make_env, agent_steps=min(args.steps, 1000))  # transition checks on the wrapped env first
     print(f"check_env: {len(report['agents'])} agents, {report['transitions']} transitions, rewards conserved "
           f"over {report['episodes']} episode(s)")
     config = RunConfig(seed=0, agent_groups={"archers": ["archer_*"], "knights": ["knight_*"]})

@@ -30,7 +30,7 @@ def __getattr__(name: str):
         from . import runners
 
         return getattr(runners, name)
-    if name in ("Learner", "Policy", "LearnerContext"):
+    if name in ("Learner", "Policy", "LearnerContext", "Option"):
         from . import learners
 
         return getattr(learners, name)
@@ -48,6 +48,7 @@ __all__ = [
     "AsyncRunner",
     "Learner",
     "LearnerContext",
+    "Option",
     "Policy",
     "RunConfig",
     "RunResult",

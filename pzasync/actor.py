@@ -53,6 +53,9 @@ class ActingAgent:
     member: int | None = None
     #: Transitions this agent wrote (a group's buffer counts all members together).
     written: int = 0
+    #: For this episode only, a policy that acts in this seat instead of the unit's newest one (a league
+    #: opponent: a frozen snapshot or a scripted player). Its decisions are not recorded.
+    override: Any = None
 
     def __post_init__(self) -> None:
         self.unit = self.unit or self.agent
@@ -117,6 +120,8 @@ class Actor:
             a.steps_offset = a.steps  # steps taken before this run (a resumed run) are not this run's
         self.total_steps = 0
         self.episodes = 0
+        #: The run's `League` (RunConfig.league), which swaps opponents into seats at episode starts.
+        self.league: Any = None
 
     # ------------------------------------------------------------------------------------------ per turn
     def refresh(self, a: ActingAgent) -> None:
@@ -151,6 +156,8 @@ class Actor:
 
     def act(self, agent: str, obs: Any, mask: np.ndarray | None) -> tuple[Any, dict]:
         a = self.agents[agent]
+        if a.override is not None:
+            return self._act_as_opponent(a, obs, mask)
         if self.before_decision is not None:
             self.before_decision(agent)
         if a.may_wait:
@@ -175,6 +182,18 @@ class Actor:
             out["member"] = a.member
         return actions[0], out
 
+    def _act_as_opponent(self, a: ActingAgent, obs: Any, mask: np.ndarray | None) -> tuple[Any, dict]:
+        """A league opponent's decision: counted in the run's steps, not in the seat's own schedule."""
+        if len(a.obs_keys) == 1:
+            batch = {"obs": obs[None]}
+        else:
+            batch = {key: np.asarray(_leaf(obs, leaf.path))[None]
+                     for key, leaf in zip(a.obs_keys, a.layout.obs_leaves)}
+        actions, _ = a.override.act(batch, None if mask is None else mask[None], True)
+        self.total_steps += 1
+        self.stats.words[S.AGENT_STEPS] = self.total_steps
+        return actions[0], {}
+
     def _finite(self, a: ActingAgent, t: Transition) -> bool:
         if not math.isfinite(t.reward):
             return False
@@ -191,7 +210,7 @@ class Actor:
             if self.raise_on_nonfinite:
                 raise NonFiniteError(f"agent {t.agent!r}: NaN or inf in a transition (reward {t.reward!r}) after "
                                      f"{self.total_steps} agent steps; RunConfig(nonfinite='count') counts instead")
-        if a.buffer is not None:
+        if a.buffer is not None and a.override is None:
             a.buffer.write(t)
             a.written += 1
 
@@ -205,9 +224,13 @@ class Actor:
         on_episode: Callable[[EpisodeSummary], None],
     ) -> int:
         """Play until `agent_steps` decisions or until `keep_going()` is False; returns decisions taken."""
+        league = self.league
+
         def episode_done(summary: EpisodeSummary) -> None:
             self.episodes += 1
             self.stats.run[S.EPISODES] = self.episodes
+            if league is not None:
+                summary.match = league.end_episode(summary)
             on_episode(summary)
 
         try:
@@ -216,6 +239,7 @@ class Actor:
                 layouts=LayoutBook(self.env, self.layouts, fixed=True), check_rewards=self.check_rewards,
                 max_episode_steps=self.max_episode_steps, on_episode=episode_done, keep_going=keep_going,
                 to_env=env_action_converter(self.layouts),
+                on_episode_start=(lambda: league.start_episode(self.total_steps)) if league is not None else None,
             )
         except (PzasyncError, KeyboardInterrupt):
             raise

@@ -12,7 +12,8 @@ between trials), in seed-major order so that drifts in machine speed hit every c
   ratio) and is reported apart, never as a speed-up.
 
 With a target score, runners keep policy snapshots every `eval_every` agent steps; after the run (outside its
-timing) each snapshot plays `eval_episodes` games against random players on a fixed seed, giving learning
+timing) each snapshot plays `eval_episodes` games against the yardstick player (`versus`: the env's one from
+`evaluate.YARDSTICKS`, random play elsewhere) on a fixed seed, giving learning
 curves and the time and agent steps to reach the target. The JSON layout is `docs/bench-schema.json`.
 """
 
@@ -55,11 +56,14 @@ class BenchSettings:
     replay_ratio: float = 0.25
     seeds: int = 5
     configs: tuple[str, ...] = CONFIGS
-    #: Evaluation score to reach (e.g. 0.95 win rate against random); None: throughput only.
+    #: Evaluation score to reach (e.g. 0.4 win rate against the one-ply player); None: throughput only.
     target: float | None = None
     #: The target counts as reached where the mean of this many consecutive evaluations first reaches it.
     target_window: int = 3
     score: str = "win_rate"
+    #: The player snapshots are scored against (evaluate.YARDSTICKS): None picks the env's yardstick (the
+    #: one-ply player on connect_four, the perfect player on tictactoe), random play elsewhere.
+    versus: str | None = None
     #: Agent steps between policy snapshots (default: agent_steps / 20).
     eval_every: int | None = None
     eval_episodes: int = 100
@@ -99,7 +103,21 @@ class BenchSettings:
         from .config import RunConfig
 
         RunConfig.from_dict({"replay_ratio": self.replay_ratio, **self.run_options})
+        if self.versus is not None and (not isinstance(self.versus, str) or not self.versus):
+            bad("versus", "must be a player spec such as 'one_ply' or 'random'")
+        if self.target is not None:
+            from .environments import EnvSpec
+            from .plan import RunPlan
+
+            RunPlan(EnvSpec.of(self.env, **self.env_kwargs), self.learners,
+                    RunConfig(eval_vs=self.yardstick, agent_groups=self.run_options.get("agent_groups", {})))
         return self
+
+    @property
+    def yardstick(self) -> str:
+        from .evaluate import default_yardstick
+
+        return self.versus or default_yardstick(self.env)
 
     @property
     def snapshot_every(self) -> int:
@@ -117,11 +135,12 @@ class TrialSpec:
 
 # ---------------------------------------------------------------------------------------------- reference loops
 def bare_loop(env: Any, learners: Any | None, agent_steps: int, seed: int = 0,
-              on_progress: Callable[[int], None] | None = None) -> float:
+              on_progress: Callable[[int], None] | None = None, groups: dict[str, list[str]] | None = None) -> float:
     """Agent steps per second of a plain AEC loop: `agent_iter`, `last`, a decision, `step`; nothing else.
 
     With `learners`, each decision of a learning agent runs its policy forward (the same module the actor
-    runs, exploring); other agents, and every agent without `learners`, take random legal actions.
+    runs, exploring); other agents, and every agent without `learners`, take random legal actions. `groups`
+    (RunConfig.agent_groups) lets learner specs name agent groups; every member runs its own copy.
     """
     from .actor import env_action_converter
     from .environments import EnvSpec
@@ -135,7 +154,9 @@ def bare_loop(env: Any, learners: Any | None, agent_steps: int, seed: int = 0,
     layouts = env_layouts(instance, probe_info_masks(instance, seed=seed))
     actors = {a: random_actor(instance, seed + i) for i, a in enumerate(layouts)}
     if learners is not None:
-        plan = RunPlan(spec, learners)
+        from .config import RunConfig
+
+        plan = RunPlan(spec, learners, RunConfig(agent_groups=groups or {}))
         for a, p in plan.agents.items():
             policy = p.build_policy(seed)
             actors[a] = policy_actor(policy, p.layout, explore=True) if p.learns else actors[a]
@@ -288,14 +309,19 @@ def _idle_learners(plan: Any) -> dict[str, Any]:
 
 
 def _figures(result: Any, learning_agents: list[str]) -> dict[str, Any]:
-    """A runner trial's figures. CPU fractions are CPU seconds per acting second (1.0 = one core busy)."""
-    learning = {a: result.agents[a] for a in learning_agents}
+    """A runner trial's figures, per learning unit (an agent, or an agent group: its learner's figures, which
+    every member reports, and its members' agent steps). CPU fractions are CPU seconds per acting second."""
+    units: dict[str, list[Any]] = {}
+    for name, r in result.agents.items():
+        units.setdefault(r.group or name, []).append(r)
+    learning = {a: units[a][0] for a in learning_agents}
+    unit_steps = {a: sum(r.agent_steps for r in units[a]) for a in learning_agents}
     acting = result.acting_seconds
     processes = [{"name": "runner (actor" + (" + learners)" if result.runner == "sequential" else ")"),
                   "cpu_seconds": result.process_cpu_seconds,
                   "cpu_fraction": result.process_cpu_seconds / max(1e-9, acting),
                   "peak_rss_mb": result.process_peak_rss_mb}]
-    for a, r in result.agents.items():
+    for a, (r, *_members) in units.items():
         if r.learner_cpu_seconds is not None:
             processes.append({"name": f"learner {a}", "cpu_seconds": r.learner_cpu_seconds,
                               "cpu_fraction": r.learner_cpu_seconds / max(1e-9, acting),
@@ -305,7 +331,7 @@ def _figures(result: Any, learning_agents: list[str]) -> dict[str, Any]:
         "startup_seconds": result.startup_seconds, "acting_seconds": acting,
         "agent_steps_per_s": result.actor_steps_per_second,
         "updates_per_s": {a: r.updates / acting for a, r in learning.items()},
-        "updates_per_agent_step": {a: r.updates / max(1, r.agent_steps) for a, r in learning.items()},
+        "updates_per_agent_step": {a: r.updates / max(1, unit_steps[a]) for a, r in learning.items()},
         "policy_lag_mean": {a: r.policy_lag_mean for a, r in learning.items()},
         "policy_lag_p95": {a: r.policy_lag_p95 for a, r in learning.items()},
         "actor_wait_s": {a: r.actor_wait_s for a, r in learning.items()},
@@ -314,7 +340,7 @@ def _figures(result: Any, learning_agents: list[str]) -> dict[str, Any]:
 
 
 def _evaluate_snapshots(plan: Any, snapshots: list[Any], settings: BenchSettings) -> list[dict]:
-    """Each snapshot's learning agents, greedy, against random players on the fixed evaluation seed."""
+    """Each snapshot's learning agents, greedy, against the yardstick player on the fixed evaluation seed."""
     from .environments import EnvSpec
     from .evaluate import evaluate_against
     from .learners import vector_to_policy
@@ -327,7 +353,7 @@ def _evaluate_snapshots(plan: Any, snapshots: list[Any], settings: BenchSettings
             p = plan.agents[agent]
             policy = p.build_policy(0)
             vector_to_policy(vector, policy)
-            (result,) = evaluate_against(spec, {agent: (policy, p.layout)}, "random", settings.eval_episodes,
+            (result,) = evaluate_against(spec, {agent: (policy, p.layout)}, settings.yardstick, settings.eval_episodes,
                                          seed=settings.eval_seed)
             scores[agent] = result.win_rate if settings.score == "win_rate" else result.mean
         curve.append({"agent_steps": snap.agent_steps, "seconds": snap.seconds, "updates": snap.updates,
@@ -352,7 +378,7 @@ def run_trial(spec: TrialSpec, on_progress: Callable[[int], None] | None = None)
         cpu_before = process_usage()[0]
         start = time.perf_counter()
         rate = bare_loop(env, s.learners if spec.config == "bare_policy" else None, s.agent_steps, spec.seed,
-                         on_progress)
+                         on_progress, groups=s.run_options.get("agent_groups"))
         wall = time.perf_counter() - start
         cpu, rss = process_usage()
         # The loop's own time (env creation and policy construction excluded), as for the runners.
@@ -546,6 +572,7 @@ def _settings_json(settings: BenchSettings) -> dict[str, Any]:
     data["configs"] = list(settings.configs)
     data["learners"] = _jsonable(settings.learners)
     data["eval_every"] = settings.snapshot_every if settings.target is not None else settings.eval_every
+    data["versus"] = settings.yardstick
     return data
 
 

@@ -3,13 +3,14 @@
 Each row holds one transition, column by column (one array per field, in the field's own dtype), and a
 sequence word: `2t + 1` while logical transition `t` is being written into the row, `2t + 2` once it is
 complete. A reader gathers the words, the rows, and the words again; a row whose word changed, or is odd,
-was overwritten during the copy and is never handed out (invariant 2). Memory never written is filled with
-0xFF bytes (NaN for floats, -1 or 255 for integers), so a read of it is detectable.
+was overwritten during the copy and is never handed out (docs/shared-memory.md, invariant 2). Memory never
+written is filled with 0xFF bytes (NaN for floats, -1 or 255 for integers), so a read of it is detectable.
 
-Off-policy learners `sample` uniformly among rows already written. On-policy learners `read_new` every
+Off-policy learners `sample` uniformly among rows already written (or `sample_windows`: each sampled row with
+the rows written after it, for n-step returns). On-policy learners `read_new` every
 transition once, in order; transitions overwritten before they were read are counted in `dropped`, so
-`returned + dropped == written` always holds (invariant 3). See slots.py for the memory-ordering argument,
-which is the same here.
+`returned + dropped == written` always holds (docs/shared-memory.md, invariant 3). See slots.py for the
+memory-ordering argument, which is the same here.
 """
 
 from __future__ import annotations
@@ -200,6 +201,45 @@ class SharedRingBuffer:
             for name, values in part.items():
                 batch[name][bad] = values
         raise PzasyncError(f"buffer {self.name!r}: could not sample untorn rows in {max_attempts} attempts")
+
+    def sample_windows(
+        self, batch_size: int, window: int, rng: np.random.Generator, max_attempts: int = 1000
+    ) -> tuple[dict[str, np.ndarray], np.ndarray]:
+        """`batch_size` start rows drawn uniformly (with replacement) like `sample`, each with the `window`
+        logical rows that follow it (t+1..t+window), for multi-step targets.
+
+        Returns `(batch, valid)`: every column shaped `(batch_size, window + 1, ...)` (position 0 is the start
+        row) and a bool array `(batch_size, window + 1)`. A position is valid only if its row held exactly
+        logical transition t+k, complete, before and after the copy (its sequence word was `2(t+k) + 2` both
+        times): rows not yet written, being written, overwritten during the copy, or overwritten by a later
+        lap are all invalid and their contents must not be used. Start rows are always valid (torn ones are
+        re-drawn, as in `sample`).
+        """
+        written = self._words[_WRITTEN]
+        if written == 0:
+            raise PzasyncError(f"buffer {self.name!r} is empty; wait until `written` > 0 before sampling")
+        if not isinstance(window, (int, np.integer)) or window < 0 or window >= self.capacity:
+            raise ConfigError(f"buffer {self.name!r}: window must be an integer in [0, {self.capacity - 1}] "
+                              f"(capacity - 1), got {window!r}")
+        offsets = np.arange(window + 1)
+        starts = rng.integers(max(0, written - self.capacity), written, size=batch_size)
+        logical = starts[:, None] + offsets
+        before, batch, after = self._gather(logical % self.capacity)
+        for _ in range(max_attempts):
+            expected = 2 * logical + 2
+            valid = (before == expected) & (after == expected)
+            bad = np.flatnonzero(~valid[:, 0])
+            if bad.size == 0:
+                return batch, valid
+            written = self._words[_WRITTEN]
+            # Redraw windows whose start row was torn, from the newest half of the ring (as `sample` does).
+            fresh = rng.integers(max(0, written - self.capacity // 2), written, size=bad.size)
+            logical[bad] = fresh[:, None] + offsets
+            b2, part, a2 = self._gather(logical[bad] % self.capacity)
+            before[bad], after[bad] = b2, a2
+            for name, values in part.items():
+                batch[name][bad] = values
+        raise PzasyncError(f"buffer {self.name!r}: could not sample untorn windows in {max_attempts} attempts")
 
     def read_new(self, max_rows: int | None = None) -> dict[str, np.ndarray] | None:
         """The next unread transitions in order (at most `max_rows`), or None if there are none.

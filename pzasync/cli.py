@@ -21,6 +21,15 @@ errors = Console(stderr=True)
 
 DEFAULT_ENV = "pzasync.envs.forage"
 DEFAULT_TRAIN_ENV = "pettingzoo.classic.connect_four_v3"
+#: What a bare `pzasync train` runs (chosen by measurement: docs/benchmarks.md, "The default run"): both seats
+#: share one learner through an agent group and play a league of their latest and past selves; a separate
+#: evaluator scores them against the one-ply player, which they never train against.
+DEFAULT_TRAIN: dict[str, Any] = {
+    "env": DEFAULT_TRAIN_ENV,
+    "learner": "dqn,gamma=0.9",
+    "league": "latest=0.5;snapshot=0.5",
+    "minutes": 5.0,
+}
 
 
 class FriendlyGroup(click.Group):
@@ -48,7 +57,7 @@ def main() -> None:
 def rollout(env_id: str, steps: int, seed: int, max_episode_steps: int | None) -> None:
     """Play ENV_ID with random legal players and summarise the transitions per agent.
 
-    Every episode is checked for reward conservation (SPEC invariant 8) as it is played.
+    Every episode is checked for reward conservation (docs/transitions.md, invariant 8) as it is played.
     """
     from .collect import run_episodes
     from .environments import make_env
@@ -184,87 +193,212 @@ def parse_options(items: tuple[str, ...], flag: str) -> dict[str, Any]:
     return dict(parse_key_value(item, f"{flag} {item!r}: expected KEY=VALUE") for item in items)
 
 
+def parse_groups(items: tuple[str, ...]) -> dict[str, list[str]]:
+    """Repeated `--group NAME=PATTERN[,PATTERN...]` -> RunConfig.agent_groups (patterns as fnmatch, e.g. piston_*)."""
+    groups: dict[str, list[str]] = {}
+    for item in items:
+        name, sep, patterns = item.partition("=")
+        name, members = name.strip(), [p.strip() for p in patterns.split(",") if p.strip()]
+        if not sep or not name or not members:
+            raise UserInputError(f"--group {item!r}: expected NAME=PATTERN[,PATTERN...], e.g. pistons=piston_*")
+        if name in groups:
+            raise UserInputError(f"--group {name!r} is given twice")
+        groups[name] = members
+    return groups
+
+
+def check_budget_options(steps: int | None, minutes: float | None) -> None:
+    """--steps and --minutes must be budgets a run can meet: refused (one line) before anything starts."""
+    if steps is not None and steps < 1:
+        raise UserInputError(f"--steps {steps}: must be >= 1 agent steps")
+    if minutes is not None and not minutes > 0:
+        raise UserInputError(f"--minutes {minutes:g}: must be > 0")
+
+
 @main.command()
 @click.argument("env_id", default=DEFAULT_TRAIN_ENV)
-@click.option("--learner", "learner", default="dqn", show_default=True,
-              help="Learner for every agent: NAME[,KEY=VALUE...], e.g. 'ppo,lr=3e-4' or 'mypkg.mod:MyLearner'.")
+@click.option("--learner", "learner", default=None,
+              help="Learner for every agent: NAME[,KEY=VALUE...], e.g. 'ppo,lr=3e-4' or 'mypkg.mod:MyLearner'. "
+                   f"Default: {DEFAULT_TRAIN['learner']!r} in self-play (see --self-play), 'dqn' otherwise.")
 @click.option("--learner-for", "learner_for", multiple=True, metavar="AGENT=SPEC",
               help="Learner for one agent, overriding --learner (repeatable).")
+@click.option("--env-arg", "env_args", multiple=True, metavar="KEY=VALUE", help="Env keyword argument, e.g. N=4.")
+@click.option("--group", "groups", multiple=True, metavar="NAME=PATTERN[,PATTERN]",
+              help="Agent group sharing one learner, e.g. pistons=piston_* (repeatable; see RunConfig.agent_groups).")
 @click.option("--runner", type=click.Choice(["async", "sequential"]), default="async", show_default=True)
 @click.option("--publish", type=click.Choice(["double_buffer", "snapshot"]), default="double_buffer",
               show_default=True, help="How learners publish parameters to the actor.")
 @click.option("--steps", type=int, default=None, help="Agent steps (decisions) to train for.")
-@click.option("--minutes", type=float, default=None, help="Wall-clock minutes to train for (default 3 if no --steps).")
+@click.option("--minutes", type=float, default=None,
+              help=f"Wall-clock minutes to train for (default {DEFAULT_TRAIN['minutes']:g} if no --steps).")
 @click.option("--replay-ratio", type=float, default=None, help="Updates per agent step (default: async runs free).")
 @click.option("--device", default="cpu", show_default=True, help="Learner device: cpu, cuda, cuda:N.")
 @click.option("--seed", default=0, show_default=True)
 @click.option("--out", "out_dir", default="runs", show_default=True, help="Parent folder of the run directory.")
-@click.option("--eval-episodes", default=200, show_default=True,
-              help="Games against random players at the end (0 to skip).")
-def train(env_id: str, learner: str, learner_for: tuple[str, ...], runner: str, publish: str, steps: int | None,
+@click.option("--self-play/--independent", "self_play", default=None,
+              help="Seats share one learner (an agent group) and train in a league against their latest and past "
+                   "selves. Default: on for the two-player board games with a yardstick (connect_four, "
+                   "tictactoe) when no --group or --learner-for is given.")
+@click.option("--league", "league", default=None, metavar="MIX",
+              help=f"Opponent mix of every learning agent or group, drawn per episode: KIND=WEIGHT joined by ';', "
+                   f"kinds 'latest', 'snapshot' or a player such as 'negamax,depth=2' (docs/league.md). 'none' for "
+                   f"no league. Self-play default: {DEFAULT_TRAIN['league']!r}.")
+@click.option("--vs", "versus", default=None, metavar="PLAYER",
+              help="Yardstick to score against while training and at the end: random, one_ply, negamax,depth=N, "
+                   "perfect, module:callable or a RUN_DIR. Default: one_ply (connect_four), perfect (tictactoe), "
+                   "random elsewhere.")
+@click.option("--eval-every", "eval_every", type=float, default=30.0, show_default=True,
+              help="Seconds between evaluations while training, in a separate low-priority process (0: none).")
+@click.option("--eval-episodes", default=400, show_default=True,
+              help="Games per seat at the end against the yardstick and random, and for the untrained baseline "
+                   "(0 to skip).")
+def train(env_id: str, learner: str, learner_for: tuple[str, ...], env_args: tuple[str, ...],
+          groups: tuple[str, ...], runner: str, publish: str, steps: int | None,
           minutes: float | None, replay_ratio: float | None, device: str, seed: int, out_dir: str,
+          self_play: bool | None, league: str | None, versus: str | None, eval_every: float,
           eval_episodes: int) -> None:
-    """Train every agent of ENV_ID (default: connect_four, both players learning independently)."""
+    """Train every agent of ENV_ID (default: connect_four, both seats sharing one DQN in a self-play league).
+
+    Scores the greedy policies against a yardstick player while training (eval.png) and at the end, beside an
+    untrained network of the same shape and random play.
+    """
     from .config import RunConfig
+    from .environments import EnvSpec
+    from .rundir import check_out_dir
     from .runners import AsyncRunner, SequentialRunner
 
-    learners = learners_from_options(learner, learner_for)
+    check_budget_options(steps, minutes)
+    env = EnvSpec.of(env_id, **parse_options(env_args, "--env-arg"))
     if steps is None and minutes is None:
-        minutes = 3.0
+        minutes = DEFAULT_TRAIN["minutes"]
+    if eval_every < 0:
+        raise UserInputError(f"--eval-every {eval_every:g}: must be >= 0 seconds (0: no evaluation while training)")
+    if eval_episodes < 0:
+        raise UserInputError(f"--eval-episodes {eval_episodes}: must be >= 0")
+    agent_groups = parse_groups(groups)
+    from .evaluate import default_yardstick
+
+    yardstick = versus or default_yardstick(env.name)
+    if self_play is None:
+        self_play = default_yardstick(env.name) != "random" and not groups and not learner_for
+    if self_play:
+        agent_groups = {"players": ["*"]}
+        if league is None:
+            league = DEFAULT_TRAIN["league"]
+    if learner is None:
+        learner = DEFAULT_TRAIN["learner"] if self_play else "dqn"
+    learners = learners_from_options(learner, learner_for)
+    league_config = {"*": league} if league is not None and league != "none" else {}
     config = RunConfig(seed=seed, publish_mode=publish, replay_ratio=replay_ratio, device=device, out_dir=out_dir,
-                       progress=console.is_terminal)
+                       progress=console.is_terminal, agent_groups=agent_groups, league=league_config,
+                       eval_vs=yardstick if eval_every > 0 else None, eval_every_s=eval_every or 30.0)
     cls = AsyncRunner if runner == "async" else SequentialRunner
-    run = cls(env_id, learners, config)
-    console.print(f"training {env_id} with the {runner} runner: " + ", ".join(
-        f"{a}={p.learner_name}" for a, p in run.plan.agents.items()), soft_wrap=True)
+    check_out_dir(out_dir)
+    run = cls(env, learners, config)
+    console.print(f"training {env.name} with the {runner} runner: " + ", ".join(
+        f"{a}={p.learner_name}" + (f" (group {p.unit})" if p.unit != a else "") for a, p in run.plan.agents.items())
+        + (f"; league {league}" if league_config else "") + f"; scored against {yardstick}", highlight=False)
     result = run.run(agent_steps=steps, seconds=minutes * 60 if minutes is not None else None)
-    evaluations = {}
+    scores: dict[str, dict[str, Any]] = {}
     if eval_episodes > 0 and result.run_dir:
-        from .evaluate import evaluate_against, load_run_policies
-
-        policies = load_run_policies(result.run_dir)
-        evaluations = {r.agent: r for r in evaluate_against(env_id, policies, "random", eval_episodes, seed + 777)}
-    _print_summary(result, evaluations)
+        scores = _final_scores(env, result.run_dir, learners, yardstick, eval_episodes, seed + 777)
+    _print_summary(result, scores, yardstick)
 
 
-def _print_summary(result: Any, evaluations: dict[str, Any]) -> None:
-    table = Table(title=f"{result.env}: {result.runner} runner, {result.agent_steps:,} agent steps in "
-                        f"{result.wall_seconds:.0f}s ({result.actor_steps_per_second:,.0f}/s), "
-                        f"{result.episodes:,} episodes; stopped: {result.stopped_because}")
-    columns = ["agent", "learner", "return (last 100)", "updates", "version", "lag mean/p95", "dropped",
-               "wins vs random [95% CI]"]
-    for column in columns:
-        table.add_column(column, justify="left" if column in ("agent", "learner") else "right")
+def _final_scores(env: Any, run_dir: str, learners: Any, yardstick: str, episodes: int,
+                  seed: int) -> dict[str, dict[str, Any]]:
+    """Each seat's greedy policy against the yardstick and random, and an untrained network's against the
+    yardstick: {"vs": {agent: EvalResult}, "random": {...}, "untrained": {...}}."""
+    from .evaluate import evaluate_against, load_run_policies, untrained_baseline
+
+    policies = load_run_policies(run_dir)
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), console=console,
+                  transient=True) as progress:
+        task = progress.add_task(f"evaluating: {episodes} games per seat", total=3)
+        scores = {"vs": {r.agent: r for r in evaluate_against(env, policies, yardstick, episodes, seed)}}
+        progress.advance(task)
+        scores["untrained"] = {r.agent: r for r in untrained_baseline(env, learners, yardstick, episodes, seed)}
+        progress.advance(task)
+        if yardstick != "random":
+            scores["random"] = {r.agent: r for r in evaluate_against(env, policies, "random", episodes, seed)}
+        progress.advance(task)
+    return scores
+
+
+def _print_summary(result: Any, scores: dict[str, dict[str, Any]], yardstick: str = "random") -> None:
+    """Two narrow tables (they fit 80 columns without cutting names or numbers): training, then scores."""
+    console.print(f"[bold]{result.env}[/]: {result.runner} runner, {result.agent_steps:,} agent steps in "
+                  f"{result.wall_seconds:.0f}s ({result.actor_steps_per_second:,.0f}/s), {result.episodes:,} "
+                  f"episodes; stopped: {result.stopped_because}", highlight=False)
+    table = Table(title="training", title_justify="left")
+    for column in ("agent", "learner", "updates", "version", "lag mean/p95", "dropped"):
+        table.add_column(column, justify="left" if column in ("agent", "learner") else "right",
+                         overflow="fold")
     for agent, r in result.agents.items():
-        recent = r.episode_returns[-100:]
-        ev = evaluations.get(agent)
-        if ev is None:
-            versus = "-"
-        else:
-            lo, hi = ev.win_rate_ci95
-            versus = f"{ev.win_rate:.0%} [{lo:.0%}-{hi:.0%}]"
-        table.add_row(agent, r.learner + (" [red](crashed)[/]" if r.error else ""),
-                      f"{np.mean(recent):+.3f}" if recent else "-", f"{r.updates:,}", str(r.published_version),
-                      f"{r.policy_lag_mean:.0f}/{r.policy_lag_p95:.0f}", f"{r.transitions_dropped:,}", versus)
+        learner = r.learner + (f" ({r.group})" if r.group else "") + (" [red]crashed[/]" if r.error else "")
+        table.add_row(agent, learner, f"{r.updates:,}", str(r.published_version),
+                      f"{r.policy_lag_mean:.0f}/{r.policy_lag_p95:.0f}", f"{r.transitions_dropped:,}")
     console.print(table)
+    if scores:
+        games = next(iter(scores["vs"].values())).episodes if scores.get("vs") else 0
+        table = Table(title=f"greedy play, {games} games per seat and opponent", title_justify="left")
+        for column in ("agent", "policy", "against", "win [95% CI]", "draw", "loss"):
+            table.add_column(column, justify="left" if column in ("agent", "policy", "against") else "right",
+                             overflow="fold")
+        for agent in scores["vs"]:
+            for policy, key, against in (("trained", "vs", yardstick), ("untrained", "untrained", yardstick),
+                                         ("trained", "random", "random")):
+                r = scores.get(key, {}).get(agent)
+                if r is not None:
+                    lo, hi = r.win_rate_ci95
+                    table.add_row(agent, policy, against, f"{r.win_rate:.1%} [{lo:.0%}-{hi:.0%}]",
+                                  f"{r.draws / r.episodes:.1%}", f"{(r.episodes - r.wins - r.draws) / r.episodes:.1%}")
+            table.add_section()
+        console.print(table)
     if result.run_dir:
-        console.print(f"run directory: {result.run_dir} (returns.png, metrics.jsonl, checkpoints/)", soft_wrap=True)
+        console.print(f"run directory: {result.run_dir} (eval.png, returns.png, metrics.jsonl, checkpoints/)",
+                      highlight=False, overflow="fold")
+
+
+VS_FORMS = "random, one_ply, negamax[,depth=N], perfect (tictactoe), another RUN_DIR, or module:callable"
+
+
+def parse_versus(versus: str) -> Any:
+    """`--vs`: an existing directory is a run directory (its policies); anything else a never-learning player."""
+    import difflib
+    import os
+
+    from .evaluate import load_run_policies
+    from .learners import known_learner_names
+
+    if os.path.isdir(versus):
+        return load_run_policies(versus)
+    name = versus.split(",")[0].strip()
+    if name not in known_learner_names() and ":" not in name and "." not in name:
+        close = difflib.get_close_matches(name, known_learner_names(), n=2)
+        hint = f"; did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
+        raise UserInputError(f"--vs {versus!r} is neither a run directory nor a known player; "
+                             f"accepted: {VS_FORMS}{hint}")
+    return versus
 
 
 @main.command(name="eval")
 @click.argument("run_dir", type=click.Path(exists=True, file_okay=False))
-@click.option("--vs", "versus", default="random", show_default=True, help="'random' or another RUN_DIR.")
+@click.option("--vs", "versus", default="random", show_default=True, help=f"The yardstick: {VS_FORMS}.")
 @click.option("--episodes", default=500, show_default=True)
 @click.option("--seed", default=12345, show_default=True)
 def evaluate_cmd(run_dir: str, versus: str, episodes: int, seed: int) -> None:
-    """Play each trained agent of RUN_DIR (greedy) against random players or another run's agents."""
+    """Play each trained agent of RUN_DIR (greedy) against a yardstick: random or scripted players, or another
+    run's agents."""
+    from .environments import EnvSpec
     from .evaluate import evaluate_against, load_run_policies
     from .rundir import RunDirectory
 
     info = RunDirectory(run_dir, create=False).read_json("run.json")
     policies = load_run_policies(run_dir)
-    opponents: Any = "random" if versus == "random" else load_run_policies(versus)
-    results = evaluate_against(info["env"], policies, opponents, episodes, seed)
+    opponents = parse_versus(versus)
+    env = EnvSpec.of(info["env"], **info.get("env_kwargs", {}))
+    results = evaluate_against(env, policies, opponents, episodes, seed, opponent_name=versus)
     table = Table(title=f"{info['env']}: {run_dir} vs {versus}, {episodes} episodes per agent")
     for column in ("agent", "mean return [95% CI]", "win rate [95% CI]", "wins/draws/losses"):
         table.add_column(column, justify="left" if column == "agent" else "right")
@@ -281,6 +415,8 @@ def evaluate_cmd(run_dir: str, versus: str, episodes: int, seed: int) -> None:
 @click.option("--learner-for", "learner_for", multiple=True, metavar="AGENT=SPEC",
               help="Learner for one agent, e.g. player_1=random (repeatable).")
 @click.option("--env-arg", "env_args", multiple=True, metavar="KEY=VALUE", help="Env keyword argument, e.g. N=4.")
+@click.option("--group", "groups", multiple=True, metavar="NAME=PATTERN[,PATTERN]",
+              help="Agent group sharing one learner in every trial, e.g. pistons=piston_* (repeatable).")
 @click.option("--steps", default=30_000, show_default=True, help="Agent steps per trial.")
 @click.option("--replay-ratio", default=0.25, show_default=True,
               help="Updates per agent step, the same in sequential and same-algorithm async trials.")
@@ -293,7 +429,10 @@ def evaluate_cmd(run_dir: str, versus: str, episodes: int, seed: int) -> None:
 @click.option("--from-json", "from_json", type=click.Path(exists=True, dir_okay=False), default=None,
               help="Run nothing: show (and with --target, re-score) a report written by --json.")
 @click.option("--score", type=click.Choice(list(SCORES)), default="win_rate", show_default=True,
-              help="Evaluation score against random players.")
+              help="Evaluation score against the yardstick (--vs).")
+@click.option("--vs", "versus", default=None, metavar="PLAYER",
+              help="Yardstick the snapshots are scored against: default one_ply (connect_four), perfect (tictactoe), "
+                   "random elsewhere; or random, negamax,depth=N, module:callable.")
 @click.option("--eval-every", type=int, default=None, help="Agent steps between policy snapshots [steps/20].")
 @click.option("--eval-episodes", default=100, show_default=True, help="Games per snapshot evaluation.")
 @click.option("--cores", type=int, default=None, help="Pin each trial and its learners to the first N cores.")
@@ -301,10 +440,11 @@ def evaluate_cmd(run_dir: str, versus: str, episodes: int, seed: int) -> None:
               help="Extra RunConfig option for every runner trial, e.g. publish_every=20.")
 @click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None, help="Write the report here.")
 @click.option("--plot", "plot_path", type=click.Path(dir_okay=False), default=None, help="Write the PNG here.")
-def bench(env_id: str, learner: str, learner_for: tuple[str, ...], env_args: tuple[str, ...], steps: int,
+def bench(env_id: str, learner: str, learner_for: tuple[str, ...], env_args: tuple[str, ...], groups: tuple[str, ...],
+          steps: int,
           replay_ratio: float, seeds: int, configs: str, target: float | None, target_window: int,
-          from_json: str | None, score: str, eval_every: int | None, eval_episodes: int, cores: int | None,
-          run_options: tuple[str, ...], json_path: str | None, plot_path: str | None) -> None:
+          from_json: str | None, score: str, versus: str | None, eval_every: int | None, eval_episodes: int,
+          cores: int | None, run_options: tuple[str, ...], json_path: str | None, plot_path: str | None) -> None:
     """Compare AsyncRunner with SequentialRunner and the bare loops on ENV_ID, same seeds and algorithm."""
     import json
 
@@ -324,8 +464,10 @@ def bench(env_id: str, learner: str, learner_for: tuple[str, ...], env_args: tup
         env=env_id, env_kwargs=parse_options(env_args, "--env-arg"), learners=learners_from_options(learner, learner_for),
         agent_steps=steps, replay_ratio=replay_ratio, seeds=seeds,
         configs=tuple(c.strip() for c in configs.split(",") if c.strip()), target=target,
-        target_window=target_window, score=score,
-        eval_every=eval_every, eval_episodes=eval_episodes, cores=cores, run_options=parse_options(run_options, "--option"),
+        target_window=target_window, score=score, versus=versus,
+        eval_every=eval_every, eval_episodes=eval_episodes, cores=cores,
+        run_options={**parse_options(run_options, "--option"),
+                     **({"agent_groups": parse_groups(groups)} if groups else {})},
     ).validate()
     total = len(plan_trials(settings))
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),

@@ -34,11 +34,14 @@ def run_episodes(
     on_episode: Callable[[EpisodeSummary], None] | None = None,
     keep_going: Callable[[], bool] | None = None,
     to_env: Callable[[str, Any], Any] | None = None,
+    on_episode_start: Callable[[], None] | None = None,
 ) -> int:
     """Play episodes until `agent_steps` decisions were taken (None: until `keep_going` says stop).
 
-    The first reset gets `seed`, later ones none (SPEC 2.8). `to_env(agent, action)` converts the stored action
-    into what `env.step` gets (e.g. clipped to a Box). Returns the number of agent steps taken.
+    The first reset gets `seed`, later ones none (docs/transitions.md, rule 8). `to_env(agent, action)` converts
+    the stored action into what `env.step` gets (e.g. clipped to a Box). `on_episode_start()` runs after each
+    reset, before the episode's first decision (the league swaps opponents there). Returns the number of agent
+    steps taken.
     """
     if agent_steps is None and keep_going is None:
         raise ConfigError("run_episodes needs agent_steps or keep_going, or it would never stop")
@@ -58,6 +61,8 @@ def run_episodes(
         first_reset = False
         assembler.start_episode()
         ledger.start(env)
+        if on_episode_start is not None:
+            on_episode_start()
         cut = False
         for agent in env.agent_iter():
             observation, reward, terminated, truncated, info = env.last()
@@ -145,7 +150,7 @@ def rollout(
     check_rewards: bool = True,
     episodes: list[EpisodeSummary] | None = None,
 ) -> dict[str, dict[str, Any]]:
-    """Play `agent_steps` decisions in-process and return each agent's transitions as arrays (SPEC 2).
+    """Play `agent_steps` decisions in-process and return each agent's transitions as arrays (docs/transitions.md).
 
     `policy(agent, obs, mask) -> action`. Keys per agent: obs, action, reward, next_obs, terminated, truncated,
     and action_mask / next_action_mask where the env has masks. Nested observations come back as a dict of

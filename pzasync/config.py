@@ -1,4 +1,5 @@
-"""Run options, validated before any process starts (invariant 7): every error names the option at fault."""
+"""Run options, validated before any process starts (docs/reliability.md, invariant 7): every error names the
+option at fault."""
 
 from __future__ import annotations
 
@@ -37,9 +38,10 @@ class RunConfig:
     devices: dict[str, str] = field(default_factory=dict)
     #: Torch threads per process; None picks max(1, cores // processes).
     torch_threads: int | None = None
-    #: Cut episodes after this many decisions (SPEC 2.5); None: episodes end only when the env ends them.
+    #: Cut episodes after this many decisions (docs/transitions.md, rule 5); None: episodes end only when the env
+    #: ends them.
     max_episode_steps: int | None = None
-    #: Check reward conservation (invariant 8) on every episode.
+    #: Check reward conservation (docs/transitions.md, invariant 8) on every episode.
     check_rewards: bool = True
     #: Where metrics, checkpoints and plots go; None: no run directory.
     out_dir: str | None = None
@@ -66,6 +68,21 @@ class RunConfig:
     #: Every this many agent steps (at the next episode end), keep a copy of each learning agent's acting
     #: policy in `RunResult.snapshots`, so learning curves can be evaluated after the run, outside its timing.
     snapshot_every_steps: int | None = None
+    #: Self-play with a league (docs/league.md): learning unit (agent or group) -> opponent mix, e.g.
+    #: {"players": {"latest": 0.5, "snapshot": 0.4, "negamax,depth=2": 0.1}}; drawn once per episode. The
+    #: key "*" gives the mix of every learning unit not named. A mix may be written "latest=0.5;snapshot=0.5".
+    league: dict[str, Any] = field(default_factory=dict)
+    #: League snapshot pool: at most this many frozen policies per unit (oldest evicted) ...
+    league_pool_size: int = 20
+    #: ... one taken every this many of the unit's own decisions (at the next episode start).
+    league_snapshot_every: int = 10_000
+    #: Evaluation while training (docs/running.md): a separate, low-priority process plays each learning
+    #: agent's newest published policy, greedily, against this yardstick ("random", "one_ply", "negamax,
+    #: depth=2", "perfect", "module:callable" or another run's directory) every `eval_every_s` seconds, for
+    #: `eval_episodes` games per agent. The actor never waits for it. None: no evaluator.
+    eval_vs: str | None = None
+    eval_every_s: float = 30.0
+    eval_episodes: int = 100
 
     def validate(self) -> RunConfig:
         """Raise ConfigError naming the first bad option; returns self."""
@@ -76,7 +93,8 @@ class RunConfig:
             bad("seed", "must be an integer")
         if self.publish_mode not in MODES:
             bad("publish_mode", f"must be one of {MODES}")
-        for name in ("publish_every", "buffer_capacity", "onpolicy_buffer_batches", "max_actor_lead"):
+        for name in ("publish_every", "buffer_capacity", "onpolicy_buffer_batches", "max_actor_lead",
+                     "league_pool_size", "league_snapshot_every", "eval_episodes"):
             value = getattr(self, name)
             if not isinstance(value, int) or value < 1:
                 bad(name, "must be an integer >= 1")
@@ -97,7 +115,15 @@ class RunConfig:
         for name in ("checkpoint_every_s",):
             if getattr(self, name) < 0:
                 bad(name, "must be >= 0")
-        for name in ("process_timeout_s", "heartbeat_timeout_s"):
+        if not isinstance(self.league, dict):
+            bad("league", "must be a dict of learning agent or group -> opponent mix")
+        from .league import parse_mix
+
+        for unit, mix in self.league.items():
+            parse_mix(unit, mix)
+        if self.eval_vs is not None and (not isinstance(self.eval_vs, str) or not self.eval_vs):
+            bad("eval_vs", "must be a yardstick player spec, a run directory, or None")
+        for name in ("process_timeout_s", "heartbeat_timeout_s", "eval_every_s"):
             if not getattr(self, name) > 0:
                 bad(name, "must be > 0")
         if not isinstance(self.max_learner_restarts, int) or self.max_learner_restarts < 0:

@@ -1,4 +1,5 @@
-"""Turning whatever the user names into a PettingZoo AEC env (SPEC section 1), and carrying it across processes.
+"""Turning whatever the user names into a PettingZoo AEC env (docs/running.md, Environments), and carrying it
+across processes.
 
 `make_env` accepts module ids, `module:callable` strings, Gymnasium ids, env instances and factories.
 `EnvSpec` is the picklable form that spawned processes rebuild the env from: an id with kwargs, or a factory

@@ -1,5 +1,9 @@
 """Evaluating trained agents: each agent's greedy policy against opponents, with confidence intervals.
 
+Opponents are yardsticks: random players, a never-learning player spec (`"one_ply"`, `"negamax,depth=2"`,
+`"perfect"`, `"mypkg.mod:func"`), or another run's policies. `untrained_baseline` scores freshly initialised
+networks the same way, so a trained result can be read against where learning started.
+
 Used by `pzasync eval`, at the end of `pzasync train`, and by the learning tests. Evaluation runs in-process
 on its own seed, never during training, so it costs the training runs nothing.
 """
@@ -18,6 +22,21 @@ from .environments import EnvSpec
 from .errors import ConfigError
 from .spaces import AgentLayout, env_layouts, probe_info_masks
 from .transitions import EpisodeSummary, LayoutBook
+
+#: The yardstick each env is scored against by default (`pzasync train`, `eval`, `bench --target`): a player
+#: well above random, so that learning shows; random play for every env not listed.
+YARDSTICKS: dict[str, str] = {"pettingzoo.classic.connect_four_v3": "one_ply",
+                              "pettingzoo.classic.tictactoe_v3": "perfect"}
+
+
+def default_yardstick(env_name: str) -> str:
+    """The yardstick player for an env id (module or registry form), 'random' if it has none."""
+    short = env_name.rsplit(".", 1)[-1].rsplit("/", 1)[-1].replace("-", "_")
+    for name, player in YARDSTICKS.items():
+        if short == name.rsplit(".", 1)[-1]:
+            return player
+    return "random"
+
 
 ActFn = Callable[[str, Any, "np.ndarray | None"], Any]
 
@@ -150,26 +169,124 @@ def load_run_policies(run_dir: str | Path) -> dict[str, tuple[Any, AgentLayout]]
     return policies
 
 
-def evaluate_against(env_spec: Any, trained: dict[str, tuple[Any, AgentLayout]], opponents: str | dict,
-                     episodes: int, seed: int = 12345, max_episode_steps: int | None = None) -> list[EvalResult]:
-    """Each trained agent plays `episodes` episodes; every other agent is `opponents` ("random" or policies)."""
+def player_name(spec: Any) -> str:
+    """A player spec as text: 'one_ply', ('negamax', {'depth': 2}) -> 'negamax,depth=2'."""
+    if isinstance(spec, tuple) and len(spec) == 2 and isinstance(spec[1], dict):
+        name = spec[0] if isinstance(spec[0], str) else getattr(spec[0], "__name__", repr(spec[0]))
+        return ",".join([name, *(f"{k}={v!r}" if isinstance(v, str) else f"{k}={v}" for k, v in spec[1].items())])
+    return spec if isinstance(spec, str) else getattr(spec, "__name__", repr(spec))
+
+
+def resolve_player(spec: Any, agent: str, layout: AgentLayout) -> tuple[type, dict[str, Any]]:
+    """A never-learning player spec (text as on the command line, or a learner spec) -> (class, options),
+    checked against the agent's spaces; a learner that trains is refused."""
+    from .learners import resolve_learner
+
+    if isinstance(spec, str):
+        from .cli import parse_learner_spec
+
+        spec = parse_learner_spec(spec)
+    cls, options = resolve_learner(spec, agent)
+    if cls.learns:
+        raise ConfigError(f"{player_name(spec)!r} is a learner that trains; an opponent must be a player that never "
+                          f"learns (random, one_ply, negamax, perfect, fixed, or 'module:callable')")
+    cls.check_spaces(layout)
+    return cls, cls.validate_config(agent, options)
+
+
+def player_actor(cls: type, options: dict[str, Any], layout: AgentLayout, seed: int) -> ActFn:
+    """A never-learning player built for one agent, seeded (its construction and its own RNG) from `seed`."""
+    import torch
+
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        policy = cls.build_policy(layout, options)
+    policy.eval()
+    policy.seed(seed)
+    return policy_actor(policy, layout)
+
+
+def evaluate_against(env_spec: Any, trained: dict[str, tuple[Any, AgentLayout]], opponents: Any,
+                     episodes: int, seed: int = 12345, max_episode_steps: int | None = None,
+                     opponent_name: str | None = None) -> list[EvalResult]:
+    """Each trained agent plays `episodes` episodes greedily; every other agent is `opponents`.
+
+    `opponents` is "random", a never-learning player spec ("one_ply", "negamax,depth=2", "perfect",
+    "mypkg.mod:func", or a learner-spec tuple), built per opponent agent with its layout and seeded from
+    `seed`, or a dict agent -> (policy, layout) of another run (`load_run_policies`). `opponent_name` names
+    the yardstick in the results (default: the spec, or "opponent run").
+    """
     spec = EnvSpec.of(env_spec) if not isinstance(env_spec, EnvSpec) else env_spec
     probe = spec.make()
-    agents = list(probe.possible_agents)
-    probe.close()
+    try:
+        agents = list(probe.possible_agents)
+        players: dict[str, tuple[type, dict[str, Any], AgentLayout]] = {}
+        if not isinstance(opponents, dict) and opponents != "random":
+            layouts = env_layouts(probe, probe_info_masks(probe, seed=seed))
+            for other in dict.fromkeys(o for a in trained for o in agents if o != a):
+                players[other] = (*resolve_player(opponents, other, layouts[other]), layouts[other])
+    finally:
+        probe.close()
+    if opponent_name is None:
+        opponent_name = "opponent run" if isinstance(opponents, dict) else player_name(opponents)
     results = []
     for i, (agent, (policy, layout)) in enumerate(sorted(trained.items())):
         actors: dict[str, ActFn] = {}
         for j, other in enumerate(agents):
             if other == agent:
                 actors[other] = policy_actor(policy, layout)
-            elif opponents == "random":
-                actors[other] = random_actor(spec.make(), seed + 7 * j)
-            else:
+            elif isinstance(opponents, dict):
                 if other not in opponents:
                     raise ConfigError(f"the opponent run has no checkpoint for agent {other!r}")
                 actors[other] = policy_actor(*opponents[other])
+            elif opponents == "random":
+                actors[other] = random_actor(spec.make(), seed + 7 * j)
+            else:
+                actors[other] = player_actor(*players[other], seed + 7 * j)
         summaries = play(spec, actors, episodes, seed + 1000 * i, max_episode_steps)
-        name = "random" if opponents == "random" else "opponent run"
-        results.append(EvalResult(agent, name, [s.returns.get(agent, 0.0) for s in summaries]))
+        results.append(EvalResult(agent, opponent_name, [s.returns.get(agent, 0.0) for s in summaries]))
     return results
+
+
+def untrained_baseline(env_spec: Any, learners: Any, opponents: Any, episodes: int, seed: int = 12345,
+                       max_episode_steps: int | None = None, opponent_name: str | None = None) -> list[EvalResult]:
+    """Where learning starts: each learning agent's policy with fresh (seeded, untrained) weights, evaluated
+    greedily exactly as `evaluate_against` evaluates a trained one (same opponents, same seeds).
+
+    `learners` is one learner spec for every agent or a dict agent -> spec (`"*"` for the rest), as the runners
+    take them (a run.json entry `{"learner": path, "options": {...}}` also works). Agents whose learner never
+    learns are left out, as they have no checkpoint to compare with.
+    """
+    import torch
+
+    from .learners import resolve_learner
+
+    spec = EnvSpec.of(env_spec) if not isinstance(env_spec, EnvSpec) else env_spec
+    probe = spec.make()
+    try:
+        layouts = env_layouts(probe, probe_info_masks(probe, seed=seed))
+    finally:
+        probe.close()
+    per_agent = learners if isinstance(learners, dict) else {"*": learners}
+    fresh: dict[str, tuple[Any, AgentLayout]] = {}
+    for index, (agent, layout) in enumerate(layouts.items()):
+        learner = per_agent.get(agent, per_agent.get("*"))
+        if learner is None:
+            continue
+        if isinstance(learner, dict):
+            learner = (learner["learner"], dict(learner.get("options", {})))
+        cls, options = resolve_learner(learner, agent)
+        if not cls.learns:
+            continue
+        cls.check_spaces(layout)
+        options = cls.validate_config(agent, options)
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed + 1009 * (index + 1))
+            policy = cls.build_policy(layout, options)
+        policy.eval()
+        policy.requires_grad_(False)
+        policy.seed(seed + 1009 * (index + 1) + 1)
+        fresh[agent] = (policy, layout)
+    if not fresh:
+        raise ConfigError("untrained_baseline: no agent has a learner that learns")
+    return evaluate_against(spec, fresh, opponents, episodes, seed, max_episode_steps, opponent_name)

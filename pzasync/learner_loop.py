@@ -135,7 +135,7 @@ class LearnerDriver:
             ratio = self.setup.replay_ratio
             if ratio is not None and self.updates >= target_updates(ratio, written, learner.learning_starts):
                 return None
-            return self.buffer.sample(learner.batch_size, self.rng)
+            return learner.sample(self.buffer, self.rng)
         while self._pending_rows < learner.batch_size:
             chunk = self.buffer.read_new(max_rows=learner.batch_size - self._pending_rows)
             if chunk is None:

@@ -1,4 +1,4 @@
-"""Everything a run needs, checked before any process starts (invariant 7) and then allocated.
+"""Everything a run needs, checked before any process starts (docs/reliability.md, invariant 7) and then allocated.
 
 `RunPlan` resolves the env spec, each agent's learner and options, the storage layouts and the shared-memory
 budget, raising a `UserInputError` that names the agent, space or option at fault. `allocate` then creates the
@@ -19,7 +19,7 @@ from typing import Any
 from .buffer import SharedRingBuffer
 from .config import RunConfig
 from .environments import EnvSpec
-from .errors import ConfigError
+from .errors import ConfigError, UserInputError
 from .learners import Learner, LearnerContext, Policy, policy_size, resolve_learner
 from .shm import check_fits, clean_stale, new_run_id
 from .slots import PolicySlot
@@ -163,6 +163,8 @@ class RunPlan:
         self._check_devices()
         #: The learner units that learn: one learner process (async) or driver (sequential) each.
         self.learning = [p for p in self.units.values() if p.learns]
+        self._check_league()
+        self._check_yardstick()
         #: Bytes of shared memory actually created by `allocate` (0 before).
         self.shm_in_use = 0
         self.shm_bytes = sum(
@@ -200,6 +202,52 @@ class RunPlan:
         for i, agent in enumerate(members):
             self.agents[agent].unit, self.agents[agent].member = group, i
         return unit
+
+    def _check_league(self) -> None:
+        """Every league entry names a learning unit, and every scripted opponent can play the seats it takes."""
+        from .league import LATEST, SNAPSHOT, parse_mix
+
+        league = dict(self.config.league)
+        if "*" in league:  # every learning unit without a mix of its own
+            default = league.pop("*")
+            league = {**{p.agent: default for p in self.learning}, **league}
+        #: RunConfig.league with '*' expanded: learning unit -> opponent mix.
+        self.league = league
+        for unit, mix in league.items():
+            if unit not in self.units:
+                raise ConfigError(f"option league: {unit!r} is not an agent or agent group of this env; "
+                                  f"learning units: {[p.agent for p in self.learning]}")
+            if not self.units[unit].learns:
+                raise ConfigError(f"option league: {unit!r} does not learn ({self.units[unit].learner_name}); "
+                                  f"a league is for learning agents or groups")
+            members = self.units[unit].members or [unit]
+            seats = [a for a in self.agents if a not in members] or members
+            for kind in parse_mix(unit, mix):
+                if kind not in (LATEST, SNAPSHOT):
+                    self.check_player(kind, seats, f"option league for {unit!r}")
+
+    def _check_yardstick(self) -> None:
+        yardstick = self.config.eval_vs
+        if yardstick is None or os.path.isdir(yardstick):
+            if yardstick is not None and not os.path.exists(os.path.join(yardstick, "run.json")):
+                raise ConfigError(f"option eval_vs={yardstick!r}: a directory, but not a pzasync run directory")
+            return
+        self.check_player(yardstick, list(self.agents), f"option eval_vs={yardstick!r}")
+
+    def check_player(self, spec: str, seats: list[str], where: str) -> None:
+        """A never-learning player spec ('one_ply', 'negamax,depth=2', 'mod:fn') that can play every seat given."""
+        from .league import scripted_spec
+
+        for seat in seats:
+            try:
+                cls, options = resolve_learner(scripted_spec(spec), seat)
+                cls.check_spaces(self.agents[seat].layout)
+                cls.validate_config(seat, options)
+            except UserInputError as exc:
+                raise ConfigError(f"{where}: {exc}") from exc
+            if cls.learns:
+                raise ConfigError(f"{where}: {spec!r} is a learner; opponents and yardsticks must be players that "
+                                  f"never learn (random, one_ply, negamax, perfect, fixed, or 'module:callable')")
 
     def _check_devices(self) -> None:
         wanted = {self.config.device_for(a) for a, p in self.units.items() if p.learns}

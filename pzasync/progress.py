@@ -56,6 +56,9 @@ class RunMonitor:
         self.snapshot_every: int | None = plan.config.snapshot_every_steps
         self.snapshots: list[PolicySnapshot] = []
         self._next_snapshot = 0
+        #: The evaluation process (RunConfig.eval_vs), if any, and the rows it sent so far.
+        self.evaluator: Any = None
+        self.evaluations: list[dict] = []
 
     # -------------------------------------------------------------------------------------- events
     def started(self, actor: Any, heartbeat_timeout_s: float | None = None) -> None:
@@ -121,7 +124,8 @@ class RunMonitor:
         if self.run_dir is not None:
             self._episode_rows.append({"episode": summary.index, "wall_s": round(time.monotonic() - self.start, 4),
                                        "agent_steps": self._actor.total_steps if self._actor else 0,
-                                       "returns": summary.returns, "cut_by_actor": summary.cut_by_actor})
+                                       "returns": summary.returns, "cut_by_actor": summary.cut_by_actor,
+                                       **({"match": summary.match} if summary.match is not None else {})})
 
     def take_snapshot(self) -> None:
         """Copy every learning agent's acting policy, with the time and counts it belongs to."""
@@ -168,6 +172,8 @@ class RunMonitor:
                 self.drain(messages)
             if self.on_poll is not None:
                 self.on_poll()
+            if self.evaluator is not None:
+                self._record_evaluations(self.evaluator.collect())
             self.flush()
             if self._live is not None:
                 self._live.update(self._table())
@@ -193,6 +199,18 @@ class RunMonitor:
             elif message[0] == "error":
                 _, agent, summary, trace = message
                 self.learner_error(agent, summary, trace)
+
+    def _record_evaluations(self, rows: list[dict]) -> None:
+        self.evaluations += rows
+        if self.run_dir is not None:
+            for row in rows:
+                self.run_dir.append("metrics.jsonl", row)
+
+    def stop_evaluator(self) -> None:
+        """Stop the evaluation process and keep what it sent last; it never holds the run up for long."""
+        evaluator, self.evaluator = self.evaluator, None
+        if evaluator is not None:
+            self._record_evaluations(evaluator.stop())
 
     def flush(self) -> None:
         if self.run_dir is not None and self._episode_rows:
@@ -220,7 +238,11 @@ class RunMonitor:
         episodes = self._actor.episodes if self._actor else 0
         table = Table(title=f"{steps:,} agent steps · {steps / elapsed:,.0f}/s · {episodes:,} episodes · "
                             f"{time.monotonic() - self.start:,.0f}s")
-        for column in ("agent", "learner", "return (last 100)", "updates", "version", "lag mean/p95", "status"):
+        latest_eval = {r["agent"]: r for r in self.evaluations}
+        columns = ["agent", "learner", "return (last 100)", "updates", "version", "lag mean/p95", "status"]
+        if self.plan.config.eval_vs is not None:
+            columns.append(f"vs {self.plan.config.eval_vs} [95% CI]")
+        for column in columns:
             table.add_column(column, justify="left" if column in ("agent", "learner", "status") else "right")
         stats = self.plan.stats
         for agent, p in self.plan.agents.items():
@@ -233,5 +255,14 @@ class RunMonitor:
                           f"{stats.get(unit, S.UPDATES):,}" if stats is not None else "-",
                           str(stats.get(unit, S.VERSION)) if stats is not None else "-",
                           f"{report.get('lag_mean', 0):.1f}/{report.get('lag_p95', 0):.0f}" if p.learns else "-",
-                          ("[red]" + status + "[/]") if unit in self.errors else status)
+                          ("[red]" + status + "[/]") if unit in self.errors else status,
+                          *([_eval_cell(latest_eval.get(agent))] if len(columns) > 7 else []))
         return table
+
+
+def _eval_cell(row: dict | None) -> str:
+    if row is None:
+        return "-"
+    lo, hi = row["win_rate_ci95"]
+    return f"{row['win_rate']:.0%} [{lo:.0%}-{hi:.0%}]"
+

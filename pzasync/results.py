@@ -1,4 +1,4 @@
-"""What a run returns (SPEC 5): the same `RunResult` from both runners."""
+"""What a run returns (docs/running.md, RunResult): the same `RunResult` from both runners."""
 
 from __future__ import annotations
 
@@ -78,6 +78,10 @@ class RunResult:
     process_peak_rss_mb: float = 0.0
     #: Bytes of shared memory the run's buffers, slots and counters occupied.
     shm_bytes: int = 0
+    #: Evaluation while training (RunConfig.eval_vs): one row per agent and evaluation round.
+    evaluations: list[dict[str, Any]] = field(default_factory=list)
+    #: Self-play league (RunConfig.league): games per opponent kind, snapshot pool and ratings.
+    league: dict[str, Any] | None = None
     #: Policy copies taken during the run (not part of the JSON form).
     snapshots: list[PolicySnapshot] = field(default_factory=list, repr=False)
 

@@ -2,17 +2,23 @@
 
 Layout:
     run.json            what was run: env spec, learner specs, RunConfig, pzasync version
-    episodes.jsonl      one line per episode: wall time, agent steps, per-agent returns
-    metrics.jsonl       one line per agent report: wall time, agent steps, updates, version, learner metrics
+    episodes.jsonl      one line per episode: wall time, agent steps, per-agent returns (and the league match)
+    metrics.jsonl       one line per agent report: wall time, agent steps, updates, version, learner metrics;
+                        and one per evaluation ("kind": "eval")
     checkpoints/AGENT.pt learner + optimiser state (see learners.players.save_checkpoint)
     result.json         the RunResult
     returns.png         episode returns against wall time, per agent
+    eval.png            evaluation while training (RunConfig.eval_vs): yardstick score, 95% intervals
+    league.jsonl        league ratings every 20 rated games (RunConfig.league)
+    league.png          league ratings of the snapshots and players, ± 2 RD
+    league/UNIT-vN.npy  the league's snapshot pool (at most league_pool_size per unit)
 """
 
 from __future__ import annotations
 
 import json
 import os
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -22,6 +28,19 @@ from .errors import ConfigError
 
 def safe_name(agent: str) -> str:
     return "".join(c if c.isalnum() or c in "-_." else "_" for c in str(agent))
+
+
+def check_out_dir(root: str | os.PathLike) -> None:
+    """Create `root` if needed and write (then remove) a probe file in it: a ConfigError of one line, before
+    anything starts, if run directories cannot be written there."""
+    try:
+        Path(root).mkdir(parents=True, exist_ok=True)
+        fd, probe = tempfile.mkstemp(prefix=".pzasync-probe-", dir=root)
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as exc:
+        reason = f"{type(exc).__name__}: {exc.strerror or exc}"
+        raise ConfigError(f"option out_dir={str(root)!r}: cannot write run directories there ({reason})") from None
 
 
 class RunDirectory:
@@ -37,6 +56,7 @@ class RunDirectory:
 
     @classmethod
     def new(cls, root: str | os.PathLike, env_name: str) -> RunDirectory:
+        check_out_dir(root)
         stamp = time.strftime("%Y%m%d-%H%M%S")
         base = Path(root) / f"{safe_name(env_name.rsplit('.', 1)[-1])}-{stamp}"
         path, n = base, 1

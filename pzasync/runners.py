@@ -1,4 +1,4 @@
-"""AsyncRunner and SequentialRunner (SPEC 5): the same plan, actor, learners and seeds, two schedules.
+"""AsyncRunner and SequentialRunner (docs/running.md, Runners): the same plan, actor, learners and seeds, two schedules.
 
 Async: the actor runs in the calling (main) process, one spawned process per learning agent trains from
 that agent's buffer and publishes to its slot. Sequential: the same pieces in one process, each learner's
@@ -8,6 +8,7 @@ updates run inline just before its agent's decisions, on the replay-ratio schedu
 from __future__ import annotations
 
 import multiprocessing as mp
+import numbers
 import os
 import signal
 import time
@@ -25,6 +26,18 @@ from .progress import RunMonitor
 from .supervisor import LearnerSupervisor, restart_budget_error
 from .results import AgentResult, RunResult, process_usage
 from .rundir import RunDirectory, plot_returns
+
+
+def check_budget(agent_steps: Any, seconds: Any) -> None:
+    """Refuse a run budget that could never be met (before anything starts): ConfigError naming the argument."""
+    from .errors import ConfigError
+
+    if agent_steps is not None and (not isinstance(agent_steps, numbers.Integral) or isinstance(agent_steps, bool)
+                                    or agent_steps < 1):
+        raise ConfigError(f"agent_steps={agent_steps!r}: must be an integer >= 1, or None")
+    if seconds is not None and (not isinstance(seconds, numbers.Real) or isinstance(seconds, bool)
+                                or not seconds > 0):
+        raise ConfigError(f"seconds={seconds!r}: must be a number > 0, or None")
 
 
 class _Runner:
@@ -88,7 +101,25 @@ class _Runner:
             acting[agent] = a
         return acting
 
-    def _actor(self, acting: dict[str, ActingAgent], before_decision: Any = None) -> Actor:
+    def _start_evaluator(self, monitor: RunMonitor, start: float) -> None:
+        """Start the evaluation process (RunConfig.eval_vs) once every learning unit has published."""
+        cfg = self.config
+        if cfg.eval_vs is None:
+            return
+        from .evaluator import Evaluator, EvaluatorSetup
+
+        seats = {agent: (p.unit, p.learner_path, p.options, p.layout, p.slot)
+                 for agent, p in self.plan.agents.items() if p.learns and p.slot is not None}
+        if not seats:
+            return
+        monitor.evaluator = Evaluator(EvaluatorSetup(
+            env_spec=self.plan.env_spec, seats=seats, yardstick=cfg.eval_vs, every_s=cfg.eval_every_s,
+            episodes=cfg.eval_episodes, seed=cfg.seed + 9001, stats=self.plan.stats, run_start=start,
+            parent_pid=os.getpid(), max_episode_steps=cfg.max_episode_steps))
+        monitor.evaluator.start()
+
+    def _actor(self, acting: dict[str, ActingAgent], before_decision: Any = None,
+               run_dir: RunDirectory | None = None) -> Actor:
         cfg = self.config
         ratio = cfg.replay_ratio if self.kind == "async" else None
         env = self.plan.env_spec.make()
@@ -97,6 +128,10 @@ class _Runner:
                      check_rewards=cfg.check_rewards, max_episode_steps=cfg.max_episode_steps,
                      before_decision=before_decision, env_name=self.plan.env_spec.name,
                      raise_on_nonfinite=cfg.nonfinite == "raise")
+        if cfg.league:
+            from .league import League
+
+            self.actor.league = League(self.plan, acting, cfg.seed, run_dir)
         return self.actor
 
     def _run_dir(self) -> RunDirectory | None:
@@ -148,10 +183,22 @@ class _Runner:
             run_dir=str(run_dir.path) if run_dir else None, config=self.config.as_dict(),
             shm_bytes=self.plan.shm_in_use, snapshots=monitor.snapshots,
             process_cpu_seconds=monitor.acting_cpu_seconds(), process_peak_rss_mb=process_usage()[1],
+            evaluations=list(monitor.evaluations),
+            league=actor.league.summary() if actor is not None and actor.league is not None else None,
         )
         if run_dir is not None:
             run_dir.write_json("result.json", result.to_dict())
             plot_returns(run_dir, f"{result.env}: {self.kind} runner")
+            if result.evaluations:
+                from .evaluator import plot_evaluations
+
+                plot_evaluations(run_dir, result.evaluations, f"{result.env}: {self.kind} runner, greedy policies "
+                                                              f"against {result.evaluations[0]['opponent']}")
+            if result.league is not None:
+                from .league import plot_league
+
+                actor.league.flush()
+                plot_league(run_dir, result.league)
             run_dir.close()
         return result
 
@@ -172,6 +219,7 @@ class _Runner:
                 run_dir: RunDirectory | None) -> RunResult:
         """Close the display, assemble the result (while the counters still exist), then release everything."""
         try:
+            monitor.stop_evaluator()
             monitor.close()
             return self._result(monitor, actor, time.monotonic() - start, reason, run_dir, monitor.reports)
         finally:
@@ -183,6 +231,7 @@ class _Runner:
         """Train until `agent_steps` decisions or `seconds` of wall time (whichever comes first)."""
         if agent_steps is None and seconds is None:
             raise PzasyncError("run() needs agent_steps or seconds")
+        check_budget(agent_steps, seconds)
         return self._run(agent_steps, seconds)
 
     def _run(self, agent_steps: int | None, seconds: float | None) -> RunResult:
@@ -226,6 +275,7 @@ class AsyncRunner(_Runner):
         reason = "agent-step budget reached"
         supervisor = None
         try:
+            self._start_evaluator(monitor, start)  # first: its start-up overlaps the learners'
             threads = plan.torch_threads(len(plan.learning) + 1)
             setups = {p.agent: self._setup(p, plan.stats, threads, run_dir, cfg.replay_ratio) for p in plan.learning}
             supervisor = LearnerSupervisor(mp.get_context("spawn"), setups, cfg, monitor)
@@ -235,8 +285,10 @@ class AsyncRunner(_Runner):
             import torch
 
             torch.set_num_threads(1)
-            actor = self._actor(self._acting_agents())
-            reason = self._act(actor, monitor, agent_steps, supervisor.messages) or reason
+            actor = self._actor(self._acting_agents(), run_dir=run_dir)
+            # The supervisor, not its queue: frames kept alive by a traceback must not keep the queue (and its
+            # semaphores) after release. `RunMonitor.drain` only calls get_nowait().
+            reason = self._act(actor, monitor, agent_steps, supervisor) or reason
         finally:
             try:
                 if supervisor is not None:
@@ -267,6 +319,7 @@ class SequentialRunner(_Runner):
         try:
             import torch
 
+            self._start_evaluator(monitor, start)
             torch.set_num_threads(plan.torch_threads(1))
             ratio = cfg.replay_ratio if cfg.replay_ratio is not None else cfg.sequential_replay_ratio
             for p in plan.learning:
@@ -309,7 +362,7 @@ class SequentialRunner(_Runner):
                     monitor.reports[a] = d.report()
 
             monitor.on_poll = refresh_reports
-            actor = self._actor(self._acting_agents(), before_decision)
+            actor = self._actor(self._acting_agents(), before_decision, run_dir=run_dir)
             reason = self._act(actor, monitor, agent_steps, None) or reason
         finally:
             try:

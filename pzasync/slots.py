@@ -1,4 +1,5 @@
-"""Policy slots: a learner publishes a flat float32 parameter vector, the actor reads it (SPEC section 3).
+"""Policy slots: a learner publishes a flat float32 parameter vector, the actor reads it (docs/shared-memory.md,
+Policy slots).
 
 Each copy of the vector is guarded by a sequence word (a seqlock): odd while the publisher writes it, `2 * v`
 once it holds version `v`. A reader notes the word, copies, and reads the word again; if it changed or was

@@ -3,7 +3,7 @@
 A layout says how one agent's observations and actions are stored: every observation is split into leaves
 (Box, Discrete, MultiDiscrete, MultiBinary, nested in Dict/Tuple), each kept in its own dtype and shape so an
 image stays uint8. The action mask, whether the env puts it in the observation dict or in `info`, is split
-out of the stored observation (SPEC 2.7) and kept beside it.
+out of the stored observation (docs/transitions.md, rule 7) and kept beside it.
 """
 
 from __future__ import annotations
@@ -138,7 +138,7 @@ def action_mask_shape(action_space: spaces.Space) -> tuple[int, ...] | None:
 
 
 def stored_obs_space(observation_space: spaces.Space) -> spaces.Space:
-    """The observation space without its action mask: what pzasync stores (SPEC 2.7)."""
+    """The observation space without its action mask: what pzasync stores (docs/transitions.md, rule 7)."""
     if isinstance(observation_space, spaces.Dict) and MASK_KEY in observation_space.spaces:
         rest = {k: v for k, v in observation_space.spaces.items() if k != MASK_KEY}
         return rest["observation"] if list(rest) == ["observation"] else spaces.Dict(rest)

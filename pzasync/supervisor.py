@@ -8,6 +8,7 @@ weights it last published); past `max_learner_restarts` the run stops with `Lear
 
 from __future__ import annotations
 
+import queue
 import sys
 import time
 from typing import Any
@@ -137,5 +138,21 @@ class LearnerSupervisor:
                 process.kill()
                 process.join(timeout=5)
         self.monitor.drain(self.messages)
-        self.messages.close()
-        self.messages.join_thread()
+        self.release()
+
+    def get_nowait(self) -> Any:
+        """The next learner message, for `RunMonitor.drain` (queue.Empty once released)."""
+        if self.messages is None:
+            raise queue.Empty
+        return self.messages.get_nowait()
+
+    def release(self) -> None:
+        """Close the message queue and drop it, so its semaphores (`/dev/shm/sem.mp-*`) go now, not at the next
+        garbage collection (the monitor and the supervisor refer to each other). Safe to call twice."""
+        messages, self.messages = self.messages, None
+        if messages is not None:
+            messages.close()
+            messages.join_thread()
+        self.processes.clear()
+        if self.monitor.on_poll == self.poll:
+            self.monitor.on_poll = None

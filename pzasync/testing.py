@@ -27,7 +27,7 @@ def _describe_in_child(spec: EnvSpec, queue: Any) -> None:
 
 
 def check_env(env: Any, agent_steps: int = 2000, seed: int = 0, spawn: bool = True) -> dict[str, Any]:
-    """Check that pzasync can run `env`: layouts for every agent, SPEC 2 transitions with conserved rewards
+    """Check that pzasync can run `env`: layouts for every agent, docs/transitions.md transitions with conserved rewards
     over `agent_steps` random legal decisions, and (with `spawn`) that a spawned process rebuilds it."""
     spec = EnvSpec.of(env)
     instance = spec.make()

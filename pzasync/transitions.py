@@ -1,4 +1,4 @@
-"""AEC transition assembly (SPEC section 2), free of processes and I/O.
+"""AEC transition assembly (docs/transitions.md, rules 1-9), free of processes and I/O.
 
 The assembler is fed what `env.last()` returns at each agent's turns and the decisions taken there, and hands
 back complete per-agent transitions. It is the single place where turn-based semantics live: rewards that
@@ -51,6 +51,8 @@ class EpisodeSummary:
     returns: dict[str, float]
     agent_steps: int
     cut_by_actor: bool
+    #: Under a league (RunConfig.league): who played whom in this episode (`league.Match.as_dict`).
+    match: dict | None = None
 
 
 class LayoutBook:
@@ -155,7 +157,7 @@ class TransitionAssembler:
         self.returns[agent] += reward
         pending = self._pending.pop(agent, None)
         if pending is None:
-            # SPEC 2.4: a reward before the agent's first decision belongs to no transition.
+            # docs/transitions.md, rule 4: a reward before the agent's first decision belongs to no transition.
             self.before_first_decision[agent] += reward
             return None, obs, mask
         self.in_transitions[agent] += reward
@@ -171,8 +173,8 @@ class TransitionAssembler:
         self.agent_steps += 1
 
     def cut_episode(self, env: Any, since_decision: dict[str, float]) -> list[Transition]:
-        """SPEC 2.5: the actor stops the episode; complete every pending transition as truncated, with the
-        reward paid to the agent since its decision (from a RewardLedger)."""
+        """docs/transitions.md, rule 5: the actor stops the episode; complete every pending transition as
+        truncated, with the reward paid to the agent since its decision (from a RewardLedger)."""
         done = []
         for agent in list(env.agents):
             reward = float(since_decision.get(agent, 0.0))
@@ -199,7 +201,8 @@ class TransitionAssembler:
         return EpisodeSummary(self.episode_index, dict(self.returns), self.agent_steps, cut_by_actor)
 
     def check_conservation(self, paid: dict[str, float]) -> None:
-        """Invariant 8: per agent, transition rewards plus pre-decision rewards equal what the env paid."""
+        """docs/transitions.md, invariant 8: per agent, transition rewards plus pre-decision rewards equal what the
+        env paid."""
         for agent in sorted(set(paid) | set(self.returns)):
             total = self.in_transitions.get(agent, 0.0) + self.before_first_decision.get(agent, 0.0)
             expected = paid.get(agent, 0.0)

@@ -1,4 +1,5 @@
-"""A two-player turn-based env whose rewards are easy to work out by hand, used as a SPEC 2 oracle.
+"""A two-player turn-based env whose rewards are easy to work out by hand, used as an oracle of the rules in
+docs/transitions.md.
 
 Rules: p0 and p1 alternate, p0 first. A live step by X with action a pays X `a` and pays the other live agent
 +10 (a reward on another agent's turn). p1 dies (terminated, -100) on its 2nd action; p0 plays on alone and

@@ -12,10 +12,11 @@ from pathlib import Path
 import jsonschema
 import numpy as np
 import pytest
+import torch
 
 from pzasync import RunConfig, SequentialRunner
-from pzasync.bench import (BenchSettings, TrialSpec, headline, rescore, run_bench, run_trial_in_fresh_process,
-                           summarize_trials, time_to_target)
+from pzasync.bench import (BenchSettings, TrialSpec, headline, rescore, run_bench, run_trial,
+                           run_trial_in_fresh_process, summarize_trials, time_to_target)
 from pzasync.errors import ConfigError
 
 SCHEMA = json.loads((Path(__file__).parents[1] / "docs" / "bench-schema.json").read_text())
@@ -136,7 +137,13 @@ def test_snapshots_follow_the_run_and_hold_the_acting_policy():
 def test_run_bench_end_to_end_matches_the_schema_and_its_own_figures(tmp_path):
     settings = BenchSettings(env=C4, learners=VS_RANDOM, agent_steps=400, seeds=1, target=0.5, eval_every=200,
                              eval_episodes=4, target_window=1, run_options={"publish_every": 5})
-    report = run_bench(settings)
+    # Trials run in this process (seven fresh interpreters cost more than the trials): the fresh-process path
+    # is covered by the bench command test below and by the error-in-a-trial-process test above.
+    threads = torch.get_num_threads()
+    try:
+        report = run_bench(settings, runner=run_trial)
+    finally:
+        torch.set_num_threads(threads)  # the bare trials set one thread
     jsonschema.Draft202012Validator(SCHEMA).validate(json.loads(json.dumps(report)))
     configs = [t["config"] for t in report["trials"]]
     assert configs == ["bare_random", "bare_policy", "async_idle", "sequential", "async_double_buffer",

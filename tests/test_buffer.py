@@ -1,4 +1,4 @@
-"""Shared ring buffers: invariants 2 and 3, sentinel fill, memory checks, attach by pickling."""
+"""Shared ring buffers: invariants 2 and 3 (docs/shared-memory.md), sentinel fill, memory checks, attach by pickling."""
 
 from __future__ import annotations
 

@@ -35,10 +35,12 @@ def test_train_then_eval_on_a_tiny_budget(tmp_path):
     runner = CliRunner()
     result = runner.invoke(main, ["train", "pettingzoo.classic.tictactoe_v3", "--steps", "1500", "--runner",
                                   "sequential", "--learner", "dqn,learning_starts=200", "--learner-for",
-                                  "player_2=random", "--out", str(tmp_path), "--eval-episodes", "30"],
+                                  "player_2=random", "--out", str(tmp_path), "--eval-episodes", "30",
+                                  "--eval-every", "0"],
                            env={"COLUMNS": "250"})
     assert result.exit_code == 0, result.output
-    assert "1,500 agent steps" in result.output and "player_1" in result.output and "wins vs random" in result.output
+    assert "1,500 agent steps" in result.output and "player_1" in result.output
+    assert "perfect" in result.output and "untrained" in result.output and "random" in result.output
     (run_dir,) = list(tmp_path.iterdir())
     assert (run_dir / "returns.png").exists() and (run_dir / "checkpoints" / "player_1.pt").exists()
     assert not (run_dir / "checkpoints" / "player_2.pt").exists(), "random players have nothing to save"
@@ -52,3 +54,26 @@ def test_train_rejects_bad_learner_options_without_traceback(tmp_path):
                                        "dqn,gamma", "--out", str(tmp_path)])
     assert result.exit_code == 2 and "Traceback" not in result.output
     assert "learner option 'gamma' in 'dqn,gamma' is not KEY=VALUE" in result.output
+
+
+def test_default_train_is_self_play_in_a_league_scored_on_the_yardstick_in_80_columns(tmp_path):
+    """No --group or --learner-for on a board game with a yardstick: the seats share one learner in a league, an
+    evaluator scores them while training, and the summary fits an 80-column terminal uncut."""
+    import json
+
+    result = CliRunner().invoke(main, ["train", "pettingzoo.classic.tictactoe_v3", "--steps", "3000", "--runner",
+                                       "sequential", "--learner", "dqn,learning_starts=200,hidden=[32]", "--out",
+                                       str(tmp_path), "--eval-episodes", "20", "--eval-every", "0.5"],
+                                env={"COLUMNS": "80"})
+    assert result.exit_code == 0, result.output
+    words = " ".join(result.output.split())  # lines wrap at 80 columns
+    assert "(group players)" in words and "league latest=0.5;snapshot=0.5" in words
+    assert "…" not in result.output and max(len(line) for line in result.output.splitlines()) <= 80
+    rows = [line for line in result.output.splitlines() if line.startswith("│ player")]
+    assert {tuple(cell.strip() for cell in row.split("│")[1:4]) for row in rows} >= {
+        (seat, policy, against) for seat in ("player_1", "player_2")
+        for policy, against in (("trained", "perfect"), ("untrained", "perfect"), ("trained", "random"))}
+    (run_dir,) = list(tmp_path.iterdir())
+    episodes = [json.loads(line) for line in (run_dir / "episodes.jsonl").read_text().splitlines()]
+    assert {e["match"]["kind"] for e in episodes} <= {"latest", "snapshot"}
+    assert (run_dir / "checkpoints" / "players.pt").exists()

@@ -1,4 +1,5 @@
-"""SPEC section 1: make_env accepts ids, callables, instances and factories; specs travel to spawned processes."""
+"""docs/running.md, Environments: make_env accepts ids, callables, instances and factories; specs travel to
+spawned processes."""
 
 from __future__ import annotations
 

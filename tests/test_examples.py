@@ -53,6 +53,7 @@ def test_custom_learner():
     assert "updates" in out and "player_0 mean episode return" in out
 
 
+@pytest.mark.slow  # five trials in fresh processes; run_bench, its report and plot are covered by tests/test_bench.py
 def test_benchmark(tmp_path):
     report_path, plot_path = tmp_path / "b.json", tmp_path / "b.png"
     out = run_example("benchmark.py", "--env", "pettingzoo.classic.tictactoe_v3", "--steps", "300", "--seeds", "1",

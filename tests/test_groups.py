@@ -44,7 +44,8 @@ def test_a_group_shares_one_learner_that_sees_each_members_transitions_attribute
         # p1 is terminated (-100 on its 2nd decision): only its own transitions carry that
         dead = rows["terminated"][rows["member"] == member]
         assert dead.any() == (member == 1)
-    # Members pay what the SPEC says: p1's 2nd decision is its terminal -100 (+ its action), never p0's.
+    # Members pay what docs/transitions.md (rule 2) says: p1's 2nd decision is its terminal -100 (+ its action),
+    # never p0's.
     p1_last = (rows["member"] == 1) & (rows["obs"][:, 0] == 1)
     assert (rows["reward"][p1_last] <= -99).all()
     assert (rows["reward"][rows["member"] == 0] >= 0).all()

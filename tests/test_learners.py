@@ -226,7 +226,8 @@ def test_dqn_state_round_trip_restores_networks_and_optimizer():
 def test_unknown_or_bad_learner_options_are_named():
     with pytest.raises(ConfigError, match=r"agent 'agent_0': learner DQNLearner has no option\(s\) \['lrr'\]"):
         dqn(lrr=1.0)
-    with pytest.raises(ConfigError, match=r"agent 'agent_0': activation must be one of"):
+    with pytest.raises(ConfigError, match=r"agent 'agent_0': PPOLearner option activation='gelu': must be one of "
+                                          r"'relu', 'tanh'$"):
         ppo(activation="gelu")
 
 

@@ -1,4 +1,5 @@
-"""Faults: env crashes, signals, SIGKILL of the main process, bad input, non-finite values (SPEC invariants 5-7)."""
+"""Faults: env crashes, signals, SIGKILL of the main process, bad input, non-finite values (docs/reliability.md,
+invariants 5-7)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""Runners (SPEC 5) with plug-in learners: batches, invariants 4 and 5, errors, run directories."""
+"""Runners (docs/running.md) with plug-in learners: batches, invariants 4 (docs/transitions.md) and 5
+(docs/reliability.md), errors, run directories."""
 
 from __future__ import annotations
 
@@ -41,7 +42,8 @@ def test_custom_learner_by_dotted_path_gets_documented_keys(runner, tmp_path):
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("runner", RUNNERS, ids=lambda r: r.__name__)
 def test_actor_transitions_equal_rollout(runner, tmp_path):
-    """Invariant 4: with a deterministic policy and seed, the learner receives exactly rollout's transitions."""
+    """Invariant 4 (docs/transitions.md): with a deterministic policy and seed, the learner receives exactly
+    rollout's transitions."""
     steps = 600
     config = RunConfig(seed=11, backpressure=True)
     result = runner(C4, ("custom_learners:RecordingLearner", {"record_dir": str(tmp_path)}), config).run(
@@ -62,7 +64,7 @@ def test_actor_transitions_equal_rollout(runner, tmp_path):
 
 @pytest.mark.timeout(120)
 def test_actor_keeps_stepping_while_a_learner_sleeps(tmp_path):
-    """Invariant 5: a learner stuck in update() for seconds does not slow the actor down."""
+    """Invariant 5 (docs/reliability.md): a learner stuck in update() for seconds does not slow the actor down."""
     learners = {"player_0": ("custom_learners:RecordingLearner", {"sleep_s": 30.0}),
                 "player_1": ("custom_learners:RecordingLearner", {})}
     config = RunConfig(seed=0, process_timeout_s=5)

@@ -1,4 +1,5 @@
-"""SPEC section 3 and invariant 1: policy slots publish versioned vectors that are never read torn."""
+"""docs/shared-memory.md, policy slots and invariant 1: policy slots publish versioned vectors that are never
+read torn."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""SPEC section 2: `rollout` assembles exactly the AEC transitions, on a hand-checked env and on real ones."""
+"""docs/transitions.md, rules 1-9: `rollout` assembles exactly the AEC transitions, on a hand-checked env and on
+real ones."""
 
 from __future__ import annotations
 
@@ -114,7 +115,7 @@ class Recorder(BaseWrapper):
 
 
 def reference_transitions(log):
-    """An independent, deliberately plain reading of SPEC 2 applied to a recorded run."""
+    """An independent, deliberately plain reading of docs/transitions.md applied to a recorded run."""
     episodes, current = [], None
     for event in log:
         if event[0] == "reset":
@@ -192,7 +193,8 @@ def test_rollout_equals_reference_and_conserves_rewards(env_id):
     choose = masked_random(1)
     env = Recorder(pzasync.make_env(env_id))
     got = pzasync.rollout(env, lambda a, o, m: choose(m, env.action_space(a)), agent_steps=steps, seed=5)
-    # check_rewards=True (the default) verified every episode's conservation (invariant 8) against the env.
+    # check_rewards=True (the default) verified every episode's conservation (docs/transitions.md, invariant 8)
+    # against the env.
     expected = reference_transitions(env.log)
     assert sorted(got) == sorted(expected)
     for agent, rows in expected.items():

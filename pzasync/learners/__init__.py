@@ -1,8 +1,10 @@
 """Learners: the plug-in base classes, the built-in ones, and resolution of user learner specs.
 
-A learner spec is a built-in name (`"dqn"`, `"ppo"`, `"random"`, `"fixed"`), a `"module:Class"` path, a name
-registered under the `pzasync.learners` entry-point group, or a Learner subclass; optionally paired with an
-options dict: `("ppo", {"lr": 3e-4})`.
+A learner spec is a built-in name (`"dqn"`, `"ppo"`, `"random"`, `"fixed"`, and the scripted players
+`"one_ply"`, `"negamax"`, `"perfect"`), a `"module:Class"` path, a name registered under the `pzasync.learners`
+entry-point group, or a Learner subclass; optionally paired with an options dict: `("ppo", {"lr": 3e-4})`.
+A `"module:callable"` (or object) that is a plain function `fn(obs, mask) -> action` or a `Policy` subclass is a
+user's scripted player: it is wrapped in a never-learning `ScriptedPlayer`.
 """
 
 from __future__ import annotations
@@ -13,14 +15,19 @@ from importlib.metadata import entry_points
 from typing import Any
 
 from ..errors import ConfigError
-from .base import Batch, Learner, LearnerContext, Policy, policy_size, policy_to_vector, vector_to_policy
+from .base import Batch, Learner, LearnerContext, Option, Policy, policy_size, policy_to_vector, vector_to_policy
 
 BUILTIN: dict[str, str] = {
     "dqn": "pzasync.learners.dqn:DQNLearner",
     "ppo": "pzasync.learners.ppo:PPOLearner",
     "random": "pzasync.learners.players:RandomPlayer",
     "fixed": "pzasync.learners.players:FixedPlayer",
+    "one_ply": "pzasync.learners.scripted:OnePlyPlayer",
+    "negamax": "pzasync.learners.scripted:NegamaxPlayer",
+    "perfect": "pzasync.learners.scripted:PerfectPlayer",
 }
+#: The built-in scripted (never-learning, board-game) players.
+SCRIPTED: tuple[str, ...] = ("one_ply", "negamax", "perfect")
 ENTRY_POINT_GROUP = "pzasync.learners"
 
 LearnerSpec = Any  # str | type[Learner] | tuple[str | type[Learner], dict]
@@ -75,16 +82,34 @@ def resolve_learner(spec: LearnerSpec, agent: str = "?") -> tuple[type[Learner],
     else:
         cls = spec
     if not (isinstance(cls, type) and issubclass(cls, Learner)):
-        raise ConfigError(f"agent {agent!r}: {cls!r} is not a subclass of pzasync.Learner")
+        from .scripted import ScriptedPlayer, is_player_object, player_reference
+
+        if not is_player_object(cls):
+            raise ConfigError(f"agent {agent!r}: {cls!r} is neither a subclass of pzasync.Learner nor a player "
+                              f"(a function fn(obs, mask) -> action, or a pzasync.Policy subclass)")
+        player = spec if isinstance(spec, str) and (":" in spec or "." in spec) else player_reference(cls)
+        return ScriptedPlayer, {"player": player, **options}
     return cls, dict(options)
+
+
+def is_scripted(spec: LearnerSpec) -> bool:
+    """Whether `spec` names a player that never learns (scripted, random, fixed, or a user's function/Policy)."""
+    try:
+        cls, _ = resolve_learner(spec)
+    except ConfigError:
+        return False
+    return not cls.learns
 
 
 __all__ = [
     "BUILTIN",
+    "SCRIPTED",
     "Batch",
     "Learner",
     "LearnerContext",
+    "Option",
     "Policy",
+    "is_scripted",
     "known_learner_names",
     "policy_size",
     "policy_to_vector",

@@ -1,4 +1,4 @@
-"""The learner plug-in API (SPEC section 4): `Learner` trains, `Policy` acts, one flat vector links them.
+"""The learner plug-in API (docs/learners.md): `Learner` trains, `Policy` acts, one flat vector links them.
 
 A learner runs in its own process (async) or inline (sequential). It builds the policy module with
 `build_policy`, which the actor also calls to get an identical module that it refreshes from the agent's
@@ -10,6 +10,7 @@ and the extras the learner declared.
 
 from __future__ import annotations
 
+import math
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
@@ -40,6 +41,84 @@ class Policy(torch.nn.Module):
         """Seed the policy's own sampling so that two policies seeded alike act alike."""
 
 
+_TYPE_NAMES = {float: "a number", int: "an integer", bool: "True or False", str: "a string", list: "a list"}
+
+
+def _is_kind(value: Any, kind: Any) -> bool:
+    """isinstance, except that bools are not numbers, ints pass as floats, and tuples pass as lists."""
+    is_bool = isinstance(value, (bool, np.bool_))
+    if kind is bool:
+        return is_bool
+    if kind is int:
+        return isinstance(value, (int, np.integer)) and not is_bool
+    if kind is float:
+        return isinstance(value, (int, float, np.integer, np.floating)) and not is_bool
+    if kind is list:
+        return isinstance(value, (list, tuple))
+    return isinstance(value, kind)
+
+
+@dataclass(frozen=True)
+class Option:
+    """The rule for one learner option, checked by `Learner.validate_config` before any process starts.
+
+    `type`: `float` (any finite real number; ints are accepted), `int` (bools are not), `bool`, `str`, `list`
+    (a list or tuple; `item` is then the rule of every element), or any class or tuple of classes for
+    isinstance. `ge`/`gt`/`le`/`lt`: inclusive/exclusive bounds for numbers. `choices`: the allowed values.
+    `optional`: None is allowed too. `what`: the noun used in the error message instead of the type's.
+    """
+
+    type: Any = object
+    ge: float | None = None
+    gt: float | None = None
+    le: float | None = None
+    lt: float | None = None
+    choices: tuple[Any, ...] | None = None
+    optional: bool = False
+    item: Option | None = None
+    what: str | None = None
+
+    def type_ok(self, value: Any) -> bool:
+        return (value is None and self.optional) or _is_kind(value, self.type)
+
+    def accepts(self, value: Any) -> bool:
+        if value is None:
+            return self.optional
+        if not _is_kind(value, self.type):
+            return False
+        if self.choices is not None and not any(type(value) is type(c) and value == c for c in self.choices):
+            return False
+        if self.type in (int, float):
+            if not math.isfinite(value):
+                return False
+            if ((self.ge is not None and value < self.ge) or (self.gt is not None and value <= self.gt)
+                    or (self.le is not None and value > self.le) or (self.lt is not None and value >= self.lt)):
+                return False
+        if self.item is not None:
+            return all(self.item.accepts(v) for v in value)
+        return True
+
+    def describe(self, plural: bool = False) -> str:
+        """What is accepted, in words: 'a number in (0, 1]', 'an integer >= 1', "one of 'relu', 'tanh'"."""
+        if self.choices is not None:
+            text = "one of " + ", ".join(repr(c) for c in self.choices)
+        else:
+            text = self.what or _TYPE_NAMES.get(self.type, getattr(self.type, "__name__", str(self.type)))
+            if plural:
+                text = {"a number": "numbers", "an integer": "integers", "a string": "strings"}.get(text, text)
+            low = ("[", self.ge) if self.ge is not None else ("(", self.gt) if self.gt is not None else None
+            high = ("]", self.le) if self.le is not None else (")", self.lt) if self.lt is not None else None
+            if low and high:
+                text += f" in {low[0]}{low[1]:g}, {high[1]:g}{high[0]}"
+            elif low:
+                text += f" {'>=' if low[0] == '[' else '>'} {low[1]:g}"
+            elif high:
+                text += f" {'<=' if high[0] == ']' else '<'} {high[1]:g}"
+            if self.item is not None:
+                text += " of " + self.item.describe(plural=True)
+        return text + (" or None" if self.optional else "")
+
+
 @dataclass
 class LearnerContext:
     """What a learner is built with: whose it is, its storage layout, options, device and seed."""
@@ -60,6 +139,7 @@ class Learner(ABC):
       - `on_policy`: fed every transition once, in order, in chunks (True), or random samples (False).
       - `extras`: per-transition fields the policy's `act` returns, name -> numpy dtype string.
       - `learns`: False for players that never update (no learner process is started).
+      - `defaults`: the options it accepts, with their defaults; `schema`: `Option` rules for their values.
     Instance attributes the runtime reads (set them in `__init__`, from the config):
       - `batch_size`: rows per `update` (off-policy samples, or on-policy chunk length).
       - `learning_starts`: transitions in the buffer before the first off-policy update.
@@ -70,6 +150,12 @@ class Learner(ABC):
     extras: ClassVar[dict[str, str]] = {}
     #: Config keys this learner accepts, with defaults; anything else is refused by `validate_config`.
     defaults: ClassVar[dict[str, Any]] = {}
+    #: Rules for option values (name -> `Option`), checked by `validate_config` on the merged config. A class's
+    #: schema adds to its parents' (see `option_rules`); a rule for a key that is not in `defaults` is skipped.
+    schema: ClassVar[dict[str, Option]] = {
+        "batch_size": Option(int, ge=1),
+        "learning_starts": Option(int, ge=0),
+    }
 
     def __init__(self, ctx: LearnerContext) -> None:
         self.ctx = ctx
@@ -78,8 +164,17 @@ class Learner(ABC):
         self.learning_starts: int = int(self.config.get("learning_starts", self.batch_size))
 
     @classmethod
+    def option_rules(cls) -> dict[str, Option]:
+        """The `schema` of this class and of its bases, subclasses overriding a base's rule for the same key."""
+        rules: dict[str, Option] = {}
+        for klass in reversed(cls.__mro__):
+            rules.update(vars(klass).get("schema", {}))
+        return rules
+
+    @classmethod
     def validate_config(cls, agent: str, config: dict[str, Any]) -> dict[str, Any]:
-        """Merge `config` over `defaults`, refusing unknown keys (named with the agent) before anything starts."""
+        """Merge `config` over `defaults`, refusing unknown keys and values that break the `schema` (one line,
+        naming the agent, the option, the value and what is accepted) before anything starts."""
         from ..errors import ConfigError
 
         unknown = sorted(set(config) - set(cls.defaults))
@@ -88,7 +183,14 @@ class Learner(ABC):
                 f"agent {agent!r}: learner {cls.__name__} has no option(s) {unknown}; "
                 f"known options: {sorted(cls.defaults)}"
             )
-        return {**cls.defaults, **config}
+        merged = {**cls.defaults, **config}
+        for key, rule in cls.option_rules().items():
+            if key in merged and not rule.accepts(value := merged[key]):
+                got = "" if rule.type_ok(value) else f" (got {type(value).__name__})"
+                raise ConfigError(
+                    f"agent {agent!r}: {cls.__name__} option {key}={value!r}: must be {rule.describe()}{got}"
+                )
+        return merged
 
     @classmethod
     def check_spaces(cls, layout: AgentLayout) -> None:
@@ -107,6 +209,16 @@ class Learner(ABC):
     @abstractmethod
     def update(self, batch: Batch) -> dict[str, float]:
         """One learning step on `batch`; returns metrics (floats) for logs and the progress display."""
+
+    def sample(self, buffer: Any, rng: np.random.Generator) -> Batch:
+        """Off-policy learners: the batch for the next `update`, drawn from the agent's `SharedRingBuffer`.
+
+        Both runners call this (through `LearnerDriver`) whenever an update is due. The default draws
+        `batch_size` rows uniformly with `buffer.sample`; override it to draw differently, e.g. with
+        `buffer.sample_windows` for multi-step returns (as DQN does with `n_step > 1`). The batch must keep
+        `policy_version` (one per row), which the runtime reads for its policy-lag figures.
+        """
+        return buffer.sample(self.batch_size, rng)
 
     def state_dict(self) -> dict[str, Any]:
         """Everything needed to resume: networks and optimiser state."""

@@ -3,6 +3,10 @@
 Exploration is epsilon-greedy over legal actions, with epsilon a function of the agent's decisions (told by
 the actor through `on_actor_steps`), so how often the learner replays never changes how fast it decays.
 Targets bootstrap through truncation, never through termination, and only over legal next actions.
+
+Options beyond the basics: `n_step` returns (sampled as windows of consecutive buffer rows, followed along one
+agent's trajectory: see `nstep_batch`), a `dueling` head, soft (`target_tau` < 1) or hard target updates, and
+the observation `torso` ("auto", "mlp", "cnn"; see networks.leaf_kind).
 """
 
 from __future__ import annotations
@@ -15,10 +19,96 @@ import torch
 from gymnasium import spaces
 from torch import nn
 
-from ..errors import ConfigError, UnsupportedSpaceError
+from ..errors import UnsupportedSpaceError
 from ..spaces import AgentLayout
-from .base import Batch, Learner, LearnerContext, Policy
-from .networks import Encoder, check_activation, masked_logits, mlp, obs_tensors
+from .base import Batch, Learner, LearnerContext, Option, Policy
+from .networks import ACTIVATIONS, TORSOS, Encoder, masked_logits, mlp, obs_tensors
+
+
+def check_options(agent: str, config: dict[str, Any]) -> None:
+    """Refuse bad values of the n-step, dueling, target and torso options where they are used (a config that
+    did not go through `validate_config`, such as an old checkpoint's, may lack them: defaults apply)."""
+    from ..errors import ConfigError
+    from .networks import TORSOS
+
+    def bad(key: str, why: str) -> None:
+        raise ConfigError(f"agent {agent!r}: DQN option {key!r} {why}, got {config.get(key)!r}")
+
+    n = config.get("n_step", 1)
+    if isinstance(n, (bool, np.bool_)) or not isinstance(n, (int, np.integer)) or n < 1:
+        bad("n_step", "must be an integer >= 1")
+    if not isinstance(config.get("dueling", False), (bool, np.bool_)):
+        bad("dueling", "must be True or False")
+    tau = config.get("target_tau", 1.0)
+    if isinstance(tau, (bool, np.bool_)) or not isinstance(tau, (int, float, np.integer, np.floating)) \
+            or not 0.0 < tau <= 1.0:
+        bad("target_tau", "must be a number in (0, 1]")
+    if config.get("torso", "auto") not in TORSOS:
+        bad("torso", f"must be one of {list(TORSOS)}")
+
+
+def nstep_window(n_step: int, members: int = 0) -> int:
+    """Buffer rows after each sampled start row that n-step targets read.
+
+    A single agent's rows follow each other, so n_step - 1 rows hold its next n_step - 1 steps. A group's rows
+    interleave its members, so each further step of one member may lie behind other members' rows: the window
+    allows for twice the group's size per step. A trajectory that does not fit in it is cut short (bootstraps
+    earlier); it is never wrong.
+    """
+    if n_step <= 1:
+        return 0
+    return (n_step - 1) * (2 * members if members > 1 else 1)
+
+
+def nstep_batch(window: dict[str, np.ndarray], valid: np.ndarray, n_step: int, gamma: float,
+                obs_keys: list[str], grouped: bool) -> dict[str, np.ndarray]:
+    """Reduce windows from `SharedRingBuffer.sample_windows` to one n-step transition per start row.
+
+    From each start row, walk forward along the same trajectory: rows of other group members are passed over
+    (when `grouped`), and the walk stops at the first row that does not continue it. A row continues the
+    trajectory if the previous step was neither terminated nor truncated, the row is valid (untorn, not yet
+    overwritten), belongs to the same member, and its observation equals the previous step's `next_obs`
+    exactly (which catches episode boundaries and episodes cut by the actor). At most `n_step` steps are
+    used. The result has the start row's columns, with `reward` = sum_k gamma^k r_k over the k used steps,
+    `next_obs*`, `next_action_mask`, `terminated` and `truncated` from the last used step, `discount` =
+    gamma^(steps used) (the bootstrap factor) and `nstep` = steps used.
+    """
+    size, length = valid.shape
+    rows = np.arange(size)
+    last = np.zeros(size, np.int64)
+    used = np.ones(size, np.int64)
+    reward = window["reward"].astype(np.float64)
+    ended = window["terminated"] | window["truncated"]
+    returns = reward[:, 0].copy()
+    done = ended[:, 0].copy()
+    member = window.get("member") if grouped else None
+    for j in range(1, length):
+        active = ~done & (used < n_step)
+        if not active.any():
+            break
+        ok = valid[:, j]
+        if member is not None:
+            same = member[:, j] == member[:, 0]
+            skip = ok & ~same
+        else:
+            same, skip = np.ones(size, bool), np.zeros(size, bool)
+        follows = active & ok & same
+        for key in obs_keys:
+            now, before = window[key][:, j], window["next_" + key][rows, last]
+            follows &= (now == before).reshape(size, -1).all(axis=1)
+        done |= active & ~skip & ~follows
+        returns[follows] += gamma ** used[follows] * reward[follows, j]
+        last[follows] = j
+        used[follows] += 1
+        done |= follows & ended[:, j]
+    out = {name: np.ascontiguousarray(values[:, 0]) for name, values in window.items()}
+    for name in window:
+        if name.startswith("next_") or name in ("terminated", "truncated"):
+            out[name] = window[name][rows, last]
+    out["reward"] = returns.astype(np.float32)
+    out["discount"] = (float(gamma) ** used).astype(np.float32)
+    out["nstep"] = used
+    return out
 
 
 class QNetwork(Policy):
@@ -28,8 +118,13 @@ class QNetwork(Policy):
         super().__init__()
         self.layout = layout
         self.start = int(layout.action_space.start)
-        self.encoder = Encoder(layout)
-        self.head = mlp(self.encoder.out_dim, config["hidden"], int(layout.action_space.n), config["activation"])
+        check_options(layout.agent, config)
+        self.encoder = Encoder(layout, config.get("torso", "auto"))
+        n, hidden, activation = int(layout.action_space.n), config["hidden"], config["activation"]
+        if config.get("dueling", False):
+            self.head: nn.Module = DuelingHead(self.encoder.out_dim, hidden, n, activation)
+        else:
+            self.head = mlp(self.encoder.out_dim, hidden, n, activation)
         # Plain attributes, not state: the policy slot must not carry (and overwrite) them.
         self.eps_start, self.eps_end = float(config["epsilon_start"]), float(config["epsilon_end"])
         self.eps_steps = int(config["epsilon_decay_steps"])
@@ -64,8 +159,25 @@ class QNetwork(Policy):
         return actions + self.start if self.start else actions, {}
 
 
+class DuelingHead(nn.Module):
+    """Q = V(s) + A(s, a) - mean over all actions of A(s, .), from one MLP trunk (masks apply when choosing)."""
+
+    def __init__(self, in_dim: int, hidden: list[int], n_actions: int, activation: str) -> None:
+        super().__init__()
+        self.trunk = mlp(in_dim, hidden, None, activation)
+        width = int(hidden[-1]) if len(hidden) else in_dim
+        self.value = nn.Linear(width, 1)
+        self.advantage = nn.Linear(width, n_actions)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        features = self.trunk(x)
+        advantage = self.advantage(features)
+        return self.value(features) + advantage - advantage.mean(dim=1, keepdim=True)
+
+
 class DQNLearner(Learner):
-    """Double DQN with a hard-updated target network, the Huber loss and gradient clipping."""
+    """Double DQN with a target network (hard or soft updates), optional n-step returns and dueling head,
+    the Huber loss and gradient clipping."""
 
     on_policy = False
     extras: dict[str, str] = {}
@@ -73,6 +185,20 @@ class DQNLearner(Learner):
         "lr": 5e-4, "gamma": 0.99, "batch_size": 64, "learning_starts": 1000, "target_update_interval": 250,
         "epsilon_start": 1.0, "epsilon_end": 0.05, "epsilon_decay_steps": 20_000, "max_grad_norm": 10.0,
         "hidden": [128, 128], "activation": "relu", "double": True,
+        # n-step returns (1: one-step targets); dueling head; target_tau 1.0: hard copy every
+        # target_update_interval updates, < 1: Polyak averaging after every update; observation torso.
+        "n_step": 1, "dueling": False, "target_tau": 1.0, "torso": "auto",
+    }
+
+    #: Checked by `Learner.validate_config` (with the base's batch_size >= 1 and learning_starts >= 0).
+    schema = {
+        "lr": Option(float, gt=0), "gamma": Option(float, ge=0, le=1),
+        "target_update_interval": Option(int, ge=1), "epsilon_start": Option(float, ge=0, le=1),
+        "epsilon_end": Option(float, ge=0, le=1), "epsilon_decay_steps": Option(int, ge=0),
+        "max_grad_norm": Option(float, gt=0), "hidden": Option(list, item=Option(int, ge=1)),
+        "activation": Option(str, choices=tuple(ACTIVATIONS)), "double": Option(bool),
+        "n_step": Option(int, ge=1), "dueling": Option(bool), "target_tau": Option(float, gt=0, le=1),
+        "torso": Option(str, choices=TORSOS),
     }
 
     def __init__(self, ctx: LearnerContext) -> None:
@@ -84,15 +210,10 @@ class DQNLearner(Learner):
         self.target.requires_grad_(False)
         self.optimizer = torch.optim.Adam(self.q.parameters(), lr=float(self.config["lr"]))
         self.updates = 0
-
-    @classmethod
-    def validate_config(cls, agent: str, config: dict[str, Any]) -> dict[str, Any]:
-        config = super().validate_config(agent, config)
-        check_activation(agent, config["activation"])
-        for key in ("batch_size", "target_update_interval"):
-            if int(config[key]) < 1:
-                raise ConfigError(f"agent {agent!r}: DQN option {key!r} must be >= 1, got {config[key]!r}")
-        return config
+        self.n_step = int(self.config["n_step"])
+        self.tau = float(self.config["target_tau"])
+        #: Buffer rows read after each sampled row for n-step returns (0 when n_step is 1).
+        self.window = nstep_window(self.n_step, len(ctx.members))
 
     @classmethod
     def check_spaces(cls, layout: AgentLayout) -> None:
@@ -110,6 +231,14 @@ class DQNLearner(Learner):
     def policy(self) -> QNetwork:
         return self.q
 
+    def sample(self, buffer: Any, rng: np.random.Generator) -> Batch:
+        """One-step rows (`buffer.sample`) or, with n_step > 1, n-step transitions from windows of rows."""
+        if self.n_step == 1:
+            return buffer.sample(self.batch_size, rng)
+        window, valid = buffer.sample_windows(self.batch_size, min(self.window, buffer.capacity - 1), rng)
+        keys = [name for name in window if name == "obs" or name.startswith("obs/")]
+        return nstep_batch(window, valid, self.n_step, float(self.config["gamma"]), keys, bool(self.ctx.members))
+
     def compute_targets(self, batch: Batch) -> torch.Tensor:
         """r + gamma * Q_target(s', argmax over legal a' of Q_online(s', a')), with no bootstrap after a
         termination or from a next state without legal actions (truncation does bootstrap)."""
@@ -125,6 +254,8 @@ class DQNLearner(Learner):
                 next_q = next_q * torch.as_tensor(np.any(next_mask, axis=1), device=dev, dtype=torch.float32)
             reward = torch.as_tensor(batch["reward"], device=dev, dtype=torch.float32)
             alive = 1.0 - torch.as_tensor(batch["terminated"], device=dev, dtype=torch.float32)
+            if "discount" in batch:  # n-step transitions (`nstep_batch`): gamma ** steps used, per row
+                return reward + torch.as_tensor(batch["discount"], device=dev, dtype=torch.float32) * alive * next_q
             return reward + float(self.config["gamma"]) * alive * next_q
 
     def update(self, batch: Batch) -> dict[str, float]:
@@ -139,10 +270,22 @@ class DQNLearner(Learner):
         grad_norm = nn.utils.clip_grad_norm_(self.q.parameters(), float(self.config["max_grad_norm"]))
         self.optimizer.step()
         self.updates += 1
-        if self.updates % int(self.config["target_update_interval"]) == 0:
+        self.update_target()
+        metrics = {"loss": float(loss.detach()), "q_mean": float(q.detach().mean()),
+                   "target_mean": float(target.mean()), "grad_norm": float(grad_norm)}
+        if "nstep" in batch:
+            metrics["nstep_mean"] = float(np.mean(batch["nstep"]))
+        return metrics
+
+    def update_target(self) -> None:
+        """After each update: Polyak averaging (target += tau * (online - target)) when target_tau < 1, else a
+        hard copy every `target_update_interval` updates."""
+        if self.tau < 1.0:
+            with torch.no_grad():
+                for target, online in zip(self.target.parameters(), self.q.parameters()):
+                    target.lerp_(online, self.tau)
+        elif self.updates % int(self.config["target_update_interval"]) == 0:
             self.target.load_state_dict(self.q.state_dict())
-        return {"loss": float(loss.detach()), "q_mean": float(q.detach().mean()),
-                "target_mean": float(target.mean()), "grad_norm": float(grad_norm)}
 
     def state_dict(self) -> dict[str, Any]:
         return {"policy": self.q.state_dict(), "target": self.target.state_dict(),

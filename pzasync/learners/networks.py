@@ -2,6 +2,7 @@
 
 Leaves are encoded by kind: a 3-dim Box (an HWC image) with a small CNN (uint8 scaled to [0, 1]), any other
 Box flattened to floats, Discrete and MultiDiscrete one-hot (respecting `start`), MultiBinary as floats. The
+learner option `torso` ("auto", "mlp", "cnn") decides about 3-dim Boxes: see `leaf_kind` and `auto_torso`. The
 leaf order is `layout.obs_leaves`. Inputs are keyed like the buffer's columns: "obs" for a flat observation,
 "obs/<leaf>" for nested ones; `obs_tensors` picks them out of a batch (or "next_obs..." with that prefix).
 """
@@ -111,10 +112,84 @@ def is_image(space: spaces.Space) -> bool:
             and (space.dtype == np.uint8 or min(space.shape[0], space.shape[1]) >= MIN_IMAGE_SIDE))
 
 
-def leaf_encoder(space: spaces.Space) -> nn.Module:
-    """The encoder for one leaf space."""
+class BoardEncoder(nn.Module):
+    """Small HWC board planes (connect four 6x7x2, tictactoe 3x3x2) -> line features plus the raw cells.
+
+    One convolution without padding whose kernel spans BOARD_KERNEL cells (or the whole board, if smaller):
+    every placement of the kernel sees every row, column and diagonal segment of that length, which is what
+    a board game's tactics are made of (a filter learns "three of mine and an empty fourth"). Its
+    BOARD_CHANNELS features per placement are flattened, without pooling (position matters), and the raw
+    cells are appended so nothing the MLP trunk could use is lost. One small conv keeps the cost near the
+    flattening MLP's (figures in docs/learners.md).
+    """
+
+    def __init__(self, space: spaces.Box) -> None:
+        super().__init__()
+        h, w, c = (int(d) for d in space.shape)
+        self.scale = 1.0 / 255.0 if space.dtype == np.uint8 else 1.0
+        kh, kw = min(BOARD_KERNEL, h), min(BOARD_KERNEL, w)
+        self.conv = nn.Sequential(nn.Conv2d(c, BOARD_CHANNELS, (kh, kw)), nn.ReLU(), nn.Flatten())
+        self.out_dim = BOARD_CHANNELS * (h - kh + 1) * (w - kw + 1) + h * w * c
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = x.float() * self.scale
+        return torch.cat([self.conv(x.permute(0, 3, 1, 2)), x.reshape(x.shape[0], -1)], dim=1)
+
+
+#: BoardEncoder: filters per kernel placement, and the kernel's side (a line of four on connect four).
+BOARD_CHANNELS, BOARD_KERNEL = 64, 4
+#: A 3-dim Box is board-shaped (a candidate for the conv torso) if both spatial sides are >= MIN_BOARD_SIDE
+#: and it has at most MAX_BOARD_CHANNELS channels (planes, not a flattened feature dimension).
+MIN_BOARD_SIDE, MAX_BOARD_CHANNELS = 3, 16
+#: Whether torso="auto" convolves board-shaped leaves (True) or flattens them into the MLP (False, the rule
+#: before the conv torso existed). Images (`is_image`) are convolved either way.
+AUTO_CNN_FOR_BOARDS = True
+TORSOS = ("auto", "mlp", "cnn")
+
+
+def is_board(space: spaces.Space) -> bool:
+    """A 3-dim Box shaped like board planes or a small image: H, W >= MIN_BOARD_SIDE, few channels."""
+    return (isinstance(space, spaces.Box) and len(space.shape) == 3
+            and min(space.shape[0], space.shape[1]) >= MIN_BOARD_SIDE and space.shape[2] <= MAX_BOARD_CHANNELS)
+
+
+def auto_torso(space: spaces.Space) -> str:
+    """What torso="auto" does with one leaf: "image" (ImageEncoder), "board" (BoardEncoder) or "flat"."""
     if is_image(space):
+        return "image"
+    if AUTO_CNN_FOR_BOARDS and is_board(space):
+        return "board"
+    return "flat"
+
+
+def leaf_kind(space: spaces.Space, torso: str = "auto") -> str:
+    """How a leaf is encoded under `torso`: "image", "board", "flat" or "onehot".
+
+    "mlp" flattens every Box (images too); "cnn" convolves every 3-dim Box (ImageEncoder for images,
+    BoardEncoder for the rest); "auto" follows `auto_torso`. Discrete and MultiDiscrete leaves are one-hot
+    whatever the torso.
+    """
+    if torso not in TORSOS:
+        from ..errors import ConfigError
+
+        raise ConfigError(f"torso must be one of {list(TORSOS)}, got {torso!r}")
+    if isinstance(space, (spaces.Discrete, spaces.MultiDiscrete)):
+        return "onehot"
+    three_dim_box = isinstance(space, spaces.Box) and len(space.shape) == 3
+    if torso == "mlp" or not three_dim_box:
+        return "flat"
+    if torso == "cnn":
+        return "image" if is_image(space) else "board"
+    return auto_torso(space)
+
+
+def leaf_encoder(space: spaces.Space, torso: str = "auto") -> nn.Module:
+    """The encoder for one leaf space (see `leaf_kind`)."""
+    kind = leaf_kind(space, torso)
+    if kind == "image":
         return ImageEncoder(space)
+    if kind == "board":
+        return BoardEncoder(space)
     if isinstance(space, spaces.Discrete):
         return OneHotEncoder([space.n], [space.start])
     if isinstance(space, spaces.MultiDiscrete):
@@ -125,10 +200,16 @@ def leaf_encoder(space: spaces.Space) -> nn.Module:
 class Encoder(nn.Module):
     """Observation leaves (a dict from `obs_tensors`) -> one feature vector per row."""
 
-    def __init__(self, layout: AgentLayout) -> None:
+    def __init__(self, layout: AgentLayout, torso: str = "auto") -> None:
         super().__init__()
         self.keys = obs_keys(layout)
-        self.leaves = nn.ModuleList(leaf_encoder(space) for space in leaf_spaces(layout.obs_space))
+        leaves = leaf_spaces(layout.obs_space)
+        if torso == "cnn" and not any(leaf_kind(space, "cnn") in ("image", "board") for space in leaves):
+            from ..errors import ConfigError
+
+            raise ConfigError(f"agent {layout.agent!r}: torso='cnn' needs a 3-dim Box observation (HWC board or "
+                              f"image), got {layout.obs_space!r}; use 'auto' or 'mlp'")
+        self.leaves = nn.ModuleList(leaf_encoder(space, torso) for space in leaves)
         self.out_dim = sum(leaf.out_dim for leaf in self.leaves)
 
     def forward(self, obs: dict[str, torch.Tensor]) -> torch.Tensor:

@@ -16,7 +16,7 @@ from gymnasium import spaces
 
 from ..errors import ConfigError
 from ..spaces import AgentLayout
-from .base import Batch, Learner, LearnerContext, Policy
+from .base import Batch, Learner, LearnerContext, Option, Policy
 
 
 def save_checkpoint(path: str, learner: Learner) -> None:
@@ -138,6 +138,7 @@ class FixedPlayer(_NoUpdates):
     """`("fixed", {"checkpoint": path})`: the greedy policy of a saved checkpoint, never updated."""
 
     defaults: dict[str, Any] = {"checkpoint": None}
+    schema = {"checkpoint": Option((str, os.PathLike), optional=True, what="a file path")}
 
     @classmethod
     def validate_config(cls, agent: str, config: dict[str, Any]) -> dict[str, Any]:

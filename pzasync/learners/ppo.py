@@ -17,10 +17,10 @@ import torch
 from gymnasium import spaces
 from torch import nn
 
-from ..errors import ConfigError, UnsupportedSpaceError
+from ..errors import UnsupportedSpaceError
 from ..spaces import AgentLayout
-from .base import Batch, Learner, LearnerContext, Policy
-from .networks import Encoder, check_activation, masked_logits, mlp, obs_tensors
+from .base import Batch, Learner, LearnerContext, Option, Policy
+from .networks import ACTIVATIONS, TORSOS, Encoder, masked_logits, mlp, obs_tensors
 
 Dist = torch.distributions.Distribution
 _HALF_LOG_2PI = 0.5 * float(np.log(2 * np.pi))
@@ -51,7 +51,7 @@ class ActorCritic(Policy):
         self.start = int(space.start) if self.discrete else 0
         self.action_shape = tuple(space.shape) if not self.discrete else ()
         outputs = int(space.n) if self.discrete else int(np.prod(space.shape))
-        self.encoder = Encoder(layout)
+        self.encoder = Encoder(layout, config.get("torso", "auto"))
         hidden, activation = list(config["hidden"]), config["activation"]
         self.pi = mlp(self.encoder.out_dim, hidden, outputs, activation)
         self.v = mlp(self.encoder.out_dim, hidden, 1, activation)
@@ -113,6 +113,15 @@ class PPOLearner(Learner):
         "lr": 3e-4, "gamma": 0.99, "gae_lambda": 0.95, "clip": 0.2, "epochs": 4, "minibatch_size": 64,
         "batch_size": 512, "vf_coef": 0.5, "ent_coef": 0.01, "max_grad_norm": 0.5, "hidden": [64, 64],
         "activation": "tanh", "init_log_std": -0.5, "normalize_advantages": True,
+        "torso": "auto",  # observation torso: "auto", "mlp" or "cnn" (networks.leaf_kind)
+    }
+    #: Checked by `Learner.validate_config` (with the base's batch_size >= 1).
+    schema = {
+        "lr": Option(float, gt=0), "gamma": Option(float, ge=0, le=1), "gae_lambda": Option(float, ge=0, le=1),
+        "clip": Option(float, gt=0), "epochs": Option(int, ge=1), "minibatch_size": Option(int, ge=1),
+        "vf_coef": Option(float, ge=0), "ent_coef": Option(float, ge=0), "max_grad_norm": Option(float, gt=0),
+        "hidden": Option(list, item=Option(int, ge=1)), "activation": Option(str, choices=tuple(ACTIVATIONS)),
+        "init_log_std": Option(float), "normalize_advantages": Option(bool), "torso": Option(str, choices=TORSOS),
     }
 
     def __init__(self, ctx: LearnerContext) -> None:
@@ -122,15 +131,6 @@ class PPOLearner(Learner):
         self.net = self.build_policy(ctx.layout, self.config).to(self.device)
         self.optimizer = torch.optim.Adam(self.net.parameters(), lr=float(self.config["lr"]), eps=1e-5)
         self.rng = np.random.default_rng(ctx.seed)
-
-    @classmethod
-    def validate_config(cls, agent: str, config: dict[str, Any]) -> dict[str, Any]:
-        config = super().validate_config(agent, config)
-        check_activation(agent, config["activation"])
-        for key in ("batch_size", "minibatch_size", "epochs"):
-            if int(config[key]) < 1:
-                raise ConfigError(f"agent {agent!r}: PPO option {key!r} must be >= 1, got {config[key]!r}")
-        return config
 
     @classmethod
     def check_spaces(cls, layout: AgentLayout) -> None:

@@ -1,0 +1,84 @@
+"""Measure what a training configuration reaches against yardstick players (how `pzasync train`'s default
+was chosen, and how its figures in docs/benchmarks.md were made).
+
+    python benchmarks/default_run.py                       # the default `pzasync train` configuration
+    python benchmarks/default_run.py --minutes 5 --league 'latest=0.5;snapshot=0.5' --learner dqn,n_step=3
+    python benchmarks/default_run.py --env pettingzoo.classic.tictactoe_v3 --vs perfect --minutes 2
+
+Trains (async runner, both seats sharing one learner through an agent group unless --no-group), then plays
+each seat's greedy policy for --episodes games against every yardstick, and the same for an untrained
+network of the same shape; prints a table and appends one JSON line per run to --json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+
+from pzasync import AsyncRunner, RunConfig, SequentialRunner
+from pzasync.cli import DEFAULT_TRAIN, parse_learner_spec
+from pzasync.evaluate import default_yardstick, evaluate_against, load_run_policies, untrained_baseline
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--env", default=DEFAULT_TRAIN["env"])
+    parser.add_argument("--learner", default=DEFAULT_TRAIN["learner"])
+    parser.add_argument("--league", default=DEFAULT_TRAIN["league"], help="opponent mix of the group, '' for none")
+    parser.add_argument("--no-group", action="store_true", help="one learner per seat instead of a shared one")
+    parser.add_argument("--minutes", type=float, default=DEFAULT_TRAIN["minutes"])
+    parser.add_argument("--runner", choices=["async", "sequential"], default="async")
+    parser.add_argument("--replay-ratio", type=float, default=None)
+    parser.add_argument("--vs", default=None, help="comma-free list separated by '/', e.g. 'one_ply/random'")
+    parser.add_argument("--episodes", type=int, default=400)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--option", action="append", default=[], help="RunConfig KEY=VALUE")
+    parser.add_argument("--json", default=None)
+    args = parser.parse_args()
+
+    import ast
+
+    options = {k: ast.literal_eval(v) for k, v in (o.split("=", 1) for o in args.option)}
+    from pzasync.environments import EnvSpec
+
+    probe = EnvSpec.of(args.env).make()
+    agents = list(probe.possible_agents)
+    probe.close()
+    groups = {} if args.no_group else {"players": agents}
+    unit = "players" if groups else None
+    league = {}
+    if args.league:
+        league = {u: args.league for u in ([unit] if unit else agents)}
+    yardsticks = (args.vs or default_yardstick(args.env)).split("/")
+    config = RunConfig(seed=args.seed, out_dir="runs/default_run", agent_groups=groups, league=league,
+                       replay_ratio=args.replay_ratio, eval_vs=yardsticks[0], eval_every_s=30.0, **options)
+    learner = parse_learner_spec(args.learner)
+    runner_cls = AsyncRunner if args.runner == "async" else SequentialRunner
+    start = time.monotonic()
+    result = runner_cls(args.env, learner, config).run(seconds=args.minutes * 60)
+    wall = time.monotonic() - start
+    policies = load_run_policies(result.run_dir)
+    row = {"env": args.env, "learner": args.learner, "league": args.league, "group": bool(groups),
+           "runner": args.runner, "minutes": args.minutes, "seed": args.seed, "options": options,
+           "agent_steps": result.agent_steps, "wall_s": round(wall, 1),
+           "updates": {a: r.updates for a, r in result.agents.items()}, "run_dir": result.run_dir, "scores": {}}
+    print(f"{result.agent_steps:,} agent steps in {wall:.0f}s; updates {row['updates']}; run {result.run_dir}")
+    for vs in yardsticks:
+        trained = evaluate_against(args.env, policies, vs, args.episodes, seed=4321)
+        untrained = untrained_baseline(args.env, {a: learner for a in agents}, vs, args.episodes, seed=4321)
+        for r in trained:
+            base = next(b for b in untrained if b.agent == r.agent)
+            lo, hi = r.win_rate_ci95
+            row["scores"][f"{r.agent} vs {vs}"] = {"win": r.win_rate, "ci95": [lo, hi], "draw": r.draws / r.episodes,
+                                                   "loss": 1 - (r.wins + r.draws) / r.episodes,
+                                                   "untrained_win": base.win_rate}
+            print(f"  {r.agent} vs {vs:>16}: win {r.win_rate:6.1%} [{lo:.1%}, {hi:.1%}]  draw {r.draws / r.episodes:5.1%}"
+                  f"   untrained: win {base.win_rate:6.1%}")
+    if args.json:
+        with open(args.json, "a") as f:
+            f.write(json.dumps(row) + "\n")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,380 @@
+"""Self-play with a league: who a learning unit plays against, drawn per episode, and ratings from the games.
+
+`RunConfig.league` maps a learning unit (an agent, or an agent group) to an opponent mix, e.g.
+`{"players": {"latest": 0.5, "snapshot": 0.4, "negamax,depth=2": 0.1}}` (`"*"`: every learning unit). At the start of every episode the
+actor asks the `League` for the match:
+
+- ``latest``: nothing changes; every seat acts with its own unit's newest policy and every seat's
+  transitions are recorded (plain self-play for a group, plain independent learning otherwise).
+- ``snapshot``: one seat of the unit (the *trainee*, drawn uniformly among its members) acts with the
+  newest policy; every other seat acts with a frozen past policy of *its own* unit, drawn from that unit's
+  snapshot pool. Only the trainee's transitions are recorded.
+- any non-learning player spec (``"one_ply"``, ``"negamax,depth=2"``, ``"random"``, ``"mypkg.mod:fn"``): the
+  other seats are that player; only the trainee's transitions are recorded.
+
+Snapshots are copies of the vector the actor already holds (its local copy of the unit's policy slot), taken
+at episode boundaries every `league_snapshot_every` of the unit's decisions and kept in a pool of at most
+`league_pool_size` per unit (oldest evicted); with a run directory each one is also saved as
+``league/<unit>-v<version>.npy`` (evicted files are deleted). Loading a snapshot into an opponent module
+happens once per episode, never per decision.
+
+Every non-``latest`` game updates Glicko-1 ratings of the trainee's unit (as one player whose strength
+drifts) and of the opponent (a snapshot, or a scripted player); ratings are logged to ``league.jsonl`` and
+plotted to ``league.png``.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections import OrderedDict, deque
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .errors import ConfigError
+
+LATEST, SNAPSHOT = "latest", "snapshot"
+
+
+# ------------------------------------------------------------------------------------------ configuration
+def parse_mix(unit: str, mix: Any) -> dict[str, float]:
+    """Validate one unit's opponent mix: kind -> non-negative weight, normalised to sum to 1."""
+    if isinstance(mix, str):  # "latest=0.5,snapshot=0.5" (CLI form); a scripted spec with options uses ';'
+        pairs = {}
+        for part in mix.split(";" if ";" in mix else ","):
+            kind, sep, weight = part.strip().rpartition("=")
+            if not sep or not kind:
+                raise ConfigError(f"option league for {unit!r}: {part!r} is not KIND=WEIGHT")
+            try:
+                pairs[kind.strip()] = float(weight)
+            except ValueError:
+                raise ConfigError(f"option league for {unit!r}: weight {weight!r} of {kind!r} is not a number") from None
+        mix = pairs
+    if not isinstance(mix, dict) or not mix:
+        raise ConfigError(f"option league for {unit!r}: expected a dict of opponent kind -> weight, got {mix!r}")
+    weights: dict[str, float] = {}
+    for kind, weight in mix.items():
+        if not isinstance(kind, str) or not kind:
+            raise ConfigError(f"option league for {unit!r}: opponent kind {kind!r} must be a non-empty string")
+        if isinstance(weight, bool) or not isinstance(weight, (int, float)) or not math.isfinite(weight) or weight < 0:
+            raise ConfigError(f"option league for {unit!r}: weight of {kind!r} must be a number >= 0, got {weight!r}")
+        weights[kind] = float(weight)
+    total = sum(weights.values())
+    if total <= 0:
+        raise ConfigError(f"option league for {unit!r}: the weights {weights} sum to 0")
+    return {k: w / total for k, w in weights.items() if w > 0}
+
+
+def scripted_spec(kind: str) -> Any:
+    """A mix kind naming a player ('negamax,depth=2') -> a learner spec ('negamax', {'depth': 2})."""
+    from .cli import parse_learner_spec
+
+    return parse_learner_spec(kind)
+
+
+# ------------------------------------------------------------------------------------------ ratings
+@dataclass
+class Rating:
+    """A Glicko-1 rating: `value` and its deviation `rd` (95% interval about value ± 2 rd)."""
+
+    value: float = 1500.0
+    rd: float = 350.0
+    games: int = 0
+
+
+_Q = math.log(10) / 400
+
+
+def _g(rd: float) -> float:
+    return 1.0 / math.sqrt(1.0 + 3.0 * _Q * _Q * rd * rd / math.pi ** 2)
+
+
+class Ratings:
+    """Glicko-1 ratings updated one game at a time (each game its own rating period).
+
+    A learner keeps improving, so before each of its games its deviation grows by `drift` (Glicko's c),
+    which keeps its rating responsive; frozen snapshots and scripted players do not drift.
+    """
+
+    def __init__(self, drift: float = 15.0) -> None:
+        self.players: dict[str, Rating] = {}
+        self.drift = drift
+
+    def get(self, player: str) -> Rating:
+        return self.players.setdefault(player, Rating())
+
+    def add(self, player: str, like: str | None = None) -> None:
+        """A new player, starting from `like`'s rating (a snapshot starts as its learner did)."""
+        source = self.players.get(like) if like else None
+        self.players[player] = Rating(source.value, source.rd) if source else Rating()
+
+    def game(self, learner: str, opponent: str, score: float) -> None:
+        """Record one game: `score` is 1 (learner won), 0.5 (draw) or 0 (learner lost)."""
+        a, b = self.get(learner), self.get(opponent)
+        a.rd = min(350.0, math.sqrt(a.rd ** 2 + self.drift ** 2))
+        new_a = self._update(a, b, score)
+        new_b = self._update(b, a, 1.0 - score)
+        (a.value, a.rd), (b.value, b.rd) = new_a, new_b
+        a.games += 1
+        b.games += 1
+
+    @staticmethod
+    def _update(me: Rating, other: Rating, score: float) -> tuple[float, float]:
+        g = _g(other.rd)
+        expected = 1.0 / (1.0 + 10 ** (-g * (me.value - other.value) / 400))
+        d2 = 1.0 / (_Q * _Q * g * g * expected * (1 - expected))
+        denom = 1.0 / (me.rd ** 2) + 1.0 / d2
+        value = me.value + _Q / denom * g * (score - expected)
+        return value, max(30.0, math.sqrt(1.0 / denom))
+
+    def as_dict(self) -> dict[str, dict[str, float]]:
+        return {p: {"rating": round(r.value, 1), "rd": round(r.rd, 1), "games": r.games}
+                for p, r in self.players.items()}
+
+
+# ------------------------------------------------------------------------------------------ snapshot pool
+@dataclass
+class Snapshot:
+    """A frozen copy of a unit's acting policy."""
+
+    unit: str
+    version: int
+    agent_steps: int
+    vector: np.ndarray
+
+    @property
+    def name(self) -> str:
+        return f"{self.unit}@v{self.version}"
+
+
+class SnapshotPool:
+    """At most `size` snapshots per unit, oldest evicted; mirrored to `directory` when given."""
+
+    def __init__(self, size: int, directory: Path | None = None) -> None:
+        self.size = size
+        self.directory = directory
+        self.pools: dict[str, deque[Snapshot]] = {}
+        self.taken = 0
+        if directory is not None:
+            directory.mkdir(parents=True, exist_ok=True)
+
+    def add(self, snapshot: Snapshot) -> Snapshot | None:
+        """Keep `snapshot`; returns the one evicted to make room, if any."""
+        pool = self.pools.setdefault(snapshot.unit, deque())
+        if pool and pool[-1].version == snapshot.version:
+            return None  # nothing new was published since the last snapshot
+        pool.append(snapshot)
+        self.taken += 1
+        if self.directory is not None:
+            np.save(self.directory / f"{snapshot.name.replace('@', '-')}.npy", snapshot.vector)
+        if len(pool) <= self.size:
+            return None
+        evicted = pool.popleft()
+        if self.directory is not None:
+            (self.directory / f"{evicted.name.replace('@', '-')}.npy").unlink(missing_ok=True)
+        return evicted
+
+    def of(self, unit: str) -> deque[Snapshot]:
+        return self.pools.get(unit, deque())
+
+
+# ------------------------------------------------------------------------------------------ the league
+@dataclass
+class Match:
+    """Who played whom in one episode (recorded in episodes.jsonl under "match")."""
+
+    unit: str | None
+    kind: str
+    trainee: str | None = None
+    #: Seat -> what acted there, for the seats that did not act with their own newest policy.
+    opponents: dict[str, str] = field(default_factory=dict)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"unit": self.unit, "kind": self.kind, "trainee": self.trainee, "opponents": self.opponents}
+
+
+class League:
+    """Draws each episode's match, swaps opponent policies into the actor's seats, keeps pool and ratings."""
+
+    def __init__(self, plan: Any, acting: dict[str, Any], seed: int, run_dir: Any = None) -> None:
+        config = plan.config
+        self.plan = plan
+        self.acting = acting
+        self.rng = np.random.default_rng(seed + 4242)
+        self.mixes = {unit: parse_mix(unit, mix) for unit, mix in plan.league.items()}
+        self.snapshot_every = int(config.league_snapshot_every)
+        self.run_dir = run_dir
+        self.pool = SnapshotPool(int(config.league_pool_size),
+                                 Path(run_dir.path) / "league" if run_dir is not None else None)
+        self.ratings = Ratings()
+        self.members = {u: (p.members or [u]) for u, p in plan.units.items()}
+        self.learning_units = [u for u, p in plan.units.items() if p.learns]
+        for unit in self.learning_units:
+            self.ratings.add(unit)
+        self._next_snapshot = dict.fromkeys(self.learning_units, 0)
+        #: Per seat: a module for snapshots (built once, loaded once per episode when the snapshot changes).
+        self._snapshot_modules: dict[str, tuple[Any, str | None]] = {}
+        #: Per (seat, kind): a scripted player's policy.
+        self._scripted: dict[tuple[str, str], Any] = {}
+        self.match = Match(None, LATEST)
+        self.games: dict[str, dict[str, int]] = {u: {} for u in self.mixes}
+        self._rating_rows: list[dict] = []
+        self._start = time.monotonic()
+
+    # ------------------------------------------------------------------ episode boundaries (actor thread)
+    def start_episode(self, agent_steps: int) -> Match:
+        """Draw this episode's match and install opponent policies into the actor's seats."""
+        self._maybe_snapshot(agent_steps)
+        for a in self.acting.values():
+            a.override = None
+        self.match = Match(None, LATEST)
+        units = list(self.mixes)
+        self.rng.shuffle(units)
+        for unit in units:
+            kinds, weights = zip(*self.mixes[unit].items())
+            kind = kinds[int(self.rng.choice(len(kinds), p=np.array(weights) / sum(weights)))]
+            if kind == LATEST:
+                continue
+            match = self._install(unit, kind)
+            if match is not None:
+                self.match = match
+                break
+        return self.match
+
+    def _install(self, unit: str, kind: str) -> Match | None:
+        members = self.members[unit]
+        trainee = members[int(self.rng.integers(len(members)))]
+        opponents: dict[str, str] = {}
+        for seat, a in self.acting.items():
+            if seat == trainee:
+                continue
+            if kind == SNAPSHOT:
+                seat_unit = a.unit
+                pool = self.pool.of(seat_unit)
+                if not pool:
+                    if seat_unit == unit:
+                        return None  # no past self yet: this episode is plain self-play
+                    continue  # a non-learning (or not yet snapshotted) seat keeps its own policy
+                snapshot = pool[int(self.rng.integers(len(pool)))]
+                a.override = self._snapshot_module(seat, snapshot)
+                opponents[seat] = snapshot.name
+            else:
+                a.override = self._scripted_policy(seat, kind)
+                opponents[seat] = kind
+        return Match(unit, kind, trainee, opponents)
+
+    def _snapshot_module(self, seat: str, snapshot: Snapshot) -> Any:
+        from .learners import vector_to_policy
+
+        module, loaded = self._snapshot_modules.get(seat, (None, None))
+        if module is None:
+            module = self.plan.agents[seat].build_policy(self.plan.config.seed + 77)
+        if loaded != snapshot.name:
+            vector_to_policy(snapshot.vector, module)
+        module.on_actor_steps(self.acting[seat].steps)  # explore like the trainee's current schedule
+        self._snapshot_modules[seat] = (module, snapshot.name)
+        return module
+
+    def _scripted_policy(self, seat: str, kind: str) -> Any:
+        key = (seat, kind)
+        if key not in self._scripted:
+            from .learners import resolve_learner
+
+            cls, options = resolve_learner(scripted_spec(kind), seat)
+            options = cls.validate_config(seat, options)
+            policy = cls.build_policy(self.acting[seat].layout, options)
+            policy.seed(int(self.rng.integers(2**31)))
+            self._scripted[key] = policy
+        return self._scripted[key]
+
+    def end_episode(self, summary: Any) -> dict[str, Any]:
+        """Score the finished match (ratings, per-opponent game counts); returns it for episodes.jsonl."""
+        match = self.match
+        record = match.as_dict()
+        if match.unit is not None and match.trainee is not None:
+            ret = summary.returns.get(match.trainee, 0.0)
+            score = 1.0 if ret > 0 else 0.0 if ret < 0 else 0.5
+            opponent = self._rated_opponent(match)
+            self.ratings.game(match.unit, opponent, score)
+            record["score"] = score
+            counts = self.games[match.unit]
+            counts[match.kind] = counts.get(match.kind, 0) + 1
+            if sum(counts.values()) % 20 == 0:
+                self._rating_rows.append({"wall_s": round(time.monotonic() - self._start, 3),
+                                          "ratings": self.ratings.as_dict()})
+        elif match.unit is None:
+            for unit in self.mixes:
+                self.games[unit][LATEST] = self.games[unit].get(LATEST, 0) + 1
+        for a in self.acting.values():
+            a.override = None
+        return record
+
+    def _rated_opponent(self, match: Match) -> str:
+        names = sorted(set(match.opponents.values()))
+        return names[0] if len(names) == 1 else "+".join(names)
+
+    def _maybe_snapshot(self, agent_steps: int) -> None:
+        for unit in self.learning_units:
+            seats = [a for a in self.acting.values() if a.unit == unit]
+            steps = sum(a.steps for a in seats)
+            if steps < self._next_snapshot[unit] or seats[0].vector is None or seats[0].version <= 0:
+                continue
+            self._next_snapshot[unit] = steps + self.snapshot_every
+            newest = max(seats, key=lambda a: a.version)
+            snapshot = Snapshot(unit, newest.version, agent_steps, newest.vector.copy())
+            self.pool.add(snapshot)
+            if snapshot.name not in self.ratings.players:
+                self.ratings.add(snapshot.name, like=unit)
+
+    # ------------------------------------------------------------------ reporting
+    def flush(self) -> None:
+        if self.run_dir is not None:
+            for row in self._rating_rows:
+                self.run_dir.append("league.jsonl", row)
+        self._rating_rows.clear()
+
+    def summary(self) -> dict[str, Any]:
+        """Games per unit and opponent kind, the snapshot pool, and the final ratings (RunResult.league)."""
+        return {"games": self.games, "snapshots_taken": self.pool.taken,
+                "pool": {u: [s.name for s in p] for u, p in self.pool.pools.items()},
+                "ratings": self.ratings.as_dict()}
+
+
+def plot_league(run_dir: Any, summary: dict[str, Any]) -> str | None:
+    """Ratings with 95% intervals (± 2 RD): each snapshot by the version it froze, learners and players apart."""
+    ratings = summary.get("ratings", {})
+    if not ratings:
+        return None
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return None
+    snapshots = OrderedDict(sorted(((p, r) for p, r in ratings.items() if "@v" in p),
+                                   key=lambda pr: (pr[0].split("@v")[0], int(pr[0].split("@v")[1]))))
+    others = {p: r for p, r in ratings.items() if "@v" not in p}
+    fig, ax = plt.subplots(figsize=(8, 4.5))
+    units = sorted({p.split("@v")[0] for p in snapshots})
+    for unit in units:
+        points = [(int(p.split("@v")[1]), r) for p, r in snapshots.items() if p.startswith(unit + "@v")]
+        x = [v for v, _ in points]
+        ax.errorbar(x, [r["rating"] for _, r in points], yerr=[2 * r["rd"] for _, r in points], fmt="o-",
+                    capsize=3, markersize=4, label=f"{unit} snapshots (by policy version)")
+    for i, (player, r) in enumerate(sorted(others.items())):
+        ax.axhline(r["rating"], linestyle="--", linewidth=1, color=f"C{(i + len(units)) % 10}",
+                   label=f"{player}: {r['rating']:.0f} ± {2 * r['rd']:.0f} ({r['games']} games)")
+    ax.set_xlabel("policy version of the snapshot")
+    ax.set_ylabel("Glicko rating (± 2 RD)")
+    ax.set_title("league ratings from training games")
+    ax.grid(alpha=0.3)
+    ax.legend(loc="best", fontsize="small")
+    fig.tight_layout()
+    out = str(Path(run_dir.path) / "league.png")
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+    return out

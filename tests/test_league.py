@@ -1,0 +1,189 @@
+"""Self-play with a league (pzasync/league.py) and evaluation while training (pzasync/evaluator.py)."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from pzasync import AsyncRunner, RunConfig, SequentialRunner
+from pzasync.errors import ConfigError
+from pzasync.league import League, Ratings, SnapshotPool, Snapshot, parse_mix
+from pzasync.plan import RunPlan
+
+TTT = "pettingzoo.classic.tictactoe_v3"
+GROUP = {"players": ["player_1", "player_2"]}
+SMALL_DQN = ("dqn", {"learning_starts": 64, "hidden": [32]})
+
+
+def _episodes(run_dir: str) -> list[dict]:
+    return [json.loads(line) for line in (Path(run_dir) / "episodes.jsonl").read_text().splitlines()]
+
+
+# ---------------------------------------------------------------------------------------------- config
+@pytest.mark.parametrize("mix, message", [
+    ({"latest": -1}, "must be a number >= 0"),
+    ({"latest": 0, "snapshot": 0}, "sum to 0"),
+    ({}, "expected a dict"),
+    ("latest=x", "is not a number"),
+    ("latest", "is not KIND=WEIGHT"),
+])
+def test_bad_league_mixes_are_refused_with_the_unit_named(mix, message):
+    with pytest.raises(ConfigError, match=message) as info:
+        RunConfig(league={"players": mix}).validate()
+    assert "players" in str(info.value)
+
+
+def test_mix_weights_are_normalised_and_the_cli_form_parses():
+    assert parse_mix("u", {"latest": 2, "snapshot": 1, "one_ply": 1}) == {"latest": 0.5, "snapshot": 0.25,
+                                                                          "one_ply": 0.25}
+    assert parse_mix("u", "latest=1;negamax,depth=2=3") == {"latest": 0.25, "negamax,depth=2": 0.75}
+
+
+@pytest.mark.parametrize("league, message", [
+    ({"nobody": {"latest": 1}}, "not an agent or agent group"),
+    ({"players": {"dqn": 1}}, "is a learner"),
+    ({"players": {"no_such_player": 1}}, "unknown learner"),
+])
+def test_league_entries_are_checked_before_anything_starts(league, message):
+    with pytest.raises(ConfigError, match=message):
+        RunPlan(TTT, SMALL_DQN, RunConfig(agent_groups=GROUP, league=league))
+
+
+def test_a_scripted_opponent_that_cannot_play_the_env_is_refused():
+    with pytest.raises(ConfigError, match="option league for 'agent_0'"):
+        RunPlan("mpe2.simple_v3", "dqn", RunConfig(league={"agent_0": {"latest": 1, "one_ply": 1}}))
+
+
+# ---------------------------------------------------------------------------------------------- ratings, pool
+def test_ratings_move_towards_results_and_grow_certain():
+    ratings = Ratings()
+    ratings.add("learner")
+    ratings.add("learner@v1", like="learner")
+    for _ in range(60):
+        ratings.game("learner", "learner@v1", 1.0)
+    for i in range(60):
+        ratings.game("learner", "weak", 1.0)
+        ratings.game("learner", "strong", 0.0)
+        ratings.game("learner", "even", float(i % 2))
+    r = ratings.players
+    assert r["learner"].value > 1500 > r["learner@v1"].value
+    assert r["strong"].value > r["learner"].value > r["weak"].value
+    assert abs(r["even"].value - r["learner"].value) < 100 and r["even"].rd < 100 < r["learner@v1"].rd
+    assert r["learner@v1"].games == 60 and r["learner"].games == 240
+
+
+def test_snapshot_pool_is_bounded_and_mirrors_its_files(tmp_path):
+    pool = SnapshotPool(3, tmp_path / "league")
+    evicted = [pool.add(Snapshot("u", v, v * 10, np.full(4, v, np.float32))) for v in range(1, 8)]
+    assert [s.version for s in pool.of("u")] == [5, 6, 7]
+    assert [e.version for e in evicted if e is not None] == [1, 2, 3, 4]
+    assert sorted(p.name for p in (tmp_path / "league").iterdir()) == ["u-v5.npy", "u-v6.npy", "u-v7.npy"]
+    assert pool.add(Snapshot("u", 7, 99, np.zeros(4, np.float32))) is None and pool.taken == 7
+
+
+# ---------------------------------------------------------------------------------------------- the draw
+class _Seat:
+    def __init__(self, unit: str) -> None:
+        self.unit, self.override, self.steps, self.version = unit, None, 0, 1
+        self.vector = np.zeros(1, np.float32)
+        self.layout = None
+
+
+def test_matches_are_drawn_by_weight_and_opponents_installed_only_in_other_seats():
+    plan = RunPlan(TTT, SMALL_DQN, RunConfig(agent_groups=GROUP, league={"players": {"latest": 1, "random": 3}}))
+    acting = {"player_1": _Seat("players"), "player_2": _Seat("players")}
+    for seat, a in acting.items():
+        a.layout = plan.agents[seat].layout
+    league = League(plan, acting, seed=0)
+    kinds, trainees = [], []
+    for _ in range(2000):
+        match = league.start_episode(agent_steps=0)
+        kinds.append(match.kind)
+        if match.kind == "random":
+            trainees.append(match.trainee)
+            other = next(s for s in acting if s != match.trainee)
+            assert acting[match.trainee].override is None and acting[other].override is not None
+            assert match.opponents == {other: "random"}
+        else:
+            assert all(a.override is None for a in acting.values())
+    assert abs(kinds.count("random") / 2000 - 0.75) < 0.04
+    assert abs(trainees.count("player_1") / len(trainees) - 0.5) < 0.05
+
+
+# ---------------------------------------------------------------------------------------------- in a run
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("runner", [SequentialRunner, AsyncRunner], ids=lambda r: r.__name__)
+def test_only_the_trainee_seat_is_recorded_and_every_episode_says_whom_it_played(runner, tmp_path):
+    """tictactoe: player_1 moves first, so in an episode of k decisions it made ceil(k/2) and player_2 the rest;
+    the group's buffer must hold exactly the trainees' decisions of scripted episodes plus every decision of
+    plain self-play episodes."""
+    league = {"players": {"latest": 1, "snapshot": 1, "random": 1}}
+    config = RunConfig(seed=3, agent_groups=GROUP, league=league, league_snapshot_every=300, league_pool_size=2,
+                       out_dir=str(tmp_path), replay_ratio=0.1)
+    result = runner(TTT, SMALL_DQN, config).run(agent_steps=3000)
+    episodes = _episodes(result.run_dir)
+    expected, previous, kinds = 0, 0, set()
+    for e in episodes:
+        k, previous = e["agent_steps"] - previous, e["agent_steps"]
+        match = e["match"]
+        kinds.add(match["kind"])
+        if match["kind"] == "latest":
+            assert match["opponents"] == {} and match["trainee"] is None
+            expected += k
+        else:
+            assert match["trainee"] in ("player_1", "player_2")
+            other = "player_2" if match["trainee"] == "player_1" else "player_1"
+            assert list(match["opponents"]) == [other]
+            if match["kind"] == "random":
+                assert match["opponents"][other] == "random"
+            else:
+                assert match["opponents"][other].startswith("players@v")
+            expected += math.ceil(k / 2) if match["trainee"] == "player_1" else k // 2
+    assert kinds == {"latest", "snapshot", "random"}
+    written = result.agents["player_1"].transitions_written + result.agents["player_2"].transitions_written
+    assert written == expected
+    summary = result.league
+    rated_games = sum(n for kind, n in summary["games"]["players"].items() if kind != "latest")
+    assert rated_games == sum(e["match"]["kind"] != "latest" for e in episodes)
+    assert summary["ratings"]["players"]["games"] == rated_games
+    assert summary["snapshots_taken"] > 2 and len(summary["pool"]["players"]) == 2
+    assert len(list((Path(result.run_dir) / "league").glob("*.npy"))) == 2
+    assert (Path(result.run_dir) / "league.png").exists()
+
+
+# ---------------------------------------------------------------------------------------------- evaluator
+@pytest.mark.timeout(120)
+def test_the_evaluator_scores_published_policies_while_training(tmp_path):
+    config = RunConfig(seed=1, out_dir=str(tmp_path), eval_vs="random", eval_every_s=0.5, eval_episodes=20)
+    result = AsyncRunner(TTT, {"player_1": SMALL_DQN, "player_2": "random"}, config).run(seconds=15)
+    rows = result.evaluations
+    assert len(rows) >= 1 and {r["agent"] for r in rows} == {"player_1"}
+    assert all(r["opponent"] == "random" and r["episodes"] == 20 for r in rows)
+    assert all(1 <= r["version"] <= result.agents["player_1"].published_version for r in rows)
+    assert [r["agent_steps"] for r in rows] == sorted(r["agent_steps"] for r in rows)
+    lines = [json.loads(x) for x in (Path(result.run_dir) / "metrics.jsonl").read_text().splitlines()]
+    assert [x for x in lines if x.get("kind") == "eval"] == rows
+    assert (Path(result.run_dir) / "eval.png").exists()
+
+
+def freeze_in_evaluator(obs, mask):
+    """A yardstick that stops its own process when the evaluator plays it: the actor must not notice."""
+    import multiprocessing
+    import os
+    import signal
+
+    if multiprocessing.current_process().name == "pzasync-evaluator":
+        os.kill(os.getpid(), signal.SIGSTOP)
+    return int(np.flatnonzero(mask)[0])
+
+
+@pytest.mark.timeout(120)
+def test_a_frozen_evaluator_never_holds_the_actor_up(tmp_path):
+    config = RunConfig(seed=1, eval_vs="test_league:freeze_in_evaluator", eval_every_s=0.2, eval_episodes=5)
+    result = AsyncRunner(TTT, {"player_1": SMALL_DQN, "player_2": "random"}, config).run(agent_steps=6000)
+    assert result.agent_steps == 6000 and result.stopped_because == "agent-step budget reached"
+    assert result.evaluations == []  # it froze in its first game, and was killed at the end of the run
