@@ -164,12 +164,7 @@ class Actor:
             self._wait_if_ahead(a)
         if a.slot is not None and a.slot.version != a.version:
             self.refresh(a)
-        if len(a.obs_keys) == 1:
-            batch = {"obs": obs[None]}
-        else:
-            batch = {key: np.asarray(_leaf(obs, leaf.path))[None]
-                     for key, leaf in zip(a.obs_keys, a.layout.obs_leaves)}
-        actions, extras = a.policy.act(batch, None if mask is None else mask[None], True)
+        actions, extras = a.policy.act(_batch_of_one(a, obs), None if mask is None else mask[None], True)
         a.steps += 1
         a.policy.on_actor_steps(a.steps)
         self.total_steps += 1
@@ -184,12 +179,7 @@ class Actor:
 
     def _act_as_opponent(self, a: ActingAgent, obs: Any, mask: np.ndarray | None) -> tuple[Any, dict]:
         """A league opponent's decision: counted in the run's steps, not in the seat's own schedule."""
-        if len(a.obs_keys) == 1:
-            batch = {"obs": obs[None]}
-        else:
-            batch = {key: np.asarray(_leaf(obs, leaf.path))[None]
-                     for key, leaf in zip(a.obs_keys, a.layout.obs_leaves)}
-        actions, _ = a.override.act(batch, None if mask is None else mask[None], True)
+        actions, _ = a.override.act(_batch_of_one(a, obs), None if mask is None else mask[None], True)
         self.total_steps += 1
         self.stats.words[S.AGENT_STEPS] = self.total_steps
         return actions[0], {}
@@ -250,6 +240,13 @@ class Actor:
                 f"episode {self.episodes} (from 0), at agent step {self.total_steps} of this run (original "
                 f"traceback above)"
             ) from exc
+
+
+def _batch_of_one(a: ActingAgent, obs: Any) -> dict[str, np.ndarray]:
+    """One observation as the batch of one a `Policy.act` takes, keyed like the buffer's obs columns."""
+    if len(a.obs_keys) == 1:
+        return {"obs": obs[None]}
+    return {key: np.asarray(_leaf(obs, leaf.path))[None] for key, leaf in zip(a.obs_keys, a.layout.obs_leaves)}
 
 
 def _leaf(obs: Any, path: tuple) -> Any:

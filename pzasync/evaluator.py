@@ -169,15 +169,12 @@ class Evaluator:
 def plot_evaluations(run_dir: Any, rows: list[dict[str, Any]], title: str) -> str | None:
     """eval.png: yardstick score with 95% intervals against wall-clock seconds and agent steps, per agent;
     a secondary panel with the training episode returns (mirrored in self-play, so not a learning curve)."""
-    if not rows:
-        return None
-    try:
-        import matplotlib
+    import numpy as np
 
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-        import numpy as np
-    except ImportError:
+    from .rundir import draw_returns, pyplot
+
+    plt = pyplot()
+    if not rows or plt is None:
         return None
     signed = any(r["win_rate"] > 0 or r["losses"] > 0 for r in rows)  # returns with a sign: games won/lost
     fig, axes = plt.subplots(1, 3, figsize=(15, 4.5), gridspec_kw={"width_ratios": [2, 2, 1.3]})
@@ -205,15 +202,8 @@ def plot_evaluations(run_dir: Any, rows: list[dict[str, Any]], title: str) -> st
             ax.set_ylim(-0.02, 1.02)
         ax.grid(alpha=0.3)
         ax.legend(loc="best", fontsize="small")
-    episodes = run_dir.read_jsonl("episodes.jsonl")
     ax = axes[2]
-    for i, agent in enumerate(sorted({a for e in episodes for a in e["returns"]})):
-        points = [(e["wall_s"], e["returns"][agent]) for e in episodes if agent in e["returns"]]
-        if len(points) >= 2:
-            t, v = np.array(points).T
-            w = max(1, min(max(10, len(v) // 50), len(v) // 5 or 1))
-            ax.plot(t[w - 1:], np.convolve(v, np.ones(w) / w, mode="valid"), color=f"C{i}", linewidth=1,
-                    label=agent)
+    draw_returns(ax, run_dir.read_jsonl("episodes.jsonl"), linewidth=1.0)
     ax.set_title("training returns (secondary:\nself-play returns mirror each other)", fontsize="small")
     ax.set_xlabel("wall-clock seconds")
     ax.grid(alpha=0.3)

@@ -345,15 +345,11 @@ class League:
 
 def plot_league(run_dir: Any, summary: dict[str, Any]) -> str | None:
     """Ratings with 95% intervals (± 2 RD): each snapshot by the version it froze, learners and players apart."""
-    ratings = summary.get("ratings", {})
-    if not ratings:
-        return None
-    try:
-        import matplotlib
+    from .rundir import pyplot
 
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
+    ratings = summary.get("ratings", {})
+    plt = pyplot()
+    if not ratings or plt is None:
         return None
     snapshots = OrderedDict(sorted(((p, r) for p, r in ratings.items() if "@v" in p),
                                    key=lambda pr: (pr[0].split("@v")[0], int(pr[0].split("@v")[1]))))

@@ -104,32 +104,45 @@ class RunDirectory:
             self._tb.close()
 
 
-def plot_returns(run_dir: RunDirectory, title: str, window: int | None = None) -> str | None:
-    """Episode returns (moving average) against wall-clock seconds, one line per agent; returns the PNG path.
-
-    The default window is 2% of the episodes (at least 10), so long runs show trends rather than noise.
-    """
-    rows = run_dir.read_jsonl("episodes.jsonl")
-    if not rows:
-        return None
+def pyplot() -> Any:
+    """matplotlib.pyplot on the Agg backend, or None when the `plot` extra is not installed."""
     try:
         import matplotlib
 
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
-        import numpy as np
     except ImportError:
         return None
-    fig, ax = plt.subplots(figsize=(8, 4.5))
-    agents = sorted({a for r in rows for a in r["returns"]})
+    return plt
+
+
+def draw_returns(ax: Any, rows: list[dict[str, Any]], window: int | None = None, linewidth: float = 1.2) -> int:
+    """Episode returns of episodes.jsonl rows, as moving averages against wall seconds, one line per agent.
+
+    The default window is 2% of the episodes (at least 10), so long runs show trends rather than noise.
+    Returns the window used.
+    """
+    import numpy as np
+
     window = window or max(10, len(rows) // 50)
-    for agent in agents:
+    for i, agent in enumerate(sorted({a for r in rows for a in r["returns"]})):
         points = [(r["wall_s"], r["returns"][agent]) for r in rows if agent in r["returns"]]
         t = np.array([p[0] for p in points])
         y = np.array([p[1] for p in points], dtype=float)
         w = max(1, min(window, len(y) // 5 or 1))
-        smooth = np.convolve(y, np.ones(w) / w, mode="valid")
-        ax.plot(t[w - 1:], smooth, label=agent, linewidth=1.2)
+        ax.plot(t[w - 1:], np.convolve(y, np.ones(w) / w, mode="valid"), label=agent, linewidth=linewidth,
+                color=f"C{i}")
+    return window
+
+
+def plot_returns(run_dir: RunDirectory, title: str, window: int | None = None) -> str | None:
+    """Episode returns (moving average) against wall-clock seconds, one line per agent; returns the PNG path."""
+    rows = run_dir.read_jsonl("episodes.jsonl")
+    plt = pyplot()
+    if not rows or plt is None:
+        return None
+    fig, ax = plt.subplots(figsize=(8, 4.5))
+    window = draw_returns(ax, rows, window)
     ax.set_xlabel("wall-clock seconds")
     ax.set_ylabel(f"episode return (moving average of {window})")
     ax.set_title(title)

@@ -42,7 +42,8 @@ def known_learner_names() -> list[str]:
     return sorted(set(BUILTIN) | set(_entry_points()))
 
 
-def _import_path(path: str, agent: str) -> type:
+def import_object(path: str, agent: str, what: str = "learner") -> Any:
+    """Import `module:attr` (or `module.attr`) of user code, with errors that name the agent and `what` it is."""
     module_name, sep, attr = path.partition(":")
     if not sep:
         module_name, _, attr = path.rpartition(".")
@@ -50,12 +51,15 @@ def _import_path(path: str, agent: str) -> type:
         module = importlib.import_module(module_name)
     except Exception as exc:  # noqa: BLE001 - any import failure of user code is reported the same way
         raise ConfigError(
-            f"agent {agent!r}: learner {path!r} failed to import: {type(exc).__name__}: {exc}"
+            f"agent {agent!r}: {what} {path!r} failed to import: {type(exc).__name__}: {exc}"
         ) from exc
-    cls = getattr(module, attr, None)
-    if cls is None:
-        raise ConfigError(f"agent {agent!r}: module {module_name!r} has no learner class {attr!r}")
-    return cls
+    if not hasattr(module, attr):
+        raise ConfigError(f"agent {agent!r}: module {module_name!r} has no {what} {attr!r}")
+    return getattr(module, attr)
+
+
+def _import_path(path: str, agent: str) -> type:
+    return import_object(path, agent, "learner class")
 
 
 def resolve_learner(spec: LearnerSpec, agent: str = "?") -> tuple[type[Learner], dict[str, Any]]:

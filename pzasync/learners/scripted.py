@@ -416,16 +416,9 @@ class FunctionPolicy(Policy):
 
 def import_player(path: str, agent: str = "?") -> Any:
     """Import `module:attr` (or `module.attr`), with errors that name the agent."""
-    module_name, sep, attr = path.partition(":")
-    if not sep:
-        module_name, _, attr = path.rpartition(".")
-    try:
-        module = importlib.import_module(module_name)
-    except Exception as exc:  # noqa: BLE001 - any import failure of user code is reported the same way
-        raise ConfigError(f"agent {agent!r}: player {path!r} failed to import: {type(exc).__name__}: {exc}") from exc
-    if not hasattr(module, attr):
-        raise ConfigError(f"agent {agent!r}: module {module_name!r} has no player {attr!r}")
-    return getattr(module, attr)
+    from . import import_object
+
+    return import_object(path, agent, "player")
 
 
 def is_player_object(obj: Any) -> bool:
