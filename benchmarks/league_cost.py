@@ -2,8 +2,8 @@
 
     python benchmarks/league_cost.py [--steps 60000] [--repeats 3]
 
-Both configurations are the same async run on connect_four (both seats share one DQN through an agent group,
-one update per 4 agent steps); "league" adds the opponent mix latest=0.5;snapshot=0.5 with a snapshot every
+Both configurations are the same async run on connect_four (both seats share one DQN through an agent group;
+the learner runs free, so the actor never waits for it and its rate is the acting cost); "league" adds the opponent mix latest=0.5;snapshot=0.5 with a snapshot every
 2,000 decisions, so that snapshot opponents change often. Runs are interleaved (off, on, off, on, ...) and
 the medians compared. Agent steps per second count every decision, the opponents' included.
 """
@@ -19,7 +19,7 @@ ENV = "pettingzoo.classic.connect_four_v3"
 
 
 def run(league: bool, steps: int, seed: int) -> tuple[float, dict]:
-    config = RunConfig(seed=seed, replay_ratio=0.25, agent_groups={"players": ["player_0", "player_1"]},
+    config = RunConfig(seed=seed, agent_groups={"players": ["player_0", "player_1"]},
                        league={"players": "latest=0.5;snapshot=0.5"} if league else {},
                        league_snapshot_every=2000)
     result = AsyncRunner(ENV, ("dqn", {"learning_starts": 1000}), config).run(agent_steps=steps)

@@ -205,6 +205,7 @@ class League:
         self.acting = acting
         self.rng = np.random.default_rng(seed + 4242)
         self.mixes = {unit: parse_mix(unit, mix) for unit, mix in plan.league.items()}
+        self._draw_tables = {unit: (list(mix), np.cumsum(list(mix.values()))) for unit, mix in self.mixes.items()}
         self.snapshot_every = int(config.league_snapshot_every)
         self.run_dir = run_dir
         self.pool = SnapshotPool(int(config.league_pool_size),
@@ -234,8 +235,8 @@ class League:
         units = list(self.mixes)
         self.rng.shuffle(units)
         for unit in units:
-            kinds, weights = zip(*self.mixes[unit].items())
-            kind = kinds[int(self.rng.choice(len(kinds), p=np.array(weights) / sum(weights)))]
+            kinds, cumulative = self._draw_tables[unit]
+            kind = kinds[min(int(np.searchsorted(cumulative, self.rng.random(), side="right")), len(kinds) - 1)]
             if kind == LATEST:
                 continue
             match = self._install(unit, kind)
@@ -302,9 +303,10 @@ class League:
             record["score"] = score
             counts = self.games[match.unit]
             counts[match.kind] = counts.get(match.kind, 0) + 1
-            if sum(counts.values()) % 20 == 0:
+            if sum(counts.values()) % 20 == 0 and self.run_dir is not None:
                 self._rating_rows.append({"wall_s": round(time.monotonic() - self._start, 3),
                                           "ratings": self.ratings.as_dict()})
+                self.flush()
         elif match.unit is None:
             for unit in self.mixes:
                 self.games[unit][LATEST] = self.games[unit].get(LATEST, 0) + 1

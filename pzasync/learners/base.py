@@ -251,11 +251,20 @@ def policy_to_vector(policy: torch.nn.Module, out: np.ndarray | None = None) -> 
 
 
 def vector_to_policy(vector: np.ndarray, policy: torch.nn.Module) -> None:
-    """Load a flat vector produced by `policy_to_vector` into a policy of the same architecture."""
+    """Load a flat vector produced by `policy_to_vector` into a policy of the same architecture.
+
+    The actor calls this at every new version and the league at every snapshot swap, so the tensor list is
+    built once per module: `state_dict()` walks every submodule and costs more than the copies themselves.
+    The cached tensors are the module's own (loading copies into them in place, never replaces them).
+    """
+    tensors = policy.__dict__.get("_pzasync_state_tensors")
+    if tensors is None:
+        tensors = [tensor for _k, tensor in policy_tensors(policy)]
+        policy.__dict__["_pzasync_state_tensors"] = tensors
     offset = 0
     source = torch.from_numpy(vector)
     with torch.no_grad():
-        for _k, tensor in policy_tensors(policy):
+        for tensor in tensors:
             n = tensor.numel()
             tensor.copy_(source[offset:offset + n].view_as(tensor))
             offset += n
