@@ -147,7 +147,7 @@ class Evaluator:
         self.results += new
         return new
 
-    def stop(self, timeout: float = 10.0) -> list[dict[str, Any]]:
+    def stop(self, timeout: float = 5.0) -> list[dict[str, Any]]:
         """Ask the process to finish its round and exit; kill it past `timeout`. Returns the last rows."""
         self.stop_event.set()
         deadline = time.monotonic() + timeout

@@ -164,6 +164,7 @@ def test_run_bench_end_to_end_matches_the_schema_and_its_own_figures(tmp_path):
         by_config["sequential"]["agent_steps_per_s"] / by_config["async_snapshot"]["agent_steps_per_s"])
 
 
+@pytest.mark.slow  # the CLI path; run_bench, its report and plot are covered by the end-to-end test
 def test_bench_command_writes_json_and_plot(tmp_path):
     out, png = tmp_path / "bench.json", tmp_path / "bench.png"
     proc = subprocess.run(

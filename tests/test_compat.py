@@ -3,7 +3,9 @@
 Each case trains for a short budget with learners that suit the env's action space; the run checks reward
 conservation on every episode (it raises otherwise), every learner unit must have updated, and the autouse
 fixture fails the case if a process or shared-memory segment is left behind. Heavy cases (image observations,
-big boards) are marked slow: `python -m pytest -m slow tests/test_compat.py`.
+big boards), and the second env of a family already covered (texas hold'em next to leduc, simple_spread
+and simple_reference next to their parallel and grouped MPE cases, rps's AEC form next to its parallel
+form, multiwalker), are marked slow: `python -m pytest -m slow tests/test_compat.py`.
 """
 
 from __future__ import annotations
@@ -47,22 +49,22 @@ CASES = [
     # Classic: turn-based, action masks, illegal moves impossible by construction.
     ("tictactoe", "pettingzoo.classic.tictactoe_v3", DQN, {}, []),
     ("connect_four", "pettingzoo.classic.connect_four_v3", DQN, {}, []),
-    ("rps (Discrete obs)", "pettingzoo.classic.rps_v2", DQN, {}, []),
+    ("rps (Discrete obs)", "pettingzoo.classic.rps_v2", DQN, {}, [slow]),
     ("rps parallel", "pettingzoo.classic.rps_v2:parallel_env", DQN, {}, []),
     ("leduc_holdem", "pettingzoo.classic.leduc_holdem_v4", DQN, {}, [needs("rlcard")]),
-    ("texas_holdem", "pettingzoo.classic.texas_holdem_v4", DQN, {}, [needs("rlcard")]),
-    ("texas_holdem_no_limit", "pettingzoo.classic.texas_holdem_no_limit_v6", DQN, {}, [needs("rlcard")]),
+    ("texas_holdem", "pettingzoo.classic.texas_holdem_v4", DQN, {}, [slow, needs("rlcard")]),
+    ("texas_holdem_no_limit", "pettingzoo.classic.texas_holdem_no_limit_v6", DQN, {}, [slow, needs("rlcard")]),
     ("chess", "pettingzoo.classic.chess_v6", DQN, {}, [slow, needs("chess")]),
     ("go 9x9", ("pettingzoo.classic.go_v5", {"board_size": 9}), DQN, {}, [slow]),
     ("hanabi", "pettingzoo.classic.hanabi_v5", DQN, {}, [slow, needs("pyspiel")]),  # open_spiel, via shimmy
     # MPE (mpe2): simultaneous moves through the AEC API, heterogeneous observation sizes.
-    ("simple_spread", ("mpe2.simple_spread_v3", {"max_cycles": 25}), DQN, {}, [needs("mpe2")]),
+    ("simple_spread", ("mpe2.simple_spread_v3", {"max_cycles": 25}), DQN, {}, [slow, needs("mpe2")]),
     ("simple_spread parallel", ("mpe2.simple_spread_v3:parallel_env", {"max_cycles": 25}), DQN, {},
      [needs("mpe2")]),
     ("simple_tag, adversaries grouped", ("mpe2.simple_tag_v3", {"max_cycles": 25}), DQN,
      {"agent_groups": {"adversaries": ["adversary_*"]}}, [needs("mpe2")]),
     ("simple_tag padded, one policy", simple_tag_padded, DQN, {"agent_groups": {"all": ["*"]}}, [needs("mpe2")]),
-    ("simple_reference", ("mpe2.simple_reference_v3", {"max_cycles": 25}), DQN, {}, [needs("mpe2")]),
+    ("simple_reference", ("mpe2.simple_reference_v3", {"max_cycles": 25}), DQN, {}, [slow, needs("mpe2")]),
     ("simple continuous", ("mpe2.simple_v3", {"max_cycles": 25, "continuous_actions": True}), PPO, {},
      [needs("mpe2")]),
     # Butterfly: images, continuous actions, agents that die.
@@ -84,7 +86,7 @@ CASES = [
      {"agent_groups": {"archers": ["archer_*"], "knights": ["knight_*"]}}, [slow]),
     # SISL.
     ("multiwalker (continuous), walkers grouped", ("pettingzoo.sisl.multiwalker_v9", {"max_cycles": 60}), PPO,
-     {"agent_groups": {"walkers": ["walker_*"]}}, [needs("Box2D")]),
+     {"agent_groups": {"walkers": ["walker_*"]}}, [slow, needs("Box2D")]),
     ("multiwalker parallel", ("pettingzoo.sisl.multiwalker_v9:parallel_env", {"max_cycles": 60}), PPO,
      {"agent_groups": {"walkers": ["walker_*"]}}, [slow, needs("Box2D")]),
     ("pursuit, pursuers grouped", ("pettingzoo.sisl.pursuit_v5", {"max_cycles": 60}), DQN,

@@ -25,6 +25,7 @@ def test_every_example_is_covered_here():
     assert {p.name for p in EXAMPLES.glob("*.py")} == tested
 
 
+@pytest.mark.slow  # SuperSuit wrappers and groups: covered by tests/test_compat.py and tests/test_groups.py
 def test_wrap_env():
     out = run_example("wrap_env.py", "--steps", "600")
     assert "rewards conserved" in out
@@ -41,6 +42,7 @@ def test_connect_four_selfplay_then_a_game_in_the_terminal(tmp_path):
     assert "0 1 2 3 4 5 6" in out  # the board was shown
 
 
+@pytest.mark.slow  # pixels through SuperSuit: covered by tests/test_compat.py's pistonball cases (slow too)
 def test_pistonball_shared():
     out = run_example("pistonball_shared.py", "--pistons", "3", "--steps", "240", "--batch-size", "32")
     assert "3 pistons share one PPO learner; observations (64, 64, 3) uint8" in out

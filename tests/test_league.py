@@ -159,7 +159,7 @@ def test_only_the_trainee_seat_is_recorded_and_every_episode_says_whom_it_played
 @pytest.mark.timeout(120)
 def test_the_evaluator_scores_published_policies_while_training(tmp_path):
     config = RunConfig(seed=1, out_dir=str(tmp_path), eval_vs="random", eval_every_s=0.5, eval_episodes=20)
-    result = AsyncRunner(TTT, {"player_1": SMALL_DQN, "player_2": "random"}, config).run(seconds=15)
+    result = AsyncRunner(TTT, {"player_1": SMALL_DQN, "player_2": "random"}, config).run(seconds=10)
     rows = result.evaluations
     assert len(rows) >= 1 and {r["agent"] for r in rows} == {"player_1"}
     assert all(r["opponent"] == "random" and r["episodes"] == 20 for r in rows)
@@ -184,6 +184,6 @@ def freeze_in_evaluator(obs, mask):
 @pytest.mark.timeout(120)
 def test_a_frozen_evaluator_never_holds_the_actor_up(tmp_path):
     config = RunConfig(seed=1, eval_vs="test_league:freeze_in_evaluator", eval_every_s=0.2, eval_episodes=5)
-    result = AsyncRunner(TTT, {"player_1": SMALL_DQN, "player_2": "random"}, config).run(agent_steps=6000)
-    assert result.agent_steps == 6000 and result.stopped_because == "agent-step budget reached"
+    result = AsyncRunner(TTT, {"player_1": SMALL_DQN, "player_2": "random"}, config).run(agent_steps=4000)
+    assert result.agent_steps == 4000 and result.stopped_because == "agent-step budget reached"
     assert result.evaluations == []  # it froze in its first game, and was killed at the end of the run

@@ -89,7 +89,8 @@ def test_uint8_images_are_scaled_to_unit_range_and_odd_sizes_work():
     piston = agent_layout("p", spaces.Box(0, 255, (457, 120, 3), np.uint8), spaces.Box(-1, 1, (1,)))
     assert Encoder(piston)({"obs": torch.zeros(1, 457, 120, 3, dtype=torch.uint8)}).shape == (1, 256)
     board = agent_layout("b", spaces.Box(0, 1, (6, 7, 2), np.int8), spaces.Discrete(7))
-    assert Encoder(board).out_dim == 6 * 7 * 2, "small board planes are flattened, not convolved"
+    assert Encoder(board, "mlp").out_dim == 6 * 7 * 2, "torso='mlp' flattens small board planes"
+    assert Encoder(board).out_dim == 64 * 3 * 4 + 6 * 7 * 2, "by default they get the line convolution"
 
 
 def test_tuple_with_multidiscrete_is_one_hot_per_component():
@@ -467,6 +468,7 @@ def mean_return(env, policy, layout, episodes, seed=123, explore=False):
     return float(np.mean(returns))
 
 
+@pytest.mark.slow  # a Gymnasium learning check; the default run keeps the board-game learning tests
 def test_dqn_learns_cartpole_beyond_random_play():
     start = time.monotonic()
     env = make_env("CartPole-v1")

@@ -19,6 +19,7 @@ RUNNERS = [SequentialRunner, AsyncRunner]
 TTT = "pettingzoo.classic.tictactoe_v3"
 
 
+@pytest.mark.slow  # the default run keeps test_dqn_self_play_holds_the_perfect_tictactoe_player, a stronger bar
 @pytest.mark.timeout(240)
 @pytest.mark.parametrize("runner", RUNNERS, ids=lambda r: r.__name__)
 def test_dqn_learns_to_beat_random_at_tictactoe(runner, tmp_path):
@@ -36,6 +37,7 @@ def test_dqn_learns_to_beat_random_at_tictactoe(runner, tmp_path):
     assert trained.win_rate_ci95[0] > random_play.win_rate_ci95[1]
 
 
+@pytest.mark.slow  # 25-65 s: run with `pytest -m slow tests/test_learning.py`
 @pytest.mark.timeout(240)
 def test_dqn_self_play_holds_the_perfect_tictactoe_player(tmp_path):
     """Calibration (this 2-core machine, seeds 0, 1, 2): after 20k agent steps of self-play (one DQN for both
@@ -47,8 +49,8 @@ def test_dqn_self_play_holds_the_perfect_tictactoe_player(tmp_path):
     config = RunConfig(seed=0, replay_ratio=0.5, agent_groups={"players": ["*"]},
                        league={"*": "latest=0.5;snapshot=0.5"}, league_snapshot_every=2000, out_dir=str(tmp_path))
     result = SequentialRunner(TTT, ("dqn", options), config).run(agent_steps=20_000)
-    trained = {r.agent: r for r in evaluate_against(TTT, load_run_policies(result.run_dir), "perfect", 200, seed=99)}
-    fresh = {r.agent: r for r in untrained_baseline(TTT, ("dqn", options), "perfect", 200, seed=99)}
+    trained = {r.agent: r for r in evaluate_against(TTT, load_run_policies(result.run_dir), "perfect", 100, seed=99)}
+    fresh = {r.agent: r for r in untrained_baseline(TTT, ("dqn", options), "perfect", 100, seed=99)}
     first, untrained = trained["player_1"], fresh["player_1"]
     assert first.opponent == "perfect" and first.wins == 0, "nobody beats the perfect player"
     held = EvalResult("player_1", "perfect", [1.0 if r >= 0 else -1.0 for r in first.returns])  # draw or win
@@ -58,7 +60,8 @@ def test_dqn_self_play_holds_the_perfect_tictactoe_player(tmp_path):
 
 
 @pytest.mark.timeout(240)
-@pytest.mark.parametrize("runner", RUNNERS, ids=lambda r: r.__name__)
+@pytest.mark.parametrize("runner", [pytest.param(SequentialRunner, marks=pytest.mark.slow), AsyncRunner],
+                         ids=lambda r: r.__name__)
 def test_ppo_improves_mpe_simple_over_random(runner, tmp_path):
     spec = EnvSpec.of("mpe2.simple_v3", max_cycles=25)
     options = {"batch_size": 1000, "minibatch_size": 250, "epochs": 10, "lr": 1e-3, "ent_coef": 0.0}
@@ -72,6 +75,7 @@ def test_ppo_improves_mpe_simple_over_random(runner, tmp_path):
     assert trained.mean - trained.mean_ci95 > random_returns.mean() + 1.96 * random_returns.std() / 10
 
 
+@pytest.mark.slow  # 35-60 s; run with: pytest -m slow tests/test_learning.py
 @pytest.mark.timeout(300)
 def test_foragers_learn_to_outlive_random_foragers(tmp_path):
     """envs/forage is sized so that per-agent learning shows in a short run: each forager has its own DQN."""

@@ -17,6 +17,8 @@ from pzasync.errors import ConfigError, LearnerCrashedError
 
 C4 = "pettingzoo.classic.connect_four_v3"
 RUNNERS = [AsyncRunner, SequentialRunner]
+#: For the heaviest runner tests: the sequential variant (same code paths, inline) runs with `-m slow` only.
+ASYNC_FAST_SEQUENTIAL_SLOW = [AsyncRunner, pytest.param(SequentialRunner, marks=pytest.mark.slow, id="SequentialRunner")]
 
 
 def recorded(record_dir, agent):
@@ -76,7 +78,7 @@ def test_actor_keeps_stepping_while_a_learner_sleeps(tmp_path):
 
 
 @pytest.mark.timeout(120)
-@pytest.mark.parametrize("runner", RUNNERS, ids=lambda r: r.__name__)
+@pytest.mark.parametrize("runner", ASYNC_FAST_SEQUENTIAL_SLOW, ids=lambda r: getattr(r, "__name__", r))
 def test_crashed_learner_is_reported_restarted_and_the_actor_carries_on(runner, capfd, tmp_path):
     marker = str(tmp_path / "crashed-once")
     learners = {"player_0": ("custom_learners:RecordingLearner", {"raise_after": 3, "once_file": marker}),
@@ -133,7 +135,7 @@ def test_a_hung_learner_is_killed_and_restarted(tmp_path, capfd):
 @pytest.mark.parametrize(
     "learners, message",
     [
-        ("dqm", r"agent 'player_0': unknown learner 'dqm'; known learners: dqn, fixed, ppo, random.*Did you mean 'dqn'"),
+        ("dqm", r"agent 'player_0': unknown learner 'dqm'; known learners: dqn, fixed, negamax, one_ply, perfect, ppo, random.*Did you mean 'dqn'"),
         ({"player_9": "random", "*": "random"}, r"learners given for unknown agent\(s\) \['player_9'\]"),
         ({"player_0": "random"}, r"no learner for agent\(s\) \['player_1'\]"),
         ("custom_learners:Nope", r"agent 'player_0': module 'custom_learners' has no learner class 'Nope'"),
@@ -189,7 +191,7 @@ def test_async_and_sequential_random_players_play_identical_episodes():
 
 
 @pytest.mark.timeout(180)
-@pytest.mark.parametrize("runner", RUNNERS, ids=lambda r: r.__name__)
+@pytest.mark.parametrize("runner", ASYNC_FAST_SEQUENTIAL_SLOW, ids=lambda r: getattr(r, "__name__", r))
 def test_heterogeneous_learners_in_one_run(runner):
     learners = {"player_0": ("dqn", {"learning_starts": 200}), "player_1": ("ppo", {"batch_size": 256})}
     result = runner(C4, learners, RunConfig(seed=0, replay_ratio=0.25)).run(agent_steps=4000)

@@ -42,8 +42,9 @@ def known_learner_names() -> list[str]:
     return sorted(set(BUILTIN) | set(_entry_points()))
 
 
-def import_object(path: str, agent: str, what: str = "learner") -> Any:
-    """Import `module:attr` (or `module.attr`) of user code, with errors that name the agent and `what` it is."""
+def import_object(path: str, agent: str, what: str = "learner", attr_what: str | None = None) -> Any:
+    """Import `module:attr` (or `module.attr`) of user code, with errors that name the agent and `what` it is
+    (`attr_what` in the message for a missing attribute, e.g. "learner class")."""
     module_name, sep, attr = path.partition(":")
     if not sep:
         module_name, _, attr = path.rpartition(".")
@@ -54,12 +55,12 @@ def import_object(path: str, agent: str, what: str = "learner") -> Any:
             f"agent {agent!r}: {what} {path!r} failed to import: {type(exc).__name__}: {exc}"
         ) from exc
     if not hasattr(module, attr):
-        raise ConfigError(f"agent {agent!r}: module {module_name!r} has no {what} {attr!r}")
+        raise ConfigError(f"agent {agent!r}: module {module_name!r} has no {attr_what or what} {attr!r}")
     return getattr(module, attr)
 
 
 def _import_path(path: str, agent: str) -> type:
-    return import_object(path, agent, "learner class")
+    return import_object(path, agent, "learner", "learner class")
 
 
 def resolve_learner(spec: LearnerSpec, agent: str = "?") -> tuple[type[Learner], dict[str, Any]]:
