@@ -51,6 +51,7 @@ def evaluator_main(setup: EvaluatorSetup, rows: Any, stop: Any) -> None:
         os.nice(setup.niceness)
     except OSError:
         pass
+    import numpy as np
     import torch
 
     from .evaluate import evaluate_against, load_run_policies
@@ -66,8 +67,6 @@ def evaluator_main(setup: EvaluatorSetup, rows: Any, stop: Any) -> None:
             policy.eval()
             policies[agent] = (policy, layout)
             if unit not in vectors:
-                import numpy as np
-
                 vectors[unit] = np.zeros(slot.size, np.float32)
         opponents: Any = setup.yardstick
         if os.path.isdir(setup.yardstick):

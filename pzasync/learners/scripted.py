@@ -56,7 +56,18 @@ def _weight_masks(table: list[list[int]]) -> tuple[tuple[int, int], ...]:
     return tuple(sorted(masks.items()))
 
 
-class ConnectFour:
+class _BitBoard:
+    """What both games share: turning the (H, W, 2) observation planes into (mover's bits, opponent's bits)."""
+
+    CELL_BIT: np.ndarray  # obs cell (row, col) -> its bit
+
+    @classmethod
+    def from_obs(cls, obs: np.ndarray) -> tuple[int, int]:
+        planes = np.asarray(obs) > 0.5
+        return int(cls.CELL_BIT[planes[:, :, 0]].sum()), int(cls.CELL_BIT[planes[:, :, 1]].sum())
+
+
+class ConnectFour(_BitBoard):
     """Connect four on bitboards: bit `7 * col + height` (height 0 = bottom, 6 = an always-empty guard)."""
 
     name = "connect_four"
@@ -70,11 +81,6 @@ class ConnectFour:
     ORDER = (3, 2, 4, 1, 5, 0, 6)  # centre first: better alpha-beta cut-offs
     #: obs cell (row, col) -> bit; obs row 0 is the top, row 5 the bottom
     CELL_BIT = np.array([[1 << (_H1 * c + 5 - r) for c in range(7)] for r in range(6)], dtype=object)
-
-    @classmethod
-    def from_obs(cls, obs: np.ndarray) -> tuple[int, int]:
-        planes = np.asarray(obs) > 0.5
-        return int(cls.CELL_BIT[planes[:, :, 0]].sum()), int(cls.CELL_BIT[planes[:, :, 1]].sum())
 
     @classmethod
     def move_bit(cls, me: int, opp: int, action: int) -> int:
@@ -137,7 +143,7 @@ def _lines(cells: list[list[int]], length: int) -> list[int]:
     return out
 
 
-class TicTacToe:
+class TicTacToe(_BitBoard):
     """Tictactoe on 9-bit boards: bit `a` is the cell action `a` marks, obs `[a // 3, a % 3]`."""
 
     name = "tictactoe"
@@ -146,11 +152,6 @@ class TicTacToe:
     LINES = _lines([[1 << (3 * r + c) for c in range(3)] for r in range(3)], 3)
     ORDER = (4, 0, 2, 6, 8, 1, 3, 5, 7)
     CELL_BIT = np.array([[1 << (3 * r + c) for c in range(3)] for r in range(3)], dtype=object)
-
-    @classmethod
-    def from_obs(cls, obs: np.ndarray) -> tuple[int, int]:
-        planes = np.asarray(obs) > 0.5
-        return int(cls.CELL_BIT[planes[:, :, 0]].sum()), int(cls.CELL_BIT[planes[:, :, 1]].sum())
 
     @classmethod
     def move_bit(cls, me: int, opp: int, action: int) -> int:
