@@ -1,4 +1,4 @@
-"""Collection throughput on connect_four_v3: pzasync against Tianshou and TorchRL (optional peers).
+"""Throughput on connect_four_v3: pzasync against Tianshou and TorchRL collecting, or RLlib training PPO.
 
 What it measures: agent steps per second while acting with exploring (epsilon-greedy) per-agent Q-policies
 and storing what is collected, with no training: Tianshou's `Collector`, TorchRL's `SyncDataCollector`,
@@ -28,6 +28,41 @@ by itself; it is run under `torch.no_grad()` here (TorchRL's collector does that
 few cores they compete with it. Peers store into their own buffers (Tianshou's VectorReplayBuffer, TorchRL's
 batch tensordict). The "vectorised" Tianshou row steps K envs in one process with batched forwards: it is
 not comparable one-to-one with pzasync's single actor and is listed apart.
+
+Training (--training; instead of the collection rows above): agent steps per second while training PPO with
+one policy per agent, RLlib against pzasync. Run: /tmp/rllib-venv/bin/python benchmarks/peers.py --training
+[--steps N] [--repeats R] [--rllib-env-runners E] [--json FILE] (a virtualenv with ray[rllib], torch and
+pzasync; a missing peer is skipped with the reason). Both sides use the same PPO settings (PPO_OPTIONS: lr
+3e-4, gamma 0.99, GAE lambda 0.95, clip 0.2, 4 epochs of minibatches of 64, value coefficient 0.5, entropy
+0.01, gradient norm 0.5) and the same networks per agent: the board flattened to 84 floats, a policy MLP
+84-128-128-7 and a separate value MLP 84-128-128-1, ReLU (pzasync's PPO with torso="mlp"; RLlib's default
+PPO module with fcnet_hiddens=[128, 128], fcnet_activation="relu", vf_share_layers=False), with illegal moves
+masked out of the policy's logits on both sides.
+- RLlib: `PPO` (new API stack), ray.init(num_cpus=2) with its temp dir under /tmp (removed afterwards) and
+  ray.shutdown() at the end. The env is `ray.rllib.env.wrappers.pettingzoo_env.PettingZooEnv` (the AEC
+  wrapper: one `AECEnv.step` per `step()`, i.e. per agent turn) over connect_four_v3, each observation
+  reshaped to {"observations": 84 float32, "action_mask": 7 float32} for RLlib's action-masking example
+  module (`ActionMaskingTorchRLModule`: the default PPO torch module, plus log(mask) added to the logits when
+  acting and training; the plain module would see the 6x7x2 board as an image and build a CNN, and could not
+  use the mask). One RLModule per agent (player_0 -> module "player_0", player_1 -> "player_1"); E env
+  runners of one env each (default 1: sampling in one runner process, the update in the driver process,
+  num_learners=0; the two cores); train_batch_size_per_learner=TRAIN_BATCH env steps per `train()` (about
+  512 per agent). Measured: the env steps sampled (num_env_steps_sampled_lifetime) by N // TRAIN_BATCH whole
+  `algo.train()` iterations (sampling, updates and weight sync) over their wall time, after one untimed
+  warm-up iteration. Env steps, because each is exactly one agent decision here, whereas RLlib's
+  num_agent_steps_sampled counts observations received, one more per episode than decisions (the terminal
+  observation of the player who did not move last: checked, 1,024 env steps = 1,072 "agent steps" over 48
+  episodes). The JSON notes keep both counts, and episode_return_min (0.0: no illegal move ended a game).
+- pzasync: `AsyncRunner` with a `ppo` learner per agent (two learner processes beside the actor, on-policy
+  chunks of 512 transitions per agent): RunResult.agent_steps / acting_seconds, as in the collection rows
+  (startup excluded; a learner's last chunk may still be in progress when the budget is reached). A first
+  run of TRAIN_BATCH steps is the untimed warm-up.
+Caveats: RLlib alternates sampling and updating (a `train()` samples, then learns, then syncs weights), so its
+two processes mostly take turns; pzasync's learners update while the actor goes on acting (policy lag is
+corrected by the importance ratio). Ray's own processes (GCS, raylet, the idle env runner) stay up while the
+pzasync rows are measured in between. The two sides' PPO implementations differ in details (RLlib's value
+clipping and KL term at their defaults; pzasync's small initial policy layer), which cost little next to
+acting and the env.
 """
 
 from __future__ import annotations
@@ -48,6 +83,15 @@ EPS = 0.5  # peers' constant epsilon (pzasync's default schedule averages ~0.5 o
 WARMUP = 500
 CHUNK = 500  # TorchRL frames per batch; budgets are rounded to whole chunks / whole vector steps
 Measure = Callable[[int], float]  # agent steps requested -> agent steps per second
+# --training: PPO settings shared by both sides (pzasync option names; RLlib's are mapped in setup_rllib).
+PPO_OPTIONS: dict[str, Any] = {
+    "lr": 3e-4, "gamma": 0.99, "gae_lambda": 0.95, "clip": 0.2, "epochs": 4, "minibatch_size": 64,
+    "batch_size": 512, "vf_coef": 0.5, "ent_coef": 0.01, "max_grad_norm": 0.5,
+    "hidden": [128, 128], "activation": "relu", "torso": "mlp",
+}
+TRAIN_BATCH = 1024  # RLlib env steps (= agent decisions, both players) per train() iteration
+TEARDOWN: list[Callable[[], None]] = []  # run by main() at the end, whatever happened (ray.shutdown)
+NOTES: dict[str, Any] = {}  # per-library extras for the JSON file
 
 
 class QMLP(nn.Module):
@@ -156,6 +200,129 @@ def setup_pzasync() -> tuple[Measure, str]:
     return measure, getattr(pzasync, "__version__", "?")
 
 
+def setup_pzasync_ppo() -> tuple[Measure, str]:
+    """AsyncRunner with a PPO learner per agent: agent steps over acting seconds (startup excluded)."""
+    import pzasync
+    from pzasync import AsyncRunner, RunConfig
+
+    def measure(steps: int) -> float:
+        result = AsyncRunner(ENV, ("ppo", PPO_OPTIONS), RunConfig(seed=0)).run(agent_steps=steps)
+        NOTES.setdefault("pzasync PPO", []).append(
+            {"agent_steps": result.agent_steps, "acting_seconds": result.acting_seconds,
+             "wall_seconds": result.wall_seconds, "updates": {a: r.updates for a, r in result.agents.items()},
+             "transitions_dropped": {a: r.transitions_dropped for a, r in result.agents.items()}})
+        return result.agent_steps / result.acting_seconds
+
+    measure(TRAIN_BATCH)
+    NOTES.pop("pzasync PPO", None)  # the warm-up run
+    return measure, getattr(pzasync, "__version__", "?")
+
+
+def setup_rllib(env_runners: int) -> tuple[Measure, str]:
+    """RLlib PPO, one RLModule per agent (action-masking PPO module), over PettingZooEnv(connect_four_v3)."""
+    import logging
+    import shutil
+    import tempfile
+
+    import gymnasium as gym
+    import numpy as np
+    import ray
+
+    def quiet() -> None:  # RLlib's deprecation and new-API-stack notices (its imports and ray.init reset levels)
+        for name in ("ray", "ray.rllib"):
+            logging.getLogger(name).setLevel(logging.ERROR)
+
+    quiet()
+    from pettingzoo.classic import connect_four_v3
+    from ray.rllib.algorithms.ppo import PPOConfig
+    from ray.rllib.core.rl_module.multi_rl_module import MultiRLModuleSpec
+    from ray.rllib.core.rl_module.rl_module import RLModuleSpec
+    from ray.rllib.env.wrappers.pettingzoo_env import PettingZooEnv
+    from ray.rllib.examples.rl_modules.classes.action_masking_rlm import ActionMaskingTorchRLModule
+    from ray.tune.registry import register_env
+
+    class MaskedConnectFour(PettingZooEnv):
+        """PettingZooEnv with each observation as the action-masking module wants it: {"observations": the
+        board flattened to 84 float32, "action_mask": 7 float32}. Steps are PettingZooEnv's own (one AEC step
+        per agent turn)."""
+
+        def __init__(self) -> None:
+            super().__init__(connect_four_v3.env())
+            box = lambda n: gym.spaces.Box(0.0, 1.0, (n,), np.float32)
+            self.observation_spaces = {a: gym.spaces.Dict({"observations": box(84), "action_mask": box(7)})
+                                       for a in self._agent_ids}
+            self.observation_space = gym.spaces.Dict(self.observation_spaces)
+
+        @staticmethod
+        def _masked(obs: dict[str, Any]) -> dict[str, Any]:
+            return {a: {"observations": o["observation"].reshape(-1).astype(np.float32),
+                        "action_mask": o["action_mask"].astype(np.float32)} for a, o in obs.items()}
+
+        def reset(self, *, seed: int | None = None, options: dict | None = None) -> Any:
+            obs, infos = super().reset(seed=seed, options=options)
+            return self._masked(obs), infos
+
+        def step(self, action: dict[str, Any]) -> Any:
+            obs, *rest = super().step(action)
+            return (self._masked(obs), *rest)
+
+    temp_dir = tempfile.mkdtemp(prefix="ray", dir="/tmp")  # short: Ray's unix socket paths live under it
+
+    def teardown() -> None:
+        ray.shutdown()
+        shutil.rmtree(temp_dir, ignore_errors=True)
+
+    TEARDOWN.append(teardown)
+    ray.init(num_cpus=2, include_dashboard=False, _temp_dir=temp_dir, log_to_driver=False,
+             logging_level=logging.ERROR)
+    quiet()
+    register_env("pzasync_peers_connect_four", lambda _: MaskedConnectFour())
+    agents = ["player_0", "player_1"]
+    o = PPO_OPTIONS
+    model = {"fcnet_hiddens": o["hidden"], "fcnet_activation": o["activation"], "vf_share_layers": False}
+    config = (
+        PPOConfig()
+        .environment("pzasync_peers_connect_four")
+        .framework("torch")
+        .env_runners(num_env_runners=env_runners, num_envs_per_env_runner=1)
+        .learners(num_learners=0)  # the update runs in this (the driver) process
+        .multi_agent(policies=set(agents), policy_mapping_fn=lambda agent_id, *_, **__: agent_id)
+        .rl_module(rl_module_spec=MultiRLModuleSpec(rl_module_specs={
+            a: RLModuleSpec(module_class=ActionMaskingTorchRLModule, model_config=model) for a in agents}))
+        .training(train_batch_size_per_learner=TRAIN_BATCH, minibatch_size=o["minibatch_size"],
+                  num_epochs=o["epochs"], lr=o["lr"], gamma=o["gamma"], lambda_=o["gae_lambda"],
+                  clip_param=o["clip"], vf_loss_coeff=o["vf_coef"], entropy_coeff=o["ent_coef"],
+                  grad_clip=o["max_grad_norm"])
+        .debugging(seed=0)
+    )
+    algo = config.build_algo()
+    TEARDOWN.insert(TEARDOWN.index(teardown), algo.stop)  # stop the algorithm (its env runners) first
+
+    def counts(result: dict[str, Any]) -> tuple[float, float, float]:
+        runners = result["env_runners"]
+        return (float(runners["num_env_steps_sampled_lifetime"]),
+                float(sum(runners["num_agent_steps_sampled_lifetime"].values())),
+                float(runners.get("num_episodes_lifetime", 0)))
+
+    last = counts(algo.train())  # warm-up iteration, not timed
+
+    def measure(steps: int) -> float:
+        nonlocal last
+        start = time.perf_counter()
+        for _ in range(max(1, steps // TRAIN_BATCH)):
+            result = algo.train()
+        seconds = time.perf_counter() - start
+        now = counts(result)
+        env_steps, agent_steps, episodes = (b - a for a, b in zip(last, now))
+        last = now
+        NOTES.setdefault("rllib PPO", []).append(
+            {"env_steps": env_steps, "rllib_agent_steps": agent_steps, "episodes": episodes, "seconds": seconds,
+             "episode_return_min": float(result["env_runners"].get("episode_return_min", float("nan")))})
+        return env_steps / seconds
+
+    return measure, ray.__version__
+
+
 def setup_bare() -> tuple[Measure, str]:
     """pzasync.bench.bare_loop: the env alone with random legal actions (the env's own limit)."""
     from pzasync.bench import bare_loop
@@ -176,15 +343,35 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3, help="measurements per library (interleaved)")
     parser.add_argument("--vector-envs", type=int, default=8, help="also Tianshou over K envs (0: off)")
     parser.add_argument("--json", help="write raw numbers, versions and settings here")
+    parser.add_argument("--training", action="store_true",
+                        help="instead: PPO training throughput, RLlib against pzasync (see the module docstring)")
+    parser.add_argument("--rllib-env-runners", type=int, default=1,
+                        help="with --training: RLlib env runner processes (0: sample in the driver)")
     args = parser.parse_args()
     torch.set_num_threads(1)
+    try:
+        run(args)
+    finally:
+        for teardown in TEARDOWN:
+            try:
+                teardown()
+            except Exception as exc:  # keep tearing down the rest
+                print(f"teardown {teardown!r}: {type(exc).__name__}: {exc}", flush=True)
 
-    setups: dict[str, Callable[[], tuple[Measure, str]]] = {
-        "pzasync": setup_pzasync, "tianshou": lambda: setup_tianshou(1), "torchrl": setup_torchrl,
-        "env alone (bare_loop, random)": setup_bare,
-    }
-    if args.vector_envs > 1:
-        setups[f"tianshou vectorised (DummyVectorEnv x{args.vector_envs})"] = lambda: setup_tianshou(args.vector_envs)
+
+def run(args: argparse.Namespace) -> None:
+    """Set up every library, measure them interleaved, print the table and write the JSON file."""
+    setups: dict[str, Callable[[], tuple[Measure, str]]]
+    if args.training:
+        setups = {"pzasync": setup_pzasync_ppo, "rllib": lambda: setup_rllib(args.rllib_env_runners)}
+    else:
+        setups = {
+            "pzasync": setup_pzasync, "tianshou": lambda: setup_tianshou(1), "torchrl": setup_torchrl,
+            "env alone (bare_loop, random)": setup_bare,
+        }
+        if args.vector_envs > 1:
+            setups[f"tianshou vectorised (DummyVectorEnv x{args.vector_envs})"] = (
+                lambda: setup_tianshou(args.vector_envs))
     measures: dict[str, Measure] = {}
     import pettingzoo
 
@@ -208,19 +395,34 @@ def main() -> None:
 
     table = {name: summary(values) for name, values in raw.items()}
     base = table.get("pzasync", {}).get("median")
-    print(f"\nconnect_four_v3, {args.steps} agent steps x {args.repeats}, agent steps/s (one acting process)")
+    if args.training:
+        print(f"\nconnect_four_v3, PPO training, one policy per agent, {args.steps} agent steps x {args.repeats} "
+              f"(RLlib: {max(1, args.steps // TRAIN_BATCH)} x {TRAIN_BATCH}), agent steps/s")
+    else:
+        print(f"\nconnect_four_v3, {args.steps} agent steps x {args.repeats}, agent steps/s (one acting process)")
     print(f"{'library':<42}{'median':>10}{'min':>10}{'max':>10}{'/pzasync':>10}")
     for name, row in table.items():
         ratio = f"{row['median'] / base:.2f}" if base else "-"
         print(f"{name:<42}{row['median']:>10,.0f}{row['min']:>10,.0f}{row['max']:>10,.0f}{ratio:>10}")
     for name, why in skipped.items():
         print(f"{name:<42}skipped ({why})")
+    if args.training and base and "rllib" in table:
+        print(f"pzasync / rllib: {base / table['rllib']['median']:.2f}x")
     if args.json:
-        out = {"env": ENV, "settings": {"steps": args.steps, "repeats": args.repeats, "warmup": WARMUP,
-                                        "peer_epsilon": EPS, "vector_envs": args.vector_envs,
-                                        "torch_threads": 1, "cpus": os.cpu_count()},
+        if args.training:
+            settings: dict[str, Any] = {
+                "mode": "training", "steps": args.steps, "repeats": args.repeats, "ppo": PPO_OPTIONS,
+                "rllib_train_batch": TRAIN_BATCH, "rllib_env_runners": args.rllib_env_runners,
+                "rllib_envs_per_env_runner": 1, "rllib_num_learners": 0, "ray_num_cpus": 2,
+                "torch_threads": 1, "cpus": os.cpu_count()}
+        else:
+            settings = {"steps": args.steps, "repeats": args.repeats, "warmup": WARMUP, "peer_epsilon": EPS,
+                        "vector_envs": args.vector_envs, "torch_threads": 1, "cpus": os.cpu_count()}
+        out = {"env": ENV, "settings": settings,
                "versions": versions, "raw": raw, "summary": table, "skipped": skipped,
                "ratio_to_pzasync": {n: r["median"] / base for n, r in table.items()} if base else {}}
+        if NOTES:
+            out["notes"] = NOTES
         with open(args.json, "w") as f:
             json.dump(out, f, indent=1)
 

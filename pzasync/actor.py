@@ -17,13 +17,11 @@ import numpy as np
 from gymnasium import spaces
 
 from . import stats as S
-from .buffer import SharedRingBuffer
 from .collect import run_episodes
 from .errors import EnvCrashedError, NonFiniteError, PzasyncError
 from .learner_loop import target_updates
-from .slots import PolicySlot
 from .spaces import AgentLayout
-from .stats import RunStats
+from .transport import PolicySource, RunControl, TransitionWriter
 from .transitions import EpisodeSummary, LayoutBook, Transition
 
 
@@ -36,8 +34,8 @@ class ActingAgent:
     policy: Any
     learns: bool
     on_policy: bool = False
-    slot: PolicySlot | None = None
-    buffer: SharedRingBuffer | None = None
+    slot: PolicySource | None = None
+    buffer: TransitionWriter | None = None
     learning_starts: int = 0
     version: int = 0
     steps: int = 0
@@ -46,7 +44,6 @@ class ActingAgent:
     may_wait: bool = False
     nonfinite: int = 0
     float_paths: list[tuple] = field(default_factory=list)
-    steps_word: int = 0
     steps_offset: int = 0
     #: Whose learner counters apply (its own name, or its agent group's) and, in a group, its member index.
     unit: str = ""
@@ -88,7 +85,7 @@ class Actor:
         self,
         env: Any,
         agents: dict[str, ActingAgent],
-        stats: RunStats,
+        stats: RunControl,
         *,
         replay_ratio: float | None,
         max_lead: int,
@@ -116,7 +113,6 @@ class Actor:
         self.layouts = {a: x.layout for a, x in agents.items()}
         for a in agents.values():
             a.may_wait = self._may_wait(a)
-            a.steps_word = stats.word_index(a.agent, S.STEPS)
             a.steps_offset = a.steps  # steps taken before this run (a resumed run) are not this run's
         self.total_steps = 0
         self.episodes = 0
@@ -168,9 +164,7 @@ class Actor:
         a.steps += 1
         a.policy.on_actor_steps(a.steps)
         self.total_steps += 1
-        words = self.stats.words
-        words[a.steps_word] = a.steps - a.steps_offset
-        words[S.AGENT_STEPS] = self.total_steps
+        self.stats.record_steps(a.agent, a.steps - a.steps_offset, self.total_steps)
         out = {k: v[0] for k, v in extras.items()} if extras else {}
         out["policy_version"] = a.version
         if a.member is not None:
@@ -181,7 +175,7 @@ class Actor:
         """A league opponent's decision: counted in the run's steps, not in the seat's own schedule."""
         actions, _ = a.override.act(_batch_of_one(a, obs), None if mask is None else mask[None], True)
         self.total_steps += 1
-        self.stats.words[S.AGENT_STEPS] = self.total_steps
+        self.stats.record_steps(None, 0, self.total_steps)
         return actions[0], {}
 
     def _finite(self, a: ActingAgent, t: Transition) -> bool:

@@ -103,12 +103,19 @@ class SharedRingBuffer:
         """Allocate the buffer for one agent, refusing (with both numbers) if /dev/shm is too small."""
         if not isinstance(capacity, (int, np.integer)) or capacity < 2:
             raise ConfigError(f"buffer capacity for agent {layout.agent!r} must be an integer >= 2, got {capacity!r}")
-        fields = transition_fields(layout, extras)
-        nbytes = packed_size(_segment_specs(fields, int(capacity)))
-        check_fits(f"the replay buffer of agent {layout.agent!r} ({capacity:,} transitions)", nbytes)
-        segment = Segment.create(run_id or new_run_id(), label or f"buf-{_safe(layout.agent)}", nbytes)
         paths = {f"obs/{leaf.name}": leaf.path for leaf in layout.obs_leaves} if layout.nested_obs else {}
-        buffer = cls(segment, fields, int(capacity), paths)
+        return cls.create_like(transition_fields(layout, extras), int(capacity), paths, run_id=run_id,
+                               label=label or f"buf-{_safe(layout.agent)}", what=f"agent {layout.agent!r}")
+
+    @classmethod
+    def create_like(cls, fields: list[ArraySpec], capacity: int, obs_paths: dict[str, tuple] | None = None, *,
+                    run_id: str | None = None, label: str = "buf", what: str = "a learner") -> SharedRingBuffer:
+        """An empty buffer with the given columns, e.g. a learner's local copy of the actor's buffer on another
+        node (ray_backend.py), filled with `write_rows`."""
+        nbytes = packed_size(_segment_specs(fields, int(capacity)))
+        check_fits(f"the replay buffer of {what} ({capacity:,} transitions)", nbytes)
+        segment = Segment.create(run_id or new_run_id(), label, nbytes)
+        buffer = cls(segment, fields, int(capacity), obs_paths or {})
         for column in buffer._columns.values():
             column.view(np.uint8).fill(SENTINEL_BYTE)
         buffer._words[_CAPACITY] = int(capacity)
@@ -173,6 +180,24 @@ class SharedRingBuffer:
         self._seq[row] = 2 * n + 2
         self._written = n + 1
         self._words[_WRITTEN] = n + 1
+        return n
+
+    def write_rows(self, batch: dict[str, np.ndarray]) -> int:
+        """Append rows given column by column (what `read_new` returns), in order; returns how many were
+        appended. Rows beyond the capacity overwrite earlier ones of the same call, which then count as
+        written and, for the in-order reader, dropped. The same seqlock as `write` guards every row."""
+        n = len(batch["reward"])
+        if n == 0:
+            return 0
+        start, skip = self._written, max(0, n - self.capacity)
+        logical = np.arange(start + skip, start + n)
+        rows = logical % self.capacity
+        self._seq[rows] = 2 * logical + 1
+        for name, column in self._columns.items():
+            column[rows] = batch[name][skip:]
+        self._seq[rows] = 2 * logical + 2
+        self._written = start + n
+        self._words[_WRITTEN] = start + n
         return n
 
     # ----------------------------------------------------------------------------------------- readers

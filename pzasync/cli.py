@@ -252,11 +252,16 @@ def check_budget_options(steps: int | None, minutes: float | None) -> None:
 @click.option("--eval-episodes", default=400, show_default=True,
               help="Games per seat at the end against the yardstick and random, and for the untrained baseline "
                    "(0 to skip).")
+@click.option("--backend", type=click.Choice(["shm", "ray"]), default="shm", show_default=True,
+              help="Where the async runner's learners run: local processes on shared memory, or Ray actors "
+                   "(pip install 'pzasync[ray]'; docs/distributed.md).")
+@click.option("--ray-address", "ray_address", default=None, metavar="ADDRESS",
+              help="With --backend ray: the cluster to join ('auto', 'HOST:6379'); default: a local Ray instance.")
 def train(env_id: str, learner: str, learner_for: tuple[str, ...], env_args: tuple[str, ...],
           groups: tuple[str, ...], runner: str, publish: str, steps: int | None,
           minutes: float | None, replay_ratio: float | None, device: str, seed: int, out_dir: str,
           self_play: bool | None, league: str | None, versus: str | None, eval_every: float,
-          eval_episodes: int) -> None:
+          eval_episodes: int, backend: str, ray_address: str | None) -> None:
     """Train every agent of ENV_ID (default: connect_four, both seats sharing one DQN in a self-play league).
 
     Scores the greedy policies against a yardstick player while training (eval.png) and at the end, beside an
@@ -268,6 +273,11 @@ def train(env_id: str, learner: str, learner_for: tuple[str, ...], env_args: tup
     from .runners import AsyncRunner, SequentialRunner
 
     check_budget_options(steps, minutes)
+    if backend == "ray" and runner != "async":
+        raise UserInputError("--backend ray: only the async runner has learners apart from the actor; drop "
+                             "--runner sequential")
+    if ray_address is not None and backend != "ray":
+        raise UserInputError("--ray-address needs --backend ray")
     env = EnvSpec.of(env_id, **parse_options(env_args, "--env-arg"))
     if steps is None and minutes is None:
         minutes = DEFAULT_TRAIN["minutes"]
@@ -291,7 +301,8 @@ def train(env_id: str, learner: str, learner_for: tuple[str, ...], env_args: tup
     league_config = {"*": league} if league is not None and league != "none" else {}
     config = RunConfig(seed=seed, publish_mode=publish, replay_ratio=replay_ratio, device=device, out_dir=out_dir,
                        progress=console.is_terminal, agent_groups=agent_groups, league=league_config,
-                       eval_vs=yardstick if eval_every > 0 else None, eval_every_s=eval_every or 30.0)
+                       eval_vs=yardstick if eval_every > 0 else None, eval_every_s=eval_every or 30.0,
+                       backend=backend, ray_address=ray_address)
     cls = AsyncRunner if runner == "async" else SequentialRunner
     check_out_dir(out_dir)
     run = cls(env, learners, config)

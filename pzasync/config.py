@@ -10,6 +10,9 @@ from typing import Any
 from .errors import ConfigError
 from .slots import MODES
 
+#: RunConfig.backend values.
+BACKENDS: tuple[str, ...] = ("shm", "ray")
+
 
 @dataclass
 class RunConfig:
@@ -83,6 +86,28 @@ class RunConfig:
     eval_vs: str | None = None
     eval_every_s: float = 30.0
     eval_episodes: int = 100
+    #: Where the async runner's learners run (docs/distributed.md): "shm", one local process each on shared
+    #: memory; "ray", one Ray actor each on a Ray cluster (`pip install "pzasync[ray]"`). Learners on the
+    #: actor's node still use shared memory; those on other nodes get transitions in chunks and publish
+    #: policies through Ray's object store.
+    backend: str = "shm"
+    #: backend="ray": the cluster to join ("auto", "ray://host:10001", "host:6379"); None starts a local Ray
+    #: instance for the run (and shuts it down after).
+    ray_address: str | None = None
+    #: backend="ray": resources each learner actor asks for. CPUs default to 1; GPUs default to 1 for
+    #: learners on a "cuda" device and 0 otherwise.
+    ray_learner_cpus: float = 1.0
+    ray_learner_gpus: float | None = None
+    #: backend="ray": custom Ray resources each learner actor asks for, e.g. {"learner_node": 1} to place
+    #: learners on the nodes started with `ray start --resources='{"learner_node": 4}'`.
+    ray_learner_resources: dict[str, float] = field(default_factory=dict)
+    #: backend="ray": "auto" (shared memory for learners on the actor's node, chunks through the object store
+    #: for the others) or "object_store" (chunks for every learner: what crossing a node costs, on one machine).
+    ray_transport: str = "auto"
+    #: backend="ray", learners on another node: transitions per chunk sent to a learner, and chunks in flight
+    #: per learner before the actor drops (and counts) new chunks instead of waiting.
+    ray_chunk_rows: int = 256
+    ray_max_chunks_in_flight: int = 8
 
     def validate(self) -> RunConfig:
         """Raise ConfigError naming the first bad option; returns self."""
@@ -126,6 +151,25 @@ class RunConfig:
         for name in ("process_timeout_s", "heartbeat_timeout_s", "eval_every_s"):
             if not getattr(self, name) > 0:
                 bad(name, "must be > 0")
+        if self.backend not in BACKENDS:
+            bad("backend", f"must be one of {BACKENDS}")
+        if self.ray_address is not None and (not isinstance(self.ray_address, str) or not self.ray_address):
+            bad("ray_address", "must be a Ray cluster address such as 'auto' or 'ray://head:10001', or None")
+        if not isinstance(self.ray_learner_cpus, (int, float)) or self.ray_learner_cpus < 0:
+            bad("ray_learner_cpus", "must be a number of CPUs >= 0")
+        if self.ray_learner_gpus is not None and (not isinstance(self.ray_learner_gpus, (int, float))
+                                                  or self.ray_learner_gpus < 0):
+            bad("ray_learner_gpus", "must be a number of GPUs >= 0, or None")
+        if self.ray_transport not in ("auto", "object_store"):
+            bad("ray_transport", "must be 'auto' or 'object_store'")
+        if not isinstance(self.ray_learner_resources, dict) or not all(
+                isinstance(k, str) and isinstance(v, (int, float)) and v >= 0
+                for k, v in self.ray_learner_resources.items()):
+            bad("ray_learner_resources", "must be a dict of resource name -> amount >= 0")
+        for name in ("ray_chunk_rows", "ray_max_chunks_in_flight"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or value < 1:
+                bad(name, "must be an integer >= 1")
         if not isinstance(self.max_learner_restarts, int) or self.max_learner_restarts < 0:
             bad("max_learner_restarts", "must be an integer >= 0")
         if self.restart_backoff_s < 0:

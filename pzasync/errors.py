@@ -63,3 +63,48 @@ class NonFiniteError(PzasyncError, FloatingPointError):
 
 class LearnerStartupError(PzasyncError):
     """A learner process failed before publishing its first policy."""
+
+
+class RemoteTraceback(Exception):
+    """The formatted traceback of an error raised in another process; set as the `__cause__` of the error
+    raised again here, so Python prints where it really happened (as `concurrent.futures` does)."""
+
+    def __init__(self, traceback_text: str) -> None:
+        super().__init__(traceback_text)
+        self.traceback_text = traceback_text
+
+    def __str__(self) -> str:
+        return f'\n"""\n{self.traceback_text}"""'
+
+
+def error_type_path(exc: BaseException) -> str:
+    """`module:qualname` of an exception's type: what crosses a process boundary instead of the type."""
+    return f"{type(exc).__module__}:{type(exc).__qualname__}"
+
+
+def learner_error(unit: str, type_path: str, message: str, traceback_text: str, note: str) -> LearnerCrashedError:
+    """The error that ends a run whose learner kept failing, raised again as the learner's own exception type.
+
+    The result is both a `LearnerCrashedError` and an instance of the type the learner raised (`except
+    ValueError` catches a learner's ValueError), its `__cause__` carries the learner's traceback, and
+    `original_type` names the type. A type that cannot be imported here, or combined, gives a plain
+    LearnerCrashedError with the same message.
+    """
+    from .learners import import_object
+
+    text = f"{note}; last failure: {message}"
+    cls: type[BaseException] = LearnerCrashedError
+    try:
+        original = import_object(type_path, f"the learner of {unit!r}'s error type")
+        if isinstance(original, type) and issubclass(original, Exception) and original is not LearnerCrashedError:
+            cls = type(original.__name__, (LearnerCrashedError, original), {"__module__": original.__module__})
+    except Exception:  # noqa: BLE001 - a type we cannot rebuild still gives the message and traceback
+        cls = LearnerCrashedError
+    try:
+        error = cls.__new__(cls)
+        Exception.__init__(error, text)
+    except Exception:  # noqa: BLE001
+        error = LearnerCrashedError(text)
+    error.original_type = type_path  # type: ignore[attr-defined]
+    error.__cause__ = RemoteTraceback(traceback_text) if traceback_text else None
+    return error  # type: ignore[return-value]

@@ -20,10 +20,44 @@ from typing import Any
 import numpy as np
 
 from . import stats as S
-from .buffer import SharedRingBuffer
-from .slots import PolicySlot
+from .errors import LearnerCrashedError, error_type_path
 from .shm import run_id_of, unlink_run
-from .stats import RunStats
+from .transport import PolicyPublisher, RunControl, TransitionSource
+
+
+@dataclass(frozen=True)
+class LearnerReport:
+    """A learner's periodic figures: updates, last metrics, policy lag, its process's CPU and memory."""
+
+    unit: str
+    report: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class LearnerFailed:
+    """A learner failed. `error_type` is `module:qualname` of its exception (or of the runtime's own error for
+    a death or a hang), so the parent can raise the same type again without unpickling user classes."""
+
+    unit: str
+    error_type: str
+    message: str
+    traceback: str = ""
+
+    @classmethod
+    def from_exception(cls, unit: str, exc: BaseException) -> LearnerFailed:
+        return cls(unit, error_type_path(exc), str(exc), traceback.format_exc())
+
+    @classmethod
+    def runtime(cls, unit: str, message: str) -> LearnerFailed:
+        """A failure the runtime saw (the process died, it hung), not an exception of the learner."""
+        return cls(unit, error_type_path(LearnerCrashedError()), message)
+
+    @property
+    def summary(self) -> str:
+        """One line: 'RuntimeError: what went wrong', or the runtime's message."""
+        if self.error_type.endswith(":LearnerCrashedError"):
+            return self.message
+        return f"{self.error_type.rpartition(':')[2]}: {self.message}"
 
 
 def target_updates(ratio: float, written: int, learning_starts: int) -> int:
@@ -39,9 +73,9 @@ class LearnerSetup:
     learner_path: str  # "module:Class"
     config: dict[str, Any]
     layout: Any
-    buffer: SharedRingBuffer
-    slot: PolicySlot
-    stats: RunStats
+    buffer: TransitionSource
+    slot: PolicyPublisher
+    stats: RunControl
     replay_ratio: float | None
     publish_every: int
     device: str
@@ -188,18 +222,26 @@ def _orphaned(parent: int) -> bool:
     return os.getppid() != parent
 
 
-def learner_process_main(setup: LearnerSetup, messages: Any, checkpoint_every_s: float) -> None:
-    """Body of a learner process: update as the schedule allows until the run asks to stop.
+def learner_process_main(setup: LearnerSetup, messages: Any, checkpoint_every_s: float,
+                         is_orphaned: Any = None) -> None:
+    """Body of a learner process (or Ray actor): update as the schedule allows until the run asks to stop.
 
-    Ctrl-C is the runner's to handle (a terminal sends SIGINT to the whole process group), so it is ignored
-    here. If the runner's process dies (SIGKILL), this process notices within half a second, unlinks the
-    shared memory it knows of (its buffer and slot, the run's counters) and exits.
+    Reports and failures go to `messages.put` as `LearnerReport` / `LearnerFailed`. Ctrl-C is the runner's to
+    handle (a terminal sends SIGINT to the whole process group), so it is ignored here. If the runner's
+    process dies (SIGKILL), this process notices within half a second (`is_orphaned`, by default: its parent
+    changed), unlinks the shared memory it knows of (its buffer and slot, the run's counters) and exits.
     """
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    import threading
+
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
     parent = setup.parent_pid or os.getppid()
+    if is_orphaned is None:
+        def is_orphaned() -> bool:
+            return _orphaned(parent)
     stats, agent = setup.stats, setup.agent
     stats.beat(agent)
-    orphaned = _orphaned(parent)
+    orphaned = is_orphaned()
     try:
         if orphaned:
             return
@@ -226,11 +268,11 @@ def learner_process_main(setup: LearnerSetup, messages: Any, checkpoint_every_s:
                 idle_sleep = min(0.002, idle_sleep * 2)
             now = time.monotonic()
             if now >= next_report:
-                if _orphaned(parent):
+                if is_orphaned():
                     orphaned = True
                     break
                 stats.beat(agent)
-                messages.put(("report", agent, driver.report()))
+                messages.put(LearnerReport(agent, driver.report()))
                 next_report = now + 0.5
             if now >= next_checkpoint and setup.checkpoint_path:
                 driver.save_checkpoint(setup.checkpoint_path)
@@ -238,20 +280,21 @@ def learner_process_main(setup: LearnerSetup, messages: Any, checkpoint_every_s:
         if setup.checkpoint_path:
             driver.save_checkpoint(setup.checkpoint_path)
         if not orphaned:
-            messages.put(("report", agent, driver.report()))
+            messages.put(LearnerReport(agent, driver.report()))
             stats.set(agent, S.STATUS, S.DONE)
     except BaseException as exc:  # noqa: BLE001 - every failure is reported to the runner, then re-raised
         stats.set(agent, S.STATUS, S.CRASHED)
-        orphaned = orphaned or _orphaned(parent)
+        orphaned = orphaned or is_orphaned()
         if not orphaned:
-            messages.put(("error", agent, f"{type(exc).__name__}: {exc}", traceback.format_exc()))
+            messages.put(LearnerFailed.from_exception(agent, exc))
         if not isinstance(exc, Exception):
             raise
     finally:
         if orphaned:
             # The owner is gone and will never unlink: remove the whole run's memory (other learners may not
             # have lived long enough to do their part). Do not wait on the dead runner's pipe.
-            messages.cancel_join_thread()
+            if hasattr(messages, "cancel_join_thread"):
+                messages.cancel_join_thread()
             unlink_run(run_id_of(setup.buffer.name), parent)
         setup.buffer.close()
         setup.slot.close()

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import fnmatch
 import os
-import sys
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -21,7 +20,7 @@ from .config import RunConfig
 from .environments import EnvSpec
 from .errors import ConfigError, UserInputError
 from .learners import Learner, LearnerContext, Policy, policy_size, resolve_learner
-from .shm import check_fits, clean_stale, new_run_id
+from .shm import check_fits, new_run_id
 from .slots import PolicySlot
 from .spaces import AgentLayout, env_layouts, probe_info_masks
 from .stats import NOT_LEARNING, STATUS, RunStats
@@ -125,7 +124,9 @@ def _learner_specs(learners: Any, agents: list[str], groups: dict[str, list[str]
 
 
 class RunPlan:
-    """A validated description of one run; `allocate` turns it into shared memory."""
+    """A validated description of one run; `allocate` turns it into shared memory. Building one has no side
+    effects beyond probing the env: removing other runs' stale segments is the runner's separate step
+    (`shm.remove_stale_segments`)."""
 
     def __init__(self, env: Any, learners: Any, config: RunConfig | None = None, *, run_id: str | None = None):
         self.config = (config or RunConfig()).validate()
@@ -161,6 +162,7 @@ class RunPlan:
         for group, members in self.groups.items():
             self.units[group] = self._group_unit(group, members)
         self._check_devices()
+        self._check_backend()
         #: The learner units that learn: one learner process (async) or driver (sequential) each.
         self.learning = [p for p in self.units.values() if p.learns]
         self._check_league()
@@ -177,12 +179,6 @@ class RunPlan:
                    + (f"; the largest, for {largest.agent!r}, holds {largest.capacity:,} transitions"
                       if largest is not None else "") + ")", self.shm_bytes)
         self.stats: RunStats | None = None
-        self.removed_stale = clean_stale()
-        if self.removed_stale:
-            total = sum(seg.size for seg in self.removed_stale)
-            runs = sorted({seg.run_id for seg in self.removed_stale})
-            print(f"pzasync: removed {len(self.removed_stale)} shared-memory segment(s) ({total:,} bytes) left by "
-                  f"dead run(s) {', '.join(runs)}", file=sys.stderr)
 
     def _group_unit(self, group: str, members: list[str]) -> AgentPlan:
         """One learner unit for the group's members, which must agree on spaces (what one policy needs)."""
@@ -225,6 +221,13 @@ class RunPlan:
             for kind in parse_mix(unit, mix):
                 if kind not in (LATEST, SNAPSHOT):
                     self.check_player(kind, seats, f"option league for {unit!r}")
+
+    def _check_backend(self) -> None:
+        if self.config.backend == "ray":
+            import importlib.util
+
+            if importlib.util.find_spec("ray") is None:
+                raise ConfigError('option backend="ray" needs Ray, which is not installed: pip install "pzasync[ray]"')
 
     def _check_yardstick(self) -> None:
         yardstick = self.config.eval_vs

@@ -6,7 +6,6 @@ logs, redrawing) only every few hundred microseconds of wall time, so the actor'
 
 from __future__ import annotations
 
-import queue
 import sys
 import threading
 import time
@@ -34,8 +33,6 @@ class RunMonitor:
         self.returns: dict[str, list[float]] = defaultdict(list)
         self.reports: dict[str, dict] = {}
         self.errors: dict[str, str] = {}
-        #: Crash events not yet handled by the runner (agent names, in order).
-        self.crashes: list[str] = []
         self.tracebacks: dict[str, str] = {}
         self.stop_reason: str | None = None
         self._episode_rows: list[dict] = []
@@ -48,7 +45,7 @@ class RunMonitor:
         self._acting_cpu = 0.0
         self._live: Any = None
         self._show = show
-        #: Called at every poll (every POLL_EVERY_S): the sequential runner refreshes learner reports here.
+        #: Called at every poll (every POLL_EVERY_S): the learner host's `poll` (reports, failures, restarts).
         self.on_poll: Any = None
         self._watch_stop = threading.Event()
         self._watchdog: threading.Thread | None = None
@@ -141,12 +138,11 @@ class RunMonitor:
     def learner_error(self, agent: str, summary: str, trace: str) -> None:
         """Record a crashed learner; the first crash of an agent prints its traceback, later ones one line.
 
-        The actor carries on with the last published policy; the runner decides about restarts.
+        The actor carries on with the last published policy; the learner host decides about restarts.
         """
         first = agent not in self.errors
         self.errors[agent] = summary
         self.tracebacks[agent] = trace
-        self.crashes.append(agent)
         if first:
             print(f"pzasync: the learner of agent {agent!r} crashed ({summary}); the actor goes on with its last "
                   f"published policy.\n{trace}", file=sys.stderr)
@@ -159,7 +155,7 @@ class RunMonitor:
         self.plan.stats.request_stop()
 
     # -------------------------------------------------------------------------------------- polling
-    def tick(self, messages: Any) -> bool:
+    def tick(self) -> bool:
         """Before each decision: True to keep going. Cheap except every POLL_EVERY_S seconds."""
         self._calls += 1
         if self._calls & 31:
@@ -168,8 +164,6 @@ class RunMonitor:
         if now >= self._next_poll:
             self._next_poll = now + self.POLL_EVERY_S
             self.plan.stats.beat()
-            if messages is not None:
-                self.drain(messages)
             if self.on_poll is not None:
                 self.on_poll()
             if self.evaluator is not None:
@@ -181,24 +175,15 @@ class RunMonitor:
                 self.request_stop("time budget reached")
         return self.stop_reason is None
 
-    def drain(self, messages: Any) -> None:
-        while True:
-            try:
-                message = messages.get_nowait()
-            except (queue.Empty, OSError, ValueError):
-                return
-            if message[0] == "report":
-                _, agent, report = message
-                self.reports[agent] = report
-                if self.run_dir is not None:
-                    row = {"wall_s": round(time.monotonic() - self.start, 4), "agent": agent,
-                           "agent_steps": self._actor.total_steps if self._actor else 0,
-                           "version": self.plan.stats.get(agent, S.VERSION), **report}
-                    self.run_dir.append("metrics.jsonl", row)
-                    self.run_dir.tensorboard(report["updates"], agent, report.get("metrics", {}))
-            elif message[0] == "error":
-                _, agent, summary, trace = message
-                self.learner_error(agent, summary, trace)
+    def record_report(self, unit: str, report: dict[str, Any], log: bool = True) -> None:
+        """Keep a learner's latest report; with a run directory, append it to metrics.jsonl and TensorBoard."""
+        self.reports[unit] = report
+        if log and self.run_dir is not None:
+            row = {"wall_s": round(time.monotonic() - self.start, 4), "agent": unit,
+                   "agent_steps": self._actor.total_steps if self._actor else 0,
+                   "version": self.plan.stats.get(unit, S.VERSION), **report}
+            self.run_dir.append("metrics.jsonl", row)
+            self.run_dir.tensorboard(report["updates"], unit, report.get("metrics", {}))
 
     def _record_evaluations(self, rows: list[dict]) -> None:
         self.evaluations += rows

@@ -38,6 +38,10 @@ class AgentResult:
     #: (async runner only; in the sequential runner learners share the runner's process: RunResult.process_*).
     learner_cpu_seconds: float | None = None
     learner_peak_rss_mb: float | None = None
+    #: Ray backend: the node its learner ran on (last incarnation) and how transitions reached it ("shm" on
+    #: the actor's node, "object_store" from another); None with the other hosts.
+    learner_node: str | None = None
+    learner_transport: str | None = None
 
     @property
     def mean_return(self) -> float:
@@ -70,6 +74,8 @@ class RunResult:
     actor_steps_per_second: float
     stopped_because: str
     agents: dict[str, AgentResult]
+    #: Where the learners ran: "inline" (sequential), "process" (local processes) or "ray" (Ray actors).
+    learner_host: str = ""
     run_dir: str | None = None
     config: dict[str, Any] = field(default_factory=dict)
     #: CPU seconds of the runner's own process while acting, and its peak resident memory (lifetime): the

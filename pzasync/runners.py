@@ -1,31 +1,38 @@
 """AsyncRunner and SequentialRunner (docs/running.md, Runners): the same plan, actor, learners and seeds, two schedules.
 
-Async: the actor runs in the calling (main) process, one spawned process per learning agent trains from
-that agent's buffer and publishes to its slot. Sequential: the same pieces in one process, each learner's
-updates run inline just before its agent's decisions, on the replay-ratio schedule. Both return `RunResult`.
+A run is assembled from the same parts whatever the runner: the plan (plan.py) and its transport (shared
+memory: buffers, slots, run control), the actor (actor.py) in the calling process, a monitor (progress.py)
+and a learner host (hosts.py). The runners differ only in the host they make, as Sample Factory's serial and
+parallel runners differ only in where components run:
+
+- `SequentialRunner`: `InlineHost`, each learner's updates run just before its agents' decisions, on the
+  replay-ratio schedule (the baseline every speed claim is measured against);
+- `AsyncRunner`: `ProcessHost`, one spawned process per learner unit, or with `RunConfig(backend="ray")`
+  `RayHost`, one Ray actor per learner unit on any node of a cluster (docs/distributed.md).
+
+Both return `RunResult`.
 """
 
 from __future__ import annotations
 
-import multiprocessing as mp
 import numbers
 import os
 import signal
 import time
-import traceback
 from typing import Any
 
 from . import stats as S
 from .actor import Actor, ActingAgent
 from .config import RunConfig
 from .environments import EnvSpec
-from .errors import LearnerCrashedError, PzasyncError
-from .learner_loop import LearnerDriver, LearnerSetup, restarted, start_driver
+from .errors import PzasyncError
+from .hosts import InlineHost, LearnerHost, ProcessHost
+from .learner_loop import LearnerSetup
 from .plan import AgentPlan, RunPlan
 from .progress import RunMonitor
-from .supervisor import LearnerSupervisor, restart_budget_error
 from .results import AgentResult, RunResult, process_usage
 from .rundir import RunDirectory, plot_returns
+from .shm import remove_stale_segments
 
 
 def check_budget(agent_steps: Any, seconds: Any) -> None:
@@ -41,6 +48,9 @@ def check_budget(agent_steps: Any, seconds: Any) -> None:
 
 
 class _Runner:
+    """The parts every run is made of; a subclass says which learner host runs the learners."""
+
+    #: RunResult.runner.
     kind = "?"
 
     def __init__(self, env: Any, learners: Any, config: RunConfig | None = None) -> None:
@@ -51,8 +61,10 @@ class _Runner:
         self.resume_dir: RunDirectory | None = None
         self._resumed_steps: dict[str, int] = {}
         self._resumed_updates: dict[str, int] = {}
-        #: The actor of the current (or last) run; its `total_steps` can be read from another thread.
+        #: The actor and learner host of the current (or last) run; `actor.total_steps` can be read from another
+        #: thread.
         self.actor: Actor | None = None
+        self.host: LearnerHost | None = None
 
     @classmethod
     def resume(cls, run_dir: str, **config_overrides: Any) -> _Runner:
@@ -77,6 +89,21 @@ class _Runner:
             self._resumed_steps = {a: r["agent_steps"] for a, r in previous["agents"].items()}
             self._resumed_updates = {a: r["updates"] for a, r in previous["agents"].items()}
         return self
+
+    # ------------------------------------------------------------------------------------------ parts
+    def _host_class(self) -> type[LearnerHost]:
+        raise NotImplementedError
+
+    def _learner_replay_ratio(self) -> float | None:
+        """The learners' update schedule: updates per agent step, or None to update as fast as they can."""
+        return self.config.replay_ratio
+
+    def _make_host(self, monitor: RunMonitor, run_dir: RunDirectory | None) -> LearnerHost:
+        host_cls = self._host_class()
+        threads = host_cls.learner_threads(self.plan)
+        ratio = self._learner_replay_ratio()
+        setups = {p.agent: self._setup(p, self.plan.stats, threads, run_dir, ratio) for p in self.plan.learning}
+        return host_cls(setups, self.config, monitor)
 
     def _setup(self, plan: AgentPlan, stats: S.RunStats, threads: int, run_dir: RunDirectory | None,
                ratio: float | None) -> LearnerSetup:
@@ -118,16 +145,15 @@ class _Runner:
             parent_pid=os.getpid(), max_episode_steps=cfg.max_episode_steps))
         monitor.evaluator.start()
 
-    def _actor(self, acting: dict[str, ActingAgent], before_decision: Any = None,
-               run_dir: RunDirectory | None = None) -> Actor:
+    def _actor(self, acting: dict[str, ActingAgent], host: LearnerHost, run_dir: RunDirectory | None = None) -> Actor:
         cfg = self.config
-        ratio = cfg.replay_ratio if self.kind == "async" else None
+        paced = host.paces_actor  # learners apart from the actor: the opt-in waits apply
         env = self.plan.env_spec.make()
-        self.actor = Actor(env, acting, self.plan.stats, replay_ratio=ratio, max_lead=cfg.max_actor_lead,
-                     backpressure=cfg.backpressure if self.kind == "async" else False,
-                     check_rewards=cfg.check_rewards, max_episode_steps=cfg.max_episode_steps,
-                     before_decision=before_decision, env_name=self.plan.env_spec.name,
-                     raise_on_nonfinite=cfg.nonfinite == "raise")
+        self.actor = Actor(env, acting, self.plan.stats, replay_ratio=cfg.replay_ratio if paced else None,
+                           max_lead=cfg.max_actor_lead, backpressure=cfg.backpressure and paced,
+                           check_rewards=cfg.check_rewards, max_episode_steps=cfg.max_episode_steps,
+                           before_decision=host.before_decision, env_name=self.plan.env_spec.name,
+                           raise_on_nonfinite=cfg.nonfinite == "raise")
         if cfg.league:
             from .league import League
 
@@ -150,8 +176,9 @@ class _Runner:
         return run_dir
 
     def _result(self, monitor: RunMonitor, actor: Actor | None, wall: float, reason: str,
-                run_dir: RunDirectory | None, reports: dict[str, dict]) -> RunResult:
+                run_dir: RunDirectory | None, reports: dict[str, dict], host: LearnerHost | None) -> RunResult:
         stats = self.plan.stats
+        measured = host is not None and host.measures_processes
         agents = {}
         for agent, p in self.plan.agents.items():
             unit = p.unit  # learner-side figures belong to the agent's learner unit (itself, or its group)
@@ -164,19 +191,22 @@ class _Runner:
                 episode_returns=monitor.returns.get(agent, []),
                 agent_steps=stats.get(agent, S.STEPS) + self._resumed_steps.get(agent, 0),
                 transitions_written=acting.written if acting else 0,
-                transitions_dropped=p.buffer.dropped if p.buffer is not None else 0,
+                transitions_dropped=(host.transitions_dropped(unit) if host is not None
+                                     else p.buffer.dropped if p.buffer is not None else 0),
                 policy_lag_mean=report.get("lag_mean", 0.0), policy_lag_p95=report.get("lag_p95", 0.0),
                 learner_wait_s=stats.get(unit, S.LEARNER_WAIT_NS) / 1e9,
                 actor_wait_s=stats.get(unit, S.ACTOR_WAIT_NS) / 1e9,
                 restarts=stats.get(unit, S.RESTARTS), error=monitor.errors.get(unit),
                 nonfinite_transitions=acting.nonfinite if acting else 0,
-                learner_cpu_seconds=report.get("process_cpu_seconds") if self.kind == "async" else None,
-                learner_peak_rss_mb=report.get("process_peak_rss_mb") if self.kind == "async" else None,
+                learner_cpu_seconds=report.get("process_cpu_seconds") if measured else None,
+                learner_peak_rss_mb=report.get("process_peak_rss_mb") if measured else None,
+                **(host.placement(unit) if host is not None else {}),
             )
         steps = actor.total_steps if actor else 0
         startup, acting_time = monitor.startup_seconds(wall), max(1e-9, monitor.acting_seconds())
         result = RunResult(
             runner=self.kind, env=self.plan.env_spec.name, agent_steps=steps,
+            learner_host=host.name if host is not None else "",
             episodes=actor.episodes if actor else 0, wall_seconds=wall, startup_seconds=startup,
             acting_seconds=acting_time,
             actor_steps_per_second=steps / acting_time, stopped_because=reason, agents=agents,
@@ -202,12 +232,12 @@ class _Runner:
             run_dir.close()
         return result
 
-    def _act(self, actor: Actor, monitor: RunMonitor, agent_steps: int | None, messages: Any) -> str | None:
+    def _act(self, actor: Actor, monitor: RunMonitor, agent_steps: int | None) -> str | None:
         """Run the actor until its budget, a time limit, Ctrl-C or SIGTERM; returns why it stopped early."""
         monitor.started(actor, self.config.heartbeat_timeout_s)
         with _StopOnSignal(monitor):
             try:
-                actor.run(agent_steps=agent_steps, seed=self.config.seed, keep_going=lambda: monitor.tick(messages),
+                actor.run(agent_steps=agent_steps, seed=self.config.seed, keep_going=monitor.tick,
                           on_episode=monitor.episode)
             except KeyboardInterrupt:
                 monitor.request_stop("interrupted (SIGINT)")
@@ -216,12 +246,12 @@ class _Runner:
         return monitor.stop_reason
 
     def _finish(self, monitor: RunMonitor, actor: Actor | None, start: float, reason: str,
-                run_dir: RunDirectory | None) -> RunResult:
+                run_dir: RunDirectory | None, host: LearnerHost | None) -> RunResult:
         """Close the display, assemble the result (while the counters still exist), then release everything."""
         try:
             monitor.stop_evaluator()
             monitor.close()
-            return self._result(monitor, actor, time.monotonic() - start, reason, run_dir, monitor.reports)
+            return self._result(monitor, actor, time.monotonic() - start, reason, run_dir, monitor.reports, host)
         finally:
             if actor is not None:
                 actor.env.close()
@@ -235,7 +265,38 @@ class _Runner:
         return self._run(agent_steps, seconds)
 
     def _run(self, agent_steps: int | None, seconds: float | None) -> RunResult:
-        raise NotImplementedError
+        """Assemble the parts, act until the budget, then stop the learners and release everything."""
+        cfg, plan = self.config, self.plan
+        start = time.monotonic()
+        run_dir = self._run_dir()
+        remove_stale_segments()  # other runs' leftovers, before this run allocates its own
+        plan.allocate()
+        monitor = RunMonitor(plan, run_dir, cfg.progress, seconds, start)
+        actor: Actor | None = None
+        host: LearnerHost | None = None
+        reason = "agent-step budget reached"
+        try:
+            self._start_evaluator(monitor, start)  # first: its start-up overlaps the learners'
+            host = self.host = self._make_host(monitor, run_dir)
+            import torch
+
+            torch.set_num_threads(host.actor_threads(plan))  # this process: the actor, and inline learners
+            host.start()
+            host.wait_for_first_policies()
+            monitor.on_poll = host.poll
+            actor = self._actor(self._acting_agents(), host, run_dir=run_dir)
+            reason = self._act(actor, monitor, agent_steps) or reason
+        finally:
+            try:
+                if host is not None:
+                    monitor.on_poll = None
+                    host.stop()
+            finally:
+                result = self._finish(monitor, actor, start, reason, run_dir, host)
+        if host.fatal is not None:
+            host.fatal.result = result  # type: ignore[attr-defined]
+            raise host.fatal
+        return result
 
 
 class _StopOnSignal:
@@ -261,44 +322,17 @@ class _StopOnSignal:
 
 
 class AsyncRunner(_Runner):
-    """One actor (this process) plus one spawned learner process per learning agent."""
+    """One actor (this process) plus one learner per learning unit running beside it: a spawned local process
+    each (`RunConfig.backend="shm"`), or a Ray actor each (`backend="ray"`, docs/distributed.md)."""
 
     kind = "async"
 
-    def _run(self, agent_steps: int | None, seconds: float | None) -> RunResult:
-        cfg, plan = self.config, self.plan
-        start = time.monotonic()
-        run_dir = self._run_dir()
-        plan.allocate()
-        monitor = RunMonitor(plan, run_dir, cfg.progress, seconds, start)
-        actor = None
-        reason = "agent-step budget reached"
-        supervisor = None
-        try:
-            self._start_evaluator(monitor, start)  # first: its start-up overlaps the learners'
-            threads = plan.torch_threads(len(plan.learning) + 1)
-            setups = {p.agent: self._setup(p, plan.stats, threads, run_dir, cfg.replay_ratio) for p in plan.learning}
-            supervisor = LearnerSupervisor(mp.get_context("spawn"), setups, cfg, monitor)
-            supervisor.start()
-            supervisor.wait_for_first_policies()
-            monitor.on_poll = supervisor.poll
-            import torch
+    def _host_class(self) -> type[LearnerHost]:
+        if self.config.backend == "ray":
+            from .ray_backend import RayHost
 
-            torch.set_num_threads(1)
-            actor = self._actor(self._acting_agents(), run_dir=run_dir)
-            # The supervisor, not its queue: frames kept alive by a traceback must not keep the queue (and its
-            # semaphores) after release. `RunMonitor.drain` only calls get_nowait().
-            reason = self._act(actor, monitor, agent_steps, supervisor) or reason
-        finally:
-            try:
-                if supervisor is not None:
-                    supervisor.stop()
-            finally:
-                result = self._finish(monitor, actor, start, reason, run_dir)
-        if supervisor.fatal is not None:
-            supervisor.fatal.result = result
-            raise supervisor.fatal
-        return result
+            return RayHost
+        return ProcessHost
 
 
 class SequentialRunner(_Runner):
@@ -306,74 +340,9 @@ class SequentialRunner(_Runner):
 
     kind = "sequential"
 
-    def _run(self, agent_steps: int | None, seconds: float | None) -> RunResult:
-        cfg, plan = self.config, self.plan
-        start = time.monotonic()
-        run_dir = self._run_dir()
-        plan.allocate()
-        monitor = RunMonitor(plan, run_dir, cfg.progress, seconds, start)
-        actor = None
-        drivers: dict[str, LearnerDriver] = {}
-        fatal: list[LearnerCrashedError] = []
-        reason = "agent-step budget reached"
-        try:
-            import torch
+    def _host_class(self) -> type[LearnerHost]:
+        return InlineHost
 
-            self._start_evaluator(monitor, start)
-            torch.set_num_threads(plan.torch_threads(1))
-            ratio = cfg.replay_ratio if cfg.replay_ratio is not None else cfg.sequential_replay_ratio
-            for p in plan.learning:
-                drivers[p.agent] = start_driver(self._setup(p, plan.stats, 1, run_dir, ratio))
-                plan.stats.set(p.agent, S.STATUS, S.RUNNING)
-            last_checkpoint = [time.monotonic()]
-
-            def restart(agent: str) -> None:
-                """The supervisor's restart, inline (no backoff: nothing runs meanwhile)."""
-                restarts = plan.stats.get(agent, S.RESTARTS)
-                if restarts >= cfg.max_learner_restarts:
-                    fatal.append(restart_budget_error(agent, restarts, cfg.max_learner_restarts, monitor))
-                    monitor.request_stop(f"the learner of {agent!r} kept failing")
-                    return
-                drivers[agent] = start_driver(restarted(drivers[agent].setup))
-                plan.stats.add(agent, S.RESTARTS, 1)
-                plan.stats.set(agent, S.STATUS, S.RUNNING)
-
-            units = {agent: p.unit for agent, p in plan.agents.items()}
-
-            def before_decision(agent: str) -> None:
-                unit = units[agent]
-                driver = drivers.get(unit)
-                if driver is not None and not fatal:
-                    try:
-                        while driver.try_update():
-                            pass
-                    except Exception as exc:  # noqa: BLE001 - a crashed learner is reported; acting goes on
-                        plan.stats.set(unit, S.STATUS, S.CRASHED)
-                        monitor.learner_error(unit, f"{type(exc).__name__}: {exc}", traceback.format_exc())
-                        monitor.crashes.clear()
-                        restart(unit)
-                if run_dir and cfg.checkpoint_every_s and time.monotonic() - last_checkpoint[0] > cfg.checkpoint_every_s:
-                    last_checkpoint[0] = time.monotonic()
-                    for a, d in drivers.items():
-                        d.save_checkpoint(run_dir.checkpoint_path(a))
-
-            def refresh_reports() -> None:
-                for a, d in drivers.items():
-                    monitor.reports[a] = d.report()
-
-            monitor.on_poll = refresh_reports
-            actor = self._actor(self._acting_agents(), before_decision, run_dir=run_dir)
-            reason = self._act(actor, monitor, agent_steps, None) or reason
-        finally:
-            try:
-                for agent, driver in drivers.items():
-                    monitor.reports[agent] = driver.report()
-                    if run_dir is not None:
-                        driver.save_checkpoint(run_dir.checkpoint_path(agent))
-            finally:
-                result = self._finish(monitor, actor, start, reason, run_dir)
-        if fatal:
-            fatal[0].result = result
-            raise fatal[0]
-        return result
-
+    def _learner_replay_ratio(self) -> float:
+        cfg = self.config
+        return cfg.replay_ratio if cfg.replay_ratio is not None else cfg.sequential_replay_ratio

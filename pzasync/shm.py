@@ -167,6 +167,19 @@ def run_id_of(segment_name: str) -> str:
     return match["run"]
 
 
+def remove_stale_segments() -> list[StaleSegment]:
+    """A run's first step before it allocates: `clean_stale`, saying on stderr what it removed."""
+    import sys
+
+    removed = clean_stale()
+    if removed:
+        total = sum(seg.size for seg in removed)
+        runs = sorted({seg.run_id for seg in removed})
+        print(f"pzasync: removed {len(removed)} shared-memory segment(s) ({total:,} bytes) left by dead run(s) "
+              f"{', '.join(runs)}", file=sys.stderr)
+    return removed
+
+
 def clean_stale() -> list[StaleSegment]:
     """Unlink the segments of dead runs and return what was removed."""
     removed = []

@@ -71,13 +71,17 @@ class PolicySlot:
         """The latest published version (0 before the first publication); cheap enough for every turn."""
         return self._words[_VERSION]
 
-    def publish(self, vector: np.ndarray) -> int:
-        """Write `vector` as the next version and return that version. One publisher per slot."""
+    def publish(self, vector: np.ndarray, version: int | None = None) -> int:
+        """Write `vector` as the next version (or as `version`, which must be newer: a mirror of a publisher
+        elsewhere keeps its numbering) and return that version. One publisher per slot."""
         vector = np.asarray(vector)
         if vector.shape != (self.size,):
             raise ConfigError(f"slot {self.name!r} holds {self.size} floats, got an array of shape {vector.shape}")
         words = self._words
-        version = words[_VERSION] + 1
+        if version is None:
+            version = words[_VERSION] + 1
+        elif version <= words[_VERSION]:
+            raise ConfigError(f"slot {self.name!r}: version {version} is not newer than {words[_VERSION]}")
         copy = version % len(self._copies)
         words[_SEQ0 + copy] = 2 * version - 1
         np.copyto(self._copies[copy], vector, casting="same_kind")

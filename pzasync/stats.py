@@ -36,6 +36,15 @@ class RunStats:
         self.per_agent = views["agents"]
         # The same words as one flat int64 memoryview: item access costs tens of nanoseconds (hot paths).
         self.words = segment.buf[: 8 * (_GLOBAL_WORDS + _AGENT_WORDS * max(1, len(agents)))].cast("q")
+        self._steps_word = {agent: self.word_index(agent, STEPS) for agent in self.agents}
+
+    def record_steps(self, agent: str | None, agent_steps: int, total_steps: int) -> None:
+        """The actor's counts after a decision: `agent`'s own steps (None: an opponent's decision, not counted
+        for any agent) and the run's. Two aligned word stores through a cached index: the hot path."""
+        words = self.words
+        if agent is not None:
+            words[self._steps_word[agent]] = agent_steps
+        words[AGENT_STEPS] = total_steps
 
     def word_index(self, agent: str, word: int) -> int:
         """Index of an agent's word in `words` (the per-agent block follows the run block, both packed)."""

@@ -10,6 +10,7 @@ import os
 import numpy as np
 import pytest
 from custom_learners import FirstLegalPolicy
+from ray_helpers import RayAsyncRunner, needs_ray
 
 import pzasync
 from pzasync import AsyncRunner, RunConfig, SequentialRunner
@@ -17,8 +18,11 @@ from pzasync.errors import ConfigError, LearnerCrashedError
 
 C4 = "pettingzoo.classic.connect_four_v3"
 RUNNERS = [AsyncRunner, SequentialRunner]
+#: The async runner on the Ray backend (a local Ray instance per run, seconds to start): with `-m slow`.
+ON_RAY = pytest.param(RayAsyncRunner, marks=[pytest.mark.slow, needs_ray], id="RayAsyncRunner")
 #: For the heaviest runner tests: the sequential variant (same code paths, inline) runs with `-m slow` only.
-ASYNC_FAST_SEQUENTIAL_SLOW = [AsyncRunner, pytest.param(SequentialRunner, marks=pytest.mark.slow, id="SequentialRunner")]
+ASYNC_FAST_SEQUENTIAL_SLOW = [AsyncRunner, pytest.param(SequentialRunner, marks=pytest.mark.slow, id="SequentialRunner"),
+                              ON_RAY]
 
 
 def recorded(record_dir, agent):
@@ -28,7 +32,7 @@ def recorded(record_dir, agent):
 
 
 @pytest.mark.timeout(120)
-@pytest.mark.parametrize("runner", RUNNERS, ids=lambda r: r.__name__)
+@pytest.mark.parametrize("runner", [*RUNNERS, ON_RAY], ids=lambda r: r.__name__)
 def test_custom_learner_by_dotted_path_gets_documented_keys(runner, tmp_path):
     result = runner(C4, ("custom_learners:KeysLearner", {"record_dir": str(tmp_path)}), RunConfig(seed=1)).run(
         agent_steps=300)
@@ -42,7 +46,7 @@ def test_custom_learner_by_dotted_path_gets_documented_keys(runner, tmp_path):
 
 
 @pytest.mark.timeout(120)
-@pytest.mark.parametrize("runner", RUNNERS, ids=lambda r: r.__name__)
+@pytest.mark.parametrize("runner", [*RUNNERS, ON_RAY], ids=lambda r: r.__name__)
 def test_actor_transitions_equal_rollout(runner, tmp_path):
     """Invariant 4 (docs/transitions.md): with a deterministic policy and seed, the learner receives exactly
     rollout's transitions."""
@@ -97,13 +101,17 @@ def test_crashed_learner_is_reported_restarted_and_the_actor_carries_on(runner, 
 
 
 @pytest.mark.timeout(120)
-@pytest.mark.parametrize("runner", RUNNERS, ids=lambda r: r.__name__)
+@pytest.mark.parametrize("runner", [*RUNNERS, ON_RAY], ids=lambda r: r.__name__)
 def test_a_learner_that_keeps_crashing_stops_the_run_with_a_clear_error(runner, capfd):
     learners = {"player_0": ("custom_learners:RecordingLearner", {"raise_after": 0}), "player_1": "random"}
     config = RunConfig(seed=0, max_learner_restarts=2, restart_backoff_s=0.05)
     with pytest.raises(LearnerCrashedError, match=r"the learner of agent 'player_0' failed 3 times \(restart budget "
-                                                  r"max_learner_restarts=2\); last failure: RuntimeError: deliberate"):
+                                                  r"max_learner_restarts=2\); last failure: RuntimeError: deliberate") as info:
         runner(C4, learners, config).run(agent_steps=100_000)
+    assert isinstance(info.value, RuntimeError), "raised again as the learner's own exception type"
+    assert "in update" in str(info.value.__cause__) and "custom_learners.py" in str(info.value.__cause__), \
+        "with the learner's own traceback as its cause"
+    assert info.value.result.agents["player_0"].restarts == 2
     assert capfd.readouterr().err.count("Traceback") == 1, "one full traceback, then one line per crash"
 
 

@@ -71,10 +71,12 @@ def test_normal_use_prints_no_resource_tracker_warning(tmp_path):
 
 
 def test_the_next_run_removes_leftovers_and_says_so(spawn_ctx, capfd):
+    from pzasync import SequentialRunner
     from pzasync.plan import RunPlan
 
     run_id, _pid, name = _killed_owner_segment(spawn_ctx)
-    plan = RunPlan("pettingzoo.classic.rps_v2", "random")
-    assert name in {seg.name for seg in plan.removed_stale}
+    RunPlan("pettingzoo.classic.rps_v2", "random")
+    assert (SHM_DIR / name).exists(), "planning a run has no side effects"
+    SequentialRunner("pettingzoo.classic.rps_v2", "random").run(agent_steps=10)
     assert not (SHM_DIR / name).exists()
     assert f"left by dead run(s) {run_id}" in capfd.readouterr().err

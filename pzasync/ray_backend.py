@@ -1,0 +1,619 @@
+"""The Ray backend (docs/distributed.md): learners as Ray actors, on the actor's node or any other.
+
+`RunConfig(backend="ray")` makes the async runner use `RayHost`. Each learner unit becomes one `LearnerActor`
+(a Ray actor asking for `ray_learner_cpus` / `ray_learner_gpus` / `ray_learner_resources`); Ray places it.
+Then, per learner:
+
+- **On the actor's node** (the common case on one machine): the learner attaches to the run's shared-memory
+  buffer, slot and counters exactly as a local learner process does. Nothing else crosses a process.
+- **On another node** (or with `ray_transport="object_store"`): the learner keeps a local ring buffer of the
+  same layout on its own node. A pump thread in the actor's process reads the actor's buffer *in order*
+  (`read_new`: a transition overwritten before it was sent is counted dropped) and sends chunks of
+  `ray_chunk_rows` with sequence numbers, at most `ray_max_chunks_in_flight` unacknowledged per learner;
+  while the window is full it reads nothing, so the actor never waits and the ring absorbs bursts. The
+  learner appends the chunks in sequence order (`SharedRingBuffer.write_rows`), so on-policy learners read
+  them in order and every transition is delivered exactly once or counted dropped. The learner publishes
+  versioned vectors locally; the pump asks each learner for a version newer than the one it holds (one
+  call outstanding at a time, never per decision) and mirrors what comes back into the local slot with the
+  learner's version number, so the actor, the evaluator and the policy-lag figures work unchanged.
+
+Failures match the local backend: a learner that raises is reported with its traceback and restarted within
+the budget; an actor that dies (its node removed, its process killed) is restarted on whatever node Ray
+picks, from its checkpoint if that node can read it, else from the weights last mirrored here.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import queue
+import threading
+import time
+from typing import Any
+
+import numpy as np
+
+from . import stats as S
+from .errors import ConfigError
+from .hosts import LearnerHost
+from .learner_loop import LearnerFailed, LearnerReport, LearnerSetup, learner_process_main, restarted
+from .shm import _alive
+
+#: RunConfig.ray_transport values.
+TRANSPORTS = ("auto", "object_store")
+#: Seconds between two status calls to a remote learner (its counters, mirrored into the run's).
+STATUS_EVERY_S = 0.2
+#: Longest a remote learner holds the pump's "newer policy?" call before answering "none yet".
+POLICY_WAIT_S = 1.0
+
+
+def require_ray() -> Any:
+    """Import Ray, or fail with one line that says how to install it."""
+    try:
+        import ray
+    except ImportError:
+        raise ConfigError('backend="ray" needs Ray, which is not installed: pip install "pzasync[ray]"') from None
+    return ray
+
+
+class VersionedVector:
+    """A remote learner's `PolicyPublisher`: its newest vector and version, copied under a lock, so the
+    thread answering the pump never hands out a half-written vector."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self._vector = np.zeros(size, np.float32)
+        self._version = 0
+        self._lock = threading.Condition()
+
+    @property
+    def version(self) -> int:
+        return self._version
+
+    def publish(self, vector: np.ndarray, version: int | None = None) -> int:
+        with self._lock:
+            np.copyto(self._vector, vector, casting="same_kind")
+            self._version = self._version + 1 if version is None else version
+            self._lock.notify_all()
+            return self._version
+
+    def read(self, out: np.ndarray) -> int:
+        with self._lock:
+            if self._version:
+                np.copyto(out, self._vector)
+            return self._version
+
+    def newer_than(self, version: int, wait_s: float = 0.0) -> tuple[int, np.ndarray] | None:
+        """The newest (version, vector) if newer than `version`, waiting up to `wait_s` for one (a long poll:
+        the pump learns of a new version as soon as it exists without asking hundreds of times a second)."""
+        with self._lock:
+            if wait_s > 0:
+                self._lock.wait_for(lambda: self._version > version, timeout=wait_s)
+            return (self._version, self._vector.copy()) if self._version > version else None
+
+    def close(self) -> None:
+        pass
+
+
+class LearnerActor:
+    """One learner unit inside a Ray actor. `run` holds the learning loop (its own concurrency group);
+    every other method answers the host from a second thread."""
+
+    def __init__(self) -> None:
+        import ray
+
+        self.node_id = ray.get_runtime_context().get_node_id()
+        self.messages: queue.Queue = queue.Queue()
+        self.setup: LearnerSetup | None = None
+        self.remote = False
+        self.closed = False
+        self._next_chunk = 0
+        self._early: dict[int, dict[str, np.ndarray]] = {}
+        self._lock = threading.Lock()
+
+    def node(self) -> str:
+        return self.node_id
+
+    _final: dict[str, Any] | None = None
+
+    def prepare(self, setup: LearnerSetup, remote: dict[str, Any] | None, initial: tuple[int, np.ndarray] | None,
+                sys_path: list[str]) -> tuple[str, int] | None:
+        """Shared-memory mode (`remote` None): use the setup's buffer, slot and counters as they are. Remote
+        mode: make local ones from `remote`'s layout; `initial` is (version, vector) to restart from.
+        `sys_path`: the driver's import path; the entries that exist on this node are added, so user learner
+        modules import as they do in local learner processes (elsewhere, ship them with Ray's runtime_env)."""
+        import sys
+
+        sys.path.extend(p for p in sys_path if p not in sys.path and os.path.isdir(p or "."))
+        if remote is None:
+            self.setup = setup
+            return None
+        from .buffer import SharedRingBuffer
+        from .shm import new_run_id
+        from .stats import RunStats
+
+        run_id = new_run_id()
+        buffer = SharedRingBuffer.create_like(remote["fields"], remote["capacity"], remote["obs_paths"],
+                                              run_id=run_id, label="rbuf", what=f"learner {setup.agent!r}")
+        publisher = VersionedVector(remote["slot_size"])
+        if initial is not None:
+            publisher.publish(initial[1], version=initial[0])
+        stats = RunStats.create(run_id, [setup.agent])
+        stats.set(setup.agent, S.UPDATES, remote["updates"])
+        self.remote = True
+        self.setup = dataclasses.replace(setup, buffer=buffer, slot=publisher, stats=stats, parent_pid=0)
+        return run_id, os.getpid()  # how the host removes these segments if this actor dies on its machine
+
+    def run(self, checkpoint_every_s: float, driver_pid: int) -> dict[str, Any] | None:
+        """The learning loop, until `stop` (or the run's stop flag in shared-memory mode). Remote mode returns
+        the learner's final counters (`status`)."""
+        setup = self.setup
+        if setup.checkpoint_path:
+            os.makedirs(os.path.dirname(setup.checkpoint_path), exist_ok=True)
+        if not self.remote:
+            learner_process_main(setup, self.messages, checkpoint_every_s,
+                                 is_orphaned=lambda: not _alive(driver_pid))
+            return None
+        final = None
+        try:
+            # The loop closes the buffer and counters when it ends; take the final figures just before.
+            learner_process_main(setup, _FinalStatus(self, setup), checkpoint_every_s, is_orphaned=lambda: False)
+        finally:
+            with self._lock:
+                final = self._final
+                self.closed = True
+            setup.buffer.unlink()
+            setup.stats.unlink()
+        return final
+
+    def push(self, seq: int, chunk: dict[str, np.ndarray]) -> int:
+        """Append a chunk of transitions, in sequence order (early ones wait); returns the in-order reader's
+        position (transitions read or dropped), which the pump's backpressure uses."""
+        with self._lock:
+            if self.closed:
+                return 0
+            self._early[seq] = chunk
+            while self._next_chunk in self._early:
+                self.setup.buffer.write_rows(self._early.pop(self._next_chunk))
+                self._next_chunk += 1
+            return self.setup.buffer.read_cursor
+
+    def status(self) -> dict[str, int | float] | None:
+        """The learner's counters (remote mode), or None once it has finished."""
+        with self._lock:
+            return None if self.closed else self._status()
+
+    def _status(self) -> dict[str, int | float]:
+        stats, agent, buffer = self.setup.stats, self.setup.agent, self.setup.buffer
+        return {"updates": stats.get(agent, S.UPDATES), "status": stats.get(agent, S.STATUS),
+                "silent_s": (time.monotonic_ns() - stats.get(agent, S.BEAT)) / 1e9,
+                "learner_wait_ns": stats.get(agent, S.LEARNER_WAIT_NS), "dropped": buffer.dropped,
+                "received": buffer.written, "unread": buffer.unread, "cursor": buffer.read_cursor}
+
+    def policy_newer_than(self, version: int, wait_s: float = 0.0) -> tuple[int, np.ndarray] | None:
+        return self.setup.slot.newer_than(version, wait_s)
+
+    def drain(self) -> list[Any]:
+        out = []
+        while True:
+            try:
+                out.append(self.messages.get_nowait())
+            except queue.Empty:
+                return out
+
+    def stop(self) -> None:
+        with self._lock:
+            if not self.closed:
+                self.setup.stats.request_stop()
+
+
+class _FinalStatus:
+    """The remote learner's message sink: passes messages on, and records the final counters when the loop's
+    last report arrives (after that the loop closes its buffer and counters)."""
+
+    def __init__(self, owner: LearnerActor, setup: LearnerSetup) -> None:
+        self.owner, self.setup = owner, setup
+
+    def put(self, message: Any) -> None:
+        if isinstance(message, LearnerReport) and self.setup.stats.stop_requested:
+            with self.owner._lock:
+                self.owner._final = self.owner._status()
+        self.owner.messages.put(message)
+
+
+@dataclasses.dataclass
+class _Remote:
+    """The pump's state for one learner unit: its actor, the calls outstanding, what has been sent."""
+
+    actor: Any
+    mode: str  # "shm" or "object_store"
+    node: str = ""
+    #: Remote mode: (run id, pid) naming the learner's own segments, removed here if it dies on this machine.
+    segments: tuple[str, int] | None = None
+    run_ref: Any = None
+    drain_ref: Any = None
+    policy_ref: Any = None
+    status_ref: Any = None
+    next_status: float = 0.0
+    in_flight: list = dataclasses.field(default_factory=list)
+    next_chunk: int = 0
+    #: Transitions sent to this incarnation of the learner, how far its in-order reader got (as last heard),
+    #: and its latest counters.
+    sent: int = 0
+    remote_cursor: int = 0
+    status: dict = dataclasses.field(default_factory=dict)
+    finished: bool = False
+
+
+class RayHost(LearnerHost):
+    """One Ray actor per learner unit; a pump thread in this process moves transitions, policies and counters
+    for the learners on other nodes, relaunches learners, and collects every learner's messages and deaths,
+    so the actor's thread never waits on Ray."""
+
+    name = "ray"
+
+    def __init__(self, setups: dict[str, LearnerSetup], config: Any, monitor: Any) -> None:
+        super().__init__(setups, config, monitor)
+        self.ray = require_ray()
+        self.plan = monitor.plan
+        self.learners: dict[str, _Remote] = {}
+        #: (unit, message) from the pump to `poll`, which handles them on the actor's thread.
+        self.inbox: queue.Queue = queue.Queue()
+        self._launches: queue.Queue = queue.Queue()
+        self._lock = threading.RLock()
+        self._owns_ray = False
+        self._actor_class: Any = None
+        self._pump: threading.Thread | None = None
+        self._pump_stop = threading.Event()
+        self._vectors = {unit: np.zeros(setup.slot.size, np.float32) for unit, setup in setups.items()}
+        #: Transitions lost with learners that died (sent but not received, or received but overwritten).
+        self._lost: dict[str, int] = dict.fromkeys(setups, 0)
+
+    # ------------------------------------------------------------------------------------------ start
+    def _init_ray(self) -> None:
+        ray = self.ray
+        if ray.is_initialized():
+            return
+        if self.config.ray_address is not None:
+            ray.init(address=self.config.ray_address, log_to_driver=False)
+        else:
+            from .plan import usable_cores
+
+            ray.init(num_cpus=max(usable_cores(), len(self.setups)), include_dashboard=False, log_to_driver=False)
+        self._owns_ray = True
+
+    def _actor_options(self, unit: str) -> dict[str, Any]:
+        cfg = self.config
+        gpus = cfg.ray_learner_gpus
+        if gpus is None:
+            gpus = 1 if cfg.device_for(unit).startswith("cuda") else 0
+        return {"num_cpus": cfg.ray_learner_cpus, "num_gpus": gpus, "resources": dict(cfg.ray_learner_resources),
+                "max_restarts": 0}
+
+    def _launch(self, unit: str, setup: LearnerSetup) -> _Remote:
+        """Create the learner's actor, pick its transport by where Ray put it, and start its loop."""
+        ray, timeout = self.ray, self.config.process_timeout_s
+        if self._actor_class is None:
+            # Threads: the learning loop ("loop"), the host's calls ("io"), the policy long poll ("policy").
+            self._actor_class = ray.remote(concurrency_groups={"loop": 1, "io": 1, "policy": 1})(LearnerActor)
+        actor = self._actor_class.options(**self._actor_options(unit)).remote()
+        node = ray.get(actor.node.remote(), timeout=timeout)
+        remote = self.config.ray_transport == "object_store" or node != ray.get_runtime_context().get_node_id()
+        local_buffer, local_slot = self.plan.units[unit].buffer, self.plan.units[unit].slot
+        payload = initial = None
+        if remote:
+            payload = {"fields": local_buffer.fields, "capacity": local_buffer.capacity,
+                       "obs_paths": local_buffer.obs_paths, "slot_size": local_slot.size,
+                       "updates": self.stats.get(unit, S.UPDATES)}
+            if setup.init_from_slot:
+                version = local_slot.read(self._vectors[unit])
+                initial = (version, self._vectors[unit].copy()) if version else None
+            setup = dataclasses.replace(setup, buffer=None, slot=None, stats=None)
+        import sys
+
+        segments = ray.get(actor.prepare.options(concurrency_group="io").remote(setup, payload, initial,
+                                                                               list(sys.path)), timeout=timeout)
+        state = _Remote(actor, "object_store" if remote else "shm", node, segments=segments)
+        state.run_ref = actor.run.options(concurrency_group="loop").remote(self.config.checkpoint_every_s,
+                                                                          os.getpid())
+        return state
+
+    def start(self) -> None:
+        self._init_ray()
+        for unit, setup in self.setups.items():
+            self.learners[unit] = self._launch(unit, setup)
+        self._pump = threading.Thread(target=self._pump_loop, name="pzasync-ray-pump", daemon=True)
+        self._pump.start()
+
+    def wait_for_first_policies(self) -> None:
+        from .errors import LearnerStartupError
+
+        deadline = time.monotonic() + self.config.process_timeout_s
+        pending = set(self.learners)
+        while pending:
+            try:
+                unit, message = self.inbox.get(timeout=0.01)
+            except queue.Empty:
+                message = None
+            if isinstance(message, LearnerFailed):
+                raise LearnerStartupError(f"learner of agent {unit!r} failed to start: {message.summary}\n"
+                                          f"{message.traceback}")
+            if message is not None:
+                self.handle(message)
+            pending = {u for u in pending if self.stats.get(u, S.VERSION) < 1}
+            if time.monotonic() > deadline:
+                raise LearnerStartupError(f"learners of {sorted(pending)} did not publish a first policy within "
+                                          f"{self.config.process_timeout_s}s")
+
+    @property
+    def transports(self) -> dict[str, str]:
+        """Learner unit -> "shm" (on the actor's node) or "object_store" (elsewhere)."""
+        return {unit: state.mode for unit, state in self.learners.items()}
+
+    # ------------------------------------------------------------------------------------------ pump
+    def _pump_loop(self) -> None:
+        """Moves data for remote learners, relaunches learners and watches every one; never touches the monitor."""
+        while not self._pump_stop.is_set():
+            busy = False
+            with self._lock:
+                while not self._launches.empty():
+                    unit, setup = self._launches.get_nowait()
+                    try:
+                        self.learners[unit] = self._launch(unit, setup)
+                    except Exception as exc:  # noqa: BLE001 - a failed relaunch counts as a failure
+                        self.inbox.put((unit, LearnerFailed.from_exception(unit, exc)))
+                for unit, state in list(self.learners.items()):
+                    try:
+                        busy |= self._pump_one(unit, state)
+                    except Exception as exc:  # noqa: BLE001 - a call to the learner failed: it is gone
+                        self._died(unit, state, exc)
+            if not busy:
+                self._pump_stop.wait(0.002)
+
+    def _ready(self, ref: Any) -> bool:
+        return ref is not None and bool(self.ray.wait([ref], timeout=0)[0])
+
+    def _pump_one(self, unit: str, state: _Remote) -> bool:
+        ray = self.ray
+        if state.finished:
+            return False
+        if self._ready(state.run_ref):
+            state.finished = True
+            self._collect_messages(unit, state)
+            try:
+                final = ray.get(state.run_ref)
+                if final:
+                    state.status = final
+            except Exception as exc:  # noqa: BLE001 - the actor died: its node went away, or it was killed
+                self._died(unit, state, exc)
+            return True
+        if state.drain_ref is None:
+            state.drain_ref = state.actor.drain.options(concurrency_group="io").remote()
+        elif self._ready(state.drain_ref):
+            for message in ray.get(state.drain_ref):
+                self.inbox.put((unit, message))
+            state.drain_ref = None
+        if state.mode != "object_store":
+            return False
+        busy = self._forward(unit, state)
+        busy |= self._pull_policy(unit, state)
+        self._mirror_status(unit, state)
+        return busy
+
+    def _died(self, unit: str, state: _Remote, exc: BaseException) -> None:
+        """The learner's actor is gone (its node removed, its process killed, a call to it failed)."""
+        state.finished = True
+        self._count_lost(unit, state)
+        self._kill(state)
+        why = str(exc).strip().split(". ")[0].splitlines()[0] if str(exc).strip() else ""
+        self.inbox.put((unit, LearnerFailed.runtime(
+            unit, f"the learner actor died ({type(exc).__name__}{': ' + why if why else ''})")))
+
+    def _count_lost(self, unit: str, state: _Remote) -> None:
+        """A remote learner died: what it was sent but had not read in order (as of its last status) is lost.
+        Its segments, if it ran on this machine, are removed (on another machine the next run there does it)."""
+        if state.segments is not None:
+            from .shm import unlink_run
+
+            unlink_run(*state.segments)
+            state.segments = None
+        if state.mode == "object_store":
+            received, unread = state.status.get("received", 0), state.status.get("unread", 0)
+            self._lost[unit] += (state.sent - received) + unread + state.status.get("dropped", 0)
+            state.status = {}
+
+    def _collect_messages(self, unit: str, state: _Remote) -> None:
+        """Whatever the learner still has to say (its last report, its error), if it is still there."""
+        refs = [state.drain_ref] if state.drain_ref is not None else []
+        state.drain_ref = None
+        try:
+            refs.append(state.actor.drain.options(concurrency_group="io").remote())
+        except Exception:  # noqa: BLE001 - already gone
+            pass
+        for ref in refs:
+            try:
+                for message in self.ray.get(ref, timeout=5):
+                    self.inbox.put((unit, message))
+            except Exception:  # noqa: BLE001 - a dead actor has nothing more to say
+                pass
+
+    def _forward(self, unit: str, state: _Remote) -> bool:
+        """Send the actor's new transitions for `unit` in order, within the in-flight window."""
+        ray, cfg = self.ray, self.config
+        if state.in_flight:
+            done, state.in_flight = ray.wait(state.in_flight, num_returns=len(state.in_flight), timeout=0)
+            for cursor in ray.get(done):
+                state.remote_cursor = max(state.remote_cursor, cursor)
+        if len(state.in_flight) >= cfg.ray_max_chunks_in_flight:
+            return False
+        rows = cfg.ray_chunk_rows
+        buffer = self.plan.units[unit].buffer
+        if cfg.backpressure and self.plan.units[unit].learner_cls.on_policy:
+            # Never send more than the learner's ring can hold unread: the local ring fills instead, and the
+            # actor's own backpressure wait takes over, as with a learner on this node.
+            rows = min(rows, buffer.capacity - (state.sent - state.remote_cursor))
+            if rows <= 0:
+                state.next_status = 0.0  # hear soon how far the learner got
+                return False
+        chunk = buffer.read_new(max_rows=rows)
+        if chunk is None:
+            return False
+        state.in_flight.append(state.actor.push.options(concurrency_group="io").remote(state.next_chunk, chunk))
+        state.next_chunk += 1
+        state.sent += len(chunk["reward"])
+        return True
+
+    def _pull_policy(self, unit: str, state: _Remote, wait: float = 0.0) -> bool:
+        """Ask for a version newer than ours (one call outstanding); mirror an answer into the local slot."""
+        if state.policy_ref is None:
+            known = self.stats.get(unit, S.VERSION)
+            state.policy_ref = state.actor.policy_newer_than.options(concurrency_group="policy").remote(
+                known, POLICY_WAIT_S)
+        if wait:
+            self.ray.wait([state.policy_ref], timeout=wait)
+        if not self._ready(state.policy_ref):
+            return False
+        newer = self.ray.get(state.policy_ref)
+        state.policy_ref = None
+        if newer is None:
+            return False
+        version, vector = newer
+        slot = self.plan.units[unit].slot
+        if version > slot.version:
+            slot.publish(vector, version=version)
+            self.stats.set(unit, S.VERSION, version)
+        return True
+
+    def _final_policy(self, unit: str, state: _Remote) -> None:
+        """After a remote learner stopped: mirror its last published version, if the actor lacks it."""
+        if state.policy_ref is not None:
+            self._pull_policy(unit, state, wait=POLICY_WAIT_S + 1)
+        state.policy_ref = state.actor.policy_newer_than.options(concurrency_group="policy").remote(
+            self.stats.get(unit, S.VERSION), 0.0)
+        self._pull_policy(unit, state, wait=5.0)
+
+    def _mirror_status(self, unit: str, state: _Remote, force: bool = False) -> None:
+        now = time.monotonic()
+        if state.status_ref is None:
+            if now >= state.next_status or force:
+                state.status_ref = state.actor.status.options(concurrency_group="io").remote()
+                state.next_status = now + STATUS_EVERY_S
+            return
+        if not self._ready(state.status_ref):
+            return
+        status = self.ray.get(state.status_ref)
+        state.status_ref = None
+        if status is not None:
+            self._apply_status(unit, state, status)
+
+    def _apply_status(self, unit: str, state: _Remote, status: dict) -> None:
+        state.status = status
+        state.remote_cursor = max(state.remote_cursor, status["cursor"])
+        self.stats.set(unit, S.UPDATES, status["updates"])
+        self.stats.set(unit, S.LEARNER_WAIT_NS, status["learner_wait_ns"])
+        if unit not in self.failing:
+            self.stats.set(unit, S.STATUS, status["status"])
+        self.stats.set(unit, S.BEAT, time.monotonic_ns() - int(status["silent_s"] * 1e9))
+
+    # ------------------------------------------------------------------------------------------ watching
+    def _handle_inbox(self) -> None:
+        while True:
+            try:
+                unit, message = self.inbox.get_nowait()
+            except queue.Empty:
+                return
+            if isinstance(message, LearnerFailed) and unit in self.failing:
+                continue  # the actor's death after its exception was already reported
+            if isinstance(message, LearnerReport) and self.learners[unit].mode == "object_store":
+                message = LearnerReport(unit, {**message.report, **self.transport_figures(unit)})
+            self.handle(message)
+
+    def transport_figures(self, unit: str) -> dict[str, Any]:
+        """For a learner on another node: transitions sent to it, lost in transit, and chunks in flight."""
+        state = self.learners[unit]
+        return {"dropped": self.transitions_dropped(unit), "sent": state.sent, "chunks_in_flight": len(state.in_flight),
+                "node": state.node}
+
+    def placement(self, unit: str) -> dict[str, Any]:
+        state = self.learners.get(unit)
+        return {"learner_node": state.node, "learner_transport": state.mode} if state is not None else {}
+
+    def transitions_dropped(self, unit: str) -> int:
+        """Overwritten here before they were sent, overwritten in a remote learner's ring before it read them,
+        or lost with a remote learner that died."""
+        dropped = super().transitions_dropped(unit)
+        state = self.learners.get(unit)
+        if state is not None and state.mode == "object_store":
+            dropped += state.status.get("dropped", 0)
+        return dropped + self._lost.get(unit, 0)
+
+    def poll(self) -> None:
+        self._handle_inbox()
+        for unit, state in list(self.learners.items()):
+            if unit in self.failing or self.fatal is not None or state.finished:
+                continue
+            if self.stats.get(unit, S.STATUS) in (S.STARTING, S.RUNNING):
+                silent = (time.monotonic_ns() - self.stats.get(unit, S.BEAT)) / 1e9
+                if silent > self.config.heartbeat_timeout_s:
+                    self.failed(LearnerFailed.runtime(unit, f"no heartbeat for {silent:.0f}s (hung); killed"))
+                    with self._lock:
+                        state.finished = True
+                        self._count_lost(unit, state)
+                        self._kill(state)
+        self.restart_due()
+
+    def _kill(self, state: _Remote) -> None:
+        try:
+            self.ray.kill(state.actor, no_restart=True)
+        except Exception:  # noqa: BLE001 - already gone
+            pass
+
+    def _restart(self, unit: str) -> None:
+        """Relaunch from the pump thread, so the actor's thread never waits for Ray to place a new actor."""
+        with self._lock:
+            state = self.learners[unit]
+            if not state.finished:
+                state.finished = True
+                self._count_lost(unit, state)
+            self._kill(state)
+        setup = restarted(self.setups[unit])
+        self.stats.set(unit, S.STATUS, S.STARTING)
+        self.stats.beat(unit)
+        self.announce_restart(unit, setup)
+        self._launches.put((unit, setup))
+
+    # ------------------------------------------------------------------------------------------ stopping
+    def stop(self) -> None:
+        """Stop every learner (final checkpoints, reports, counters and policies), then Ray if we started it."""
+        ray = self.ray
+        self.stats.request_stop()  # learners on shared memory see the flag
+        self._pump_stop.set()
+        if self._pump is not None:
+            self._pump.join(timeout=30)
+        live = {u: s for u, s in self.learners.items() if not s.finished}
+        for state in live.values():
+            if state.mode == "object_store":
+                try:
+                    state.actor.stop.options(concurrency_group="io").remote()
+                except Exception:  # noqa: BLE001
+                    pass
+        refs = [s.run_ref for s in live.values()]
+        if refs:
+            ray.wait(refs, num_returns=len(refs), timeout=self.config.process_timeout_s)
+        for unit, state in live.items():
+            self._collect_messages(unit, state)
+            try:
+                final = ray.get(state.run_ref, timeout=0)
+                if final:
+                    self._apply_status(unit, state, final)
+                    self.stats.set(unit, S.STATUS, S.DONE)
+                if state.mode == "object_store":
+                    self._final_policy(unit, state)
+            except Exception:  # noqa: BLE001 - gone or hung: keep what was mirrored
+                pass
+            state.finished = True
+        self._handle_inbox()
+        for state in self.learners.values():
+            self._kill(state)
+        if self._owns_ray:
+            ray.shutdown()

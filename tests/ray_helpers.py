@@ -1,0 +1,76 @@
+"""Helpers for the Ray backend's tests: Ray confined to a temp dir the test owns, and the async runner on Ray."""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import os
+import shutil
+import tempfile
+import time
+
+import pytest
+
+from pzasync import AsyncRunner, RunConfig
+
+try:
+    import ray
+except ImportError:  # the Ray backend is an extra
+    ray = None
+
+needs_ray = pytest.mark.skipif(ray is None, reason="the Ray backend is an extra: pip install -e '.[ray]'")
+
+
+def _ray_processes(marker: str) -> list[str]:
+    """Command lines of live processes that mention `marker` (our temp dir)."""
+    found = []
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                cmd = f.read().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if marker in cmd:
+            found.append(f"{pid}: {cmd[:120]}")
+    return found
+
+
+@contextlib.contextmanager
+def confined_ray():
+    """A short temp dir (unix socket paths are limited) for Ray's files and its auth token; on exit Ray is shut
+    down, the dir removed, and no process that mentions it may be left running."""
+    root = tempfile.mkdtemp(prefix="pzr", dir="/tmp")
+    saved = {k: os.environ.get(k) for k in ("RAY_TMPDIR", "HOME")}
+    os.environ["RAY_TMPDIR"], os.environ["HOME"] = root, root
+    try:
+        yield root
+    finally:
+        if ray.is_initialized():
+            ray.shutdown()
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+        deadline = time.monotonic() + 20
+        while _ray_processes(root) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        left = _ray_processes(root)
+        shutil.rmtree(root, ignore_errors=True)
+        assert not left, f"Ray processes left running: {left}"
+        assert not os.path.exists(root)
+
+
+
+
+class RayAsyncRunner(AsyncRunner):
+    """The async runner on the Ray backend, its local Ray instance confined like the tests' own."""
+
+    def __init__(self, env, learners, config=None):
+        super().__init__(env, learners, dataclasses.replace(config or RunConfig(), backend="ray"))
+
+    def run(self, *args, **kwargs):
+        with confined_ray():
+            return super().run(*args, **kwargs)
