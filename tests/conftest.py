@@ -5,7 +5,10 @@ from __future__ import annotations
 import glob
 import multiprocessing as mp
 import os
+import secrets
+import shutil
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -16,6 +19,14 @@ sys.path.insert(0, str(Path(__file__).parent))
 # threads that wait by spinning make a 2-thread torch update ~100x slower (0.8 ms -> 140 ms measured) whenever
 # anything else wants the other core, which is the normal case for a test suite on a small shared machine.
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+# Ray (the Ray backend's tests): token authentication, as Ray enables by default, with a token this session
+# makes in a directory it owns (removed at the end) instead of ~/.ray/auth_token. Set before Ray is imported:
+# Ray reads its auth mode once per process.
+RAY_SESSION_DIR = tempfile.mkdtemp(prefix="pzray")
+os.environ["RAY_AUTH_MODE"] = "token"
+os.environ["RAY_AUTH_TOKEN_PATH"] = os.path.join(RAY_SESSION_DIR, "auth_token")
+with open(os.environ["RAY_AUTH_TOKEN_PATH"], "w") as _token:
+    _token.write(secrets.token_hex(32))
 
 from pzasync.shm import _alive, list_segments  # noqa: E402
 
@@ -68,6 +79,7 @@ def no_leaks():
 
 def pytest_sessionfinish(session, exitstatus):
     """A last check over the whole session, for anything created outside a test."""
+    shutil.rmtree(RAY_SESSION_DIR, ignore_errors=True)
     mine = [name for name, _run, pid in list_segments() if pid == os.getpid()]
     if mine:
         print(f"\nLEAKED shared-memory segments at session end: {mine}", file=sys.stderr)

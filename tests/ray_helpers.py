@@ -19,8 +19,6 @@ except ImportError:  # the Ray backend is an extra
     ray = None
 
 needs_ray = pytest.mark.skipif(ray is None, reason="the Ray backend is an extra: pip install -e '.[ray]'")
-
-
 def _ray_processes(marker: str) -> list[str]:
     """Command lines of live processes that mention `marker` (our temp dir)."""
     found = []
@@ -39,21 +37,20 @@ def _ray_processes(marker: str) -> list[str]:
 
 @contextlib.contextmanager
 def confined_ray():
-    """A short temp dir (unix socket paths are limited) for Ray's files and its auth token; on exit Ray is shut
-    down, the dir removed, and no process that mentions it may be left running."""
+    """A short temp dir (unix socket paths are limited) for Ray's files; on exit Ray is shut down, the dir
+    removed, and no process that mentions it may be left running. (Ray's auth token is the session's, made
+    by conftest.py in a directory it owns.)"""
     root = tempfile.mkdtemp(prefix="pzr", dir="/tmp")
-    saved = {k: os.environ.get(k) for k in ("RAY_TMPDIR", "HOME")}
-    os.environ["RAY_TMPDIR"], os.environ["HOME"] = root, root
+    saved = {k: v for k, v in os.environ.items() if k.startswith("RAY_")}
+    os.environ["RAY_TMPDIR"] = root
     try:
         yield root
     finally:
         if ray.is_initialized():
             ray.shutdown()
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
+        for key in [k for k in os.environ if k.startswith("RAY_")]:
+            del os.environ[key]
+        os.environ.update(saved)
         deadline = time.monotonic() + 20
         while _ray_processes(root) and time.monotonic() < deadline:
             time.sleep(0.2)

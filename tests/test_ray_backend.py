@@ -2,7 +2,8 @@
 on shared memory or (`ray_transport="object_store"`) through the object store as if on another node.
 tests/test_ray_cluster.py runs the multi-node cases on a simulated cluster.
 
-Every test confines Ray's temp dir and auth token to a directory it owns (RAY_TMPDIR, HOME) and checks that
+Every test confines Ray's temp dir to a directory it owns (RAY_TMPDIR; the auth token is the session's, made by
+conftest.py in its own temp dir) and checks that
 the directory is removed and no Ray process is left running afterwards.
 """
 

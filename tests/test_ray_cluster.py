@@ -59,7 +59,8 @@ def test_removing_a_learners_node_mid_run_restarts_it_elsewhere(cluster):
     def remove_learner_node():
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
-            if runner.actor is not None and runner.actor.total_steps > 2000:
+            host, actor = runner.host, runner.actor
+            if host is not None and actor is not None and "player_0" in host.learners and actor.total_steps > 2000:
                 break
             time.sleep(0.05)
         learner_node = runner.host.learners["player_0"].node
