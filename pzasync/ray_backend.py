@@ -45,6 +45,9 @@ TRANSPORTS = ("auto", "object_store")
 STATUS_EVERY_S = 0.2
 #: Longest a remote learner holds the pump's "newer policy?" call before answering "none yet".
 POLICY_WAIT_S = 1.0
+#: The pump's sleep when it has nothing to send, with learners on other nodes / with learners on shared memory only.
+PUMP_IDLE_S = 0.005
+WATCH_EVERY_S = 0.05
 
 
 def require_ray() -> Any:
@@ -355,20 +358,26 @@ class RayHost(LearnerHost):
         """Moves data for remote learners, relaunches learners and watches every one; never touches the monitor."""
         while not self._pump_stop.is_set():
             busy = False
+            while not self._launches.empty():
+                unit, setup = self._launches.get_nowait()
+                try:
+                    state = self._launch(unit, setup)  # may take seconds: outside the lock the actor's thread takes
+                except Exception as exc:  # noqa: BLE001 - a failed relaunch counts as a failure
+                    self.inbox.put((unit, LearnerFailed.from_exception(unit, exc)))
+                    continue
+                with self._lock:
+                    self.learners[unit] = state
             with self._lock:
-                while not self._launches.empty():
-                    unit, setup = self._launches.get_nowait()
-                    try:
-                        self.learners[unit] = self._launch(unit, setup)
-                    except Exception as exc:  # noqa: BLE001 - a failed relaunch counts as a failure
-                        self.inbox.put((unit, LearnerFailed.from_exception(unit, exc)))
                 for unit, state in list(self.learners.items()):
                     try:
                         busy |= self._pump_one(unit, state)
                     except Exception as exc:  # noqa: BLE001 - a call to the learner failed: it is gone
                         self._died(unit, state, exc)
             if not busy:
-                self._pump_stop.wait(0.002)
+                # Idle: a remote learner's next chunk is at most PUMP_IDLE_S late; with learners only on shared
+                # memory the pump just watches them and can sleep longer. Every call here takes the actor's GIL.
+                remote = any(s.mode == "object_store" and not s.finished for s in self.learners.values())
+                self._pump_stop.wait(PUMP_IDLE_S if remote else WATCH_EVERY_S)
 
     def _ready(self, ref: Any) -> bool:
         return ref is not None and bool(self.ray.wait([ref], timeout=0)[0])
