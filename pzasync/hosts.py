@@ -181,7 +181,9 @@ class InlineHost(LearnerHost):
             self.restart_due()
 
     def _restart(self, unit: str) -> None:
-        self.drivers[unit] = start_driver(restarted(self.drivers[unit].setup))
+        setup = restarted(self.drivers[unit].setup)
+        self.announce_restart(unit, setup)
+        self.drivers[unit] = start_driver(setup)
         self.stats.set(unit, S.STATUS, S.RUNNING)
 
     def poll(self) -> None:
