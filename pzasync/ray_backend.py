@@ -48,6 +48,8 @@ POLICY_WAIT_S = 1.0
 #: The pump's sleep when it has nothing to send, with learners on other nodes / with learners on shared memory only.
 PUMP_IDLE_S = 0.005
 WATCH_EVERY_S = 0.05
+#: Seconds between two collections of a learner's messages (its reports come every 0.5 s).
+DRAIN_EVERY_S = 0.1
 
 
 def require_ray() -> Any:
@@ -238,6 +240,7 @@ class _Remote:
     policy_ref: Any = None
     status_ref: Any = None
     next_status: float = 0.0
+    next_drain: float = 0.0
     in_flight: list = dataclasses.field(default_factory=list)
     next_chunk: int = 0
     #: Transitions sent to this incarnation of the learner, how far its in-order reader got (as last heard),
@@ -268,6 +271,8 @@ class RayHost(LearnerHost):
         self._actor_class: Any = None
         self._pump: threading.Thread | None = None
         self._pump_stop = threading.Event()
+        #: The calls found finished by this pump iteration's single ray.wait (None outside an iteration).
+        self._ready_now: set | None = None
         self._vectors = {unit: np.zeros(setup.slot.size, np.float32) for unit, setup in setups.items()}
         #: Transitions lost with learners that died (sent but not received, or received but overwritten).
         self._lost: dict[str, int] = dict.fromkeys(setups, 0)
@@ -380,12 +385,27 @@ class RayHost(LearnerHost):
                 self._pump_stop.wait(PUMP_IDLE_S if remote else WATCH_EVERY_S)
 
     def _ready(self, ref: Any) -> bool:
-        return ref is not None and bool(self.ray.wait([ref], timeout=0)[0])
+        if ref is None:
+            return False
+        if self._ready_now is not None:
+            return ref in self._ready_now
+        return bool(self.ray.wait([ref], timeout=0)[0])
 
     def _pump_one(self, unit: str, state: _Remote) -> bool:
         ray = self.ray
         if state.finished:
             return False
+        # One ray.wait for every call outstanding to this learner: each Ray call takes the actor's GIL.
+        refs = [r for r in (state.run_ref, state.drain_ref, state.policy_ref, state.status_ref) if r is not None]
+        refs += state.in_flight
+        self._ready_now = set(ray.wait(refs, num_returns=len(refs), timeout=0)[0])
+        try:
+            return self._pump_ready(unit, state)
+        finally:
+            self._ready_now = None
+
+    def _pump_ready(self, unit: str, state: _Remote) -> bool:
+        ray = self.ray
         if self._ready(state.run_ref):
             state.finished = True
             self._collect_messages(unit, state)
@@ -396,8 +416,11 @@ class RayHost(LearnerHost):
             except Exception as exc:  # noqa: BLE001 - the actor died: its node went away, or it was killed
                 self._died(unit, state, exc)
             return True
+        now = time.monotonic()
         if state.drain_ref is None:
-            state.drain_ref = state.actor.drain.options(concurrency_group="io").remote()
+            if now >= state.next_drain:
+                state.drain_ref = state.actor.drain.options(concurrency_group="io").remote()
+                state.next_drain = now + DRAIN_EVERY_S
         elif self._ready(state.drain_ref):
             for message in ray.get(state.drain_ref):
                 self.inbox.put((unit, message))
@@ -450,7 +473,8 @@ class RayHost(LearnerHost):
         """Send the actor's new transitions for `unit` in order, within the in-flight window."""
         ray, cfg = self.ray, self.config
         if state.in_flight:
-            done, state.in_flight = ray.wait(state.in_flight, num_returns=len(state.in_flight), timeout=0)
+            done = [r for r in state.in_flight if self._ready(r)]
+            state.in_flight = [r for r in state.in_flight if r not in done]
             for cursor in ray.get(done):
                 state.remote_cursor = max(state.remote_cursor, cursor)
         if len(state.in_flight) >= cfg.ray_max_chunks_in_flight:
