@@ -4,8 +4,9 @@ Each case trains for a short budget with learners that suit the env's action spa
 conservation on every episode (it raises otherwise), every learner unit must have updated, and the autouse
 fixture fails the case if a process or shared-memory segment is left behind. Heavy cases (image observations,
 big boards), and the second env of a family already covered (texas hold'em next to leduc, simple_spread
-and simple_reference next to their parallel and grouped MPE cases, rps's AEC form next to its parallel
-form, multiwalker), are marked slow: `python -m pytest -m slow tests/test_compat.py`.
+and simple_reference next to their parallel and grouped MPE cases, both forms of rps next to simple_spread's
+parallel form, tictactoe next to connect_four, Pendulum next to CartPole and simple continuous,
+multiwalker), are marked slow: `python -m pytest -m slow tests/test_compat.py`.
 """
 
 from __future__ import annotations
@@ -47,10 +48,10 @@ def simple_tag_padded():
 # (id, env, learners, RunConfig options, marks)
 CASES = [
     # Classic: turn-based, action masks, illegal moves impossible by construction.
-    ("tictactoe", "pettingzoo.classic.tictactoe_v3", DQN, {}, []),
+    ("tictactoe", "pettingzoo.classic.tictactoe_v3", DQN, {}, [slow]),  # turn-based: connect_four covers it
     ("connect_four", "pettingzoo.classic.connect_four_v3", DQN, {}, []),
     ("rps (Discrete obs)", "pettingzoo.classic.rps_v2", DQN, {}, [slow]),
-    ("rps parallel", "pettingzoo.classic.rps_v2:parallel_env", DQN, {}, []),
+    ("rps parallel", "pettingzoo.classic.rps_v2:parallel_env", DQN, {}, [slow]),  # simple_spread parallel covers
     ("leduc_holdem", "pettingzoo.classic.leduc_holdem_v4", DQN, {}, [needs("rlcard")]),
     ("texas_holdem", "pettingzoo.classic.texas_holdem_v4", DQN, {}, [slow, needs("rlcard")]),
     ("texas_holdem_no_limit", "pettingzoo.classic.texas_holdem_no_limit_v6", DQN, {}, [slow, needs("rlcard")]),
@@ -93,7 +94,7 @@ CASES = [
      {"agent_groups": {"pursuers": ["pursuer_*"]}}, []),
     # Gymnasium, as a one-agent env.
     ("CartPole-v1", "CartPole-v1", DQN, {}, []),
-    ("Pendulum-v1 (continuous)", "Pendulum-v1", PPO, {}, []),
+    ("Pendulum-v1 (continuous)", "Pendulum-v1", PPO, {}, [slow]),  # CartPole, simple continuous cover it
     # The project's own env.
     ("forage", "pzasync.envs.forage", DQN, {}, []),
 ]

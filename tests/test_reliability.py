@@ -87,7 +87,8 @@ def _wait_until_acting(proc, tmp_path, timeout=60.0) -> None:
 
 
 @pytest.mark.timeout(180)
-@pytest.mark.parametrize("signals", [[signal.SIGINT], [signal.SIGTERM], [signal.SIGINT, signal.SIGINT]],
+@pytest.mark.parametrize("signals", [[signal.SIGINT], [signal.SIGTERM],
+                                     pytest.param([signal.SIGINT, signal.SIGINT], marks=pytest.mark.slow)],
                          ids=["SIGINT", "SIGTERM", "SIGINT-twice"])
 def test_signals_stop_the_run_gracefully_and_leave_nothing(tmp_path, signals):
     proc = _start_run(tmp_path, seconds=120)

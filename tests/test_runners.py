@@ -198,6 +198,7 @@ def test_async_and_sequential_random_players_play_identical_episodes():
     assert other_seed.agents["player_1"].episode_returns != s.agents["player_1"].episode_returns
 
 
+@pytest.mark.slow  # DQN and PPO side by side: test_compat trains each, test_ray_backend both in one run
 @pytest.mark.timeout(180)
 @pytest.mark.parametrize("runner", ASYNC_FAST_SEQUENTIAL_SLOW, ids=lambda r: getattr(r, "__name__", r))
 def test_heterogeneous_learners_in_one_run(runner):
