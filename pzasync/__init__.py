@@ -1,7 +1,8 @@
 """pzasync: an asynchronous actor-learner runtime for any PettingZoo environment.
 
 Data flows env -> actor (`collect.run_episodes`, `transitions.TransitionAssembler`) -> per-agent
-`SharedRingBuffer` -> learner -> per-agent `PolicySlot` -> back to the actor. See docs/architecture.md.
+`TransitionWriter` (a `SharedRingBuffer`) -> learner, in a `LearnerHost` (hosts.py; ray_backend.py) ->
+per-agent `PolicyPublisher` (a `PolicySlot`) -> back to the actor. See docs/architecture.md.
 """
 
 from .buffer import SharedRingBuffer
@@ -22,6 +23,7 @@ from .shm import clean_stale
 from .slots import PolicySlot
 from .spaces import AgentLayout, agent_layout, env_layouts
 from .transitions import EpisodeSummary, Transition, TransitionAssembler
+from .transport import PolicyPublisher, PolicySource, RunControl, TransitionSource, TransitionWriter
 
 
 def __getattr__(name: str):
@@ -58,13 +60,18 @@ __all__ = [
     "EnvSpecError",
     "EpisodeSummary",
     "InsufficientSharedMemoryError",
+    "PolicyPublisher",
     "PolicySlot",
+    "PolicySource",
+    "RunControl",
     "PzasyncError",
     "RewardConservationError",
     "SharedRingBuffer",
     "SlotReadTimeout",
     "Transition",
     "TransitionAssembler",
+    "TransitionSource",
+    "TransitionWriter",
     "UnsupportedSpaceError",
     "UserInputError",
     "agent_layout",

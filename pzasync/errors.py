@@ -97,7 +97,9 @@ def learner_error(unit: str, type_path: str, message: str, traceback_text: str, 
     try:
         original = import_object(type_path, f"the learner of {unit!r}'s error type")
         if isinstance(original, type) and issubclass(original, Exception) and original is not LearnerCrashedError:
-            cls = type(original.__name__, (LearnerCrashedError, original), {"__module__": original.__module__})
+            # The plain message whatever the type (KeyError, for one, would quote it).
+            cls = type(original.__name__, (LearnerCrashedError, original),
+                       {"__module__": original.__module__, "__str__": BaseException.__str__})
     except Exception:  # noqa: BLE001 - a type we cannot rebuild still gives the message and traceback
         cls = LearnerCrashedError
     try:
