@@ -104,6 +104,11 @@ class RunConfig:
     #: backend="ray": "auto" (shared memory for learners on the actor's node, chunks through the object store
     #: for the others) or "object_store" (chunks for every learner: what crossing a node costs, on one machine).
     ray_transport: str = "auto"
+    #: backend="ray": run the actor itself (with the monitor and the learner host) as a Ray actor asking for
+    #: these custom resources and `ray_actor_cpus` CPUs, e.g. {"actor_node": 1}; {} lets Ray place it
+    #: anywhere. None: the actor runs in the calling process.
+    ray_actor_resources: dict[str, float] | None = None
+    ray_actor_cpus: float = 1.0
     #: backend="ray", learners on another node: transitions per chunk sent to a learner, and chunks in flight
     #: per learner before the actor drops (and counts) new chunks instead of waiting.
     ray_chunk_rows: int = 256
@@ -166,6 +171,15 @@ class RunConfig:
                 isinstance(k, str) and isinstance(v, (int, float)) and v >= 0
                 for k, v in self.ray_learner_resources.items()):
             bad("ray_learner_resources", "must be a dict of resource name -> amount >= 0")
+        if self.ray_actor_resources is not None:
+            if self.backend != "ray":
+                bad("ray_actor_resources", "places the actor on a Ray cluster: it needs backend='ray'")
+            if not isinstance(self.ray_actor_resources, dict) or not all(
+                    isinstance(k, str) and isinstance(v, (int, float)) and v >= 0
+                    for k, v in self.ray_actor_resources.items()):
+                bad("ray_actor_resources", "must be a dict of resource name -> amount >= 0, or None")
+        if not isinstance(self.ray_actor_cpus, (int, float)) or self.ray_actor_cpus < 0:
+            bad("ray_actor_cpus", "must be a number of CPUs >= 0")
         for name in ("ray_chunk_rows", "ray_max_chunks_in_flight"):
             value = getattr(self, name)
             if not isinstance(value, int) or value < 1:

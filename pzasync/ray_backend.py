@@ -61,6 +61,74 @@ def require_ray() -> Any:
     return ray
 
 
+def init_ray(ray: Any, config: Any, learners: int) -> bool:
+    """Join `config.ray_address`, or start a local instance; True if this call started (and so owns) it.
+    Inside a Ray worker (a remote actor process) Ray is already initialised and is used as it is."""
+    if ray.is_initialized():
+        return False
+    if config.ray_address is not None:
+        ray.init(address=config.ray_address, log_to_driver=False)
+    else:
+        from .plan import usable_cores
+
+        ray.init(num_cpus=max(usable_cores(), learners + 1), include_dashboard=False, log_to_driver=False)
+    return True
+
+
+class RemoteRun:
+    """The whole async run (actor, monitor, learner host) inside a Ray actor, on the node Ray places it
+    (`RunConfig.ray_actor_resources`); the caller's process only waits for the `RunResult`."""
+
+    def __init__(self, env: Any, learners: Any, config: Any, sys_path: list[str]) -> None:
+        import sys
+
+        import ray
+
+        from .runners import AsyncRunner
+
+        sys.path.extend(p for p in sys_path if p not in sys.path and os.path.isdir(p or "."))
+        self.node_id = ray.get_runtime_context().get_node_id()
+        self.runner = AsyncRunner(env, learners, config)
+
+    def run(self, agent_steps: int | None, seconds: float | None) -> Any:
+        result = self.runner.run(agent_steps=agent_steps, seconds=seconds)
+        result.actor_node = self.node_id
+        return result
+
+    def stop(self, reason: str) -> None:
+        monitor = self.runner.monitor
+        if monitor is not None:
+            monitor.request_stop(reason)
+
+
+def run_remotely(runner: Any, agent_steps: int | None, seconds: float | None) -> Any:
+    """`AsyncRunner.run` with `ray_actor_resources` set: the run itself becomes a Ray actor asking for those
+    resources (and `ray_actor_cpus`). Ctrl-C here stops it gracefully there; its errors reach you as Ray
+    raises them (an instance of the original type)."""
+    ray = require_ray()
+    cfg = runner.config
+    owns = init_ray(ray, cfg, len(runner.plan.learning))
+    inner = dataclasses.replace(cfg, ray_actor_resources=None, progress=False)
+    handle = None
+    try:
+        import sys
+
+        cls = ray.remote(concurrency_groups={"run": 1, "control": 1})(RemoteRun)
+        handle = cls.options(num_cpus=cfg.ray_actor_cpus, resources=dict(cfg.ray_actor_resources),
+                             max_restarts=0).remote(runner.env, runner.learners, inner, list(sys.path))
+        ref = handle.run.options(concurrency_group="run").remote(agent_steps, seconds)
+        try:
+            return ray.get(ref)
+        except KeyboardInterrupt:
+            handle.stop.options(concurrency_group="control").remote("interrupted (SIGINT)")
+            return ray.get(ref)
+    finally:
+        if handle is not None:
+            ray.kill(handle, no_restart=True)
+        if owns:
+            ray.shutdown()
+
+
 class VersionedVector:
     """A remote learner's `PolicyPublisher`: its newest vector and version, copied under a lock, so the
     thread answering the pump never hands out a half-written vector."""
@@ -279,16 +347,7 @@ class RayHost(LearnerHost):
 
     # ------------------------------------------------------------------------------------------ start
     def _init_ray(self) -> None:
-        ray = self.ray
-        if ray.is_initialized():
-            return
-        if self.config.ray_address is not None:
-            ray.init(address=self.config.ray_address, log_to_driver=False)
-        else:
-            from .plan import usable_cores
-
-            ray.init(num_cpus=max(usable_cores(), len(self.setups)), include_dashboard=False, log_to_driver=False)
-        self._owns_ray = True
+        self._owns_ray = init_ray(self.ray, self.config, len(self.setups))
 
     def _actor_options(self, unit: str) -> dict[str, Any]:
         cfg = self.config

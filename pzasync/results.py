@@ -76,6 +76,8 @@ class RunResult:
     agents: dict[str, AgentResult]
     #: Where the learners ran: "inline" (sequential), "process" (local processes) or "ray" (Ray actors).
     learner_host: str = ""
+    #: The Ray node the actor ran on when it ran as a Ray actor (`RunConfig.ray_actor_resources`), else None.
+    actor_node: str | None = None
     run_dir: str | None = None
     config: dict[str, Any] = field(default_factory=dict)
     #: CPU seconds of the runner's own process while acting, and its peak resident memory (lifetime): the

@@ -65,6 +65,7 @@ class _Runner:
         #: thread.
         self.actor: Actor | None = None
         self.host: LearnerHost | None = None
+        self.monitor: RunMonitor | None = None
 
     @classmethod
     def resume(cls, run_dir: str, **config_overrides: Any) -> _Runner:
@@ -271,7 +272,7 @@ class _Runner:
         run_dir = self._run_dir()
         remove_stale_segments()  # other runs' leftovers, before this run allocates its own
         plan.allocate()
-        monitor = RunMonitor(plan, run_dir, cfg.progress, seconds, start)
+        monitor = self.monitor = RunMonitor(plan, run_dir, cfg.progress, seconds, start)
         actor: Actor | None = None
         host: LearnerHost | None = None
         reason = "agent-step budget reached"
@@ -326,6 +327,13 @@ class AsyncRunner(_Runner):
     each (`RunConfig.backend="shm"`), or a Ray actor each (`backend="ray"`, docs/distributed.md)."""
 
     kind = "async"
+
+    def _run(self, agent_steps: int | None, seconds: float | None) -> RunResult:
+        if self.config.backend == "ray" and self.config.ray_actor_resources is not None:
+            from .ray_backend import run_remotely
+
+            return run_remotely(self, agent_steps, seconds)
+        return super()._run(agent_steps, seconds)
 
     def _host_class(self) -> type[LearnerHost]:
         if self.config.backend == "ray":

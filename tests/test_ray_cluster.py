@@ -20,11 +20,13 @@ pytestmark = [needs_ray, pytest.mark.slow]
 
 @pytest.fixture
 def cluster():
-    """A head node (the actor's) and two worker nodes offering the custom resource 'learner_node'."""
+    """A head node (the driver's) and two worker nodes offering the custom resource 'learner_node'; the second
+    also offers 'actor_node'."""
     with confined_ray():
         c = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False})
         try:
-            workers = [c.add_node(num_cpus=1, resources={"learner_node": 1}) for _ in range(2)]
+            workers = [c.add_node(num_cpus=2, resources={"learner_node": 1, **({"actor_node": 1} if i else {})})
+                       for i in range(2)]
             c.wait_for_nodes()
             ray.init(address=c.address, log_to_driver=False)
             yield c, workers
@@ -80,3 +82,20 @@ def test_removing_a_learners_node_mid_run_restarts_it_elsewhere(cluster):
     assert result.stopped_because == "time budget reached" and result.agent_steps > 4000
 
 
+
+
+@pytest.mark.timeout(240)
+def test_the_actor_itself_can_run_on_another_node_beside_one_of_its_learners(cluster, tmp_path):
+    """ray_actor_resources: the whole run goes to the worker node offering 'actor_node'. Of its two learners
+    (one per worker node), the one on the actor's node uses shared memory, the other the object store, and
+    both still read exactly the actor's transitions."""
+    c, workers = cluster
+    steps, seed = 600, 9
+    config = RunConfig(seed=seed, backend="ray", ray_address=c.address, backpressure=True,
+                       ray_learner_resources={"learner_node": 1}, ray_actor_resources={"actor_node": 1})
+    result = AsyncRunner(C4, ("custom_learners:RecordingLearner", {"record_dir": str(tmp_path)}), config).run(
+        agent_steps=steps)
+    assert result.actor_node == workers[1].node_id, "the actor ran on the node offering 'actor_node'"
+    by_transport = {r.learner_transport: r.learner_node for r in result.agents.values()}
+    assert by_transport == {"shm": workers[1].node_id, "object_store": workers[0].node_id}
+    _check_exactly_once(result, tmp_path, _expected(steps, seed))
