@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 from click.testing import CliRunner
 
 from pzasync.cli import main
@@ -77,3 +78,13 @@ def test_default_train_is_self_play_in_a_league_scored_on_the_yardstick_in_80_co
     episodes = [json.loads(line) for line in (run_dir / "episodes.jsonl").read_text().splitlines()]
     assert {e["match"]["kind"] for e in episodes} <= {"latest", "snapshot"}
     assert (run_dir / "checkpoints" / "players.pt").exists()
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--backend", "ray", "--runner", "sequential"], "--backend ray: only the async runner has learners apart"),
+    (["--ray-address", "auto"], "--ray-address needs --backend ray"),
+], ids=["ray-sequential", "address-without-ray"])
+def test_train_refuses_backend_options_that_cannot_go_together(tmp_path, args, message):
+    result = CliRunner().invoke(main, ["train", "pettingzoo.classic.tictactoe_v3", "--steps", "100",
+                                       "--out", str(tmp_path), *args])
+    assert result.exit_code == 2 and message in result.output and "Traceback" not in result.output

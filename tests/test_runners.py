@@ -165,6 +165,10 @@ def test_bad_learner_specs_fail_before_anything_starts(learners, message):
         ({"publish_mode": "triple"}, r"option publish_mode='triple': must be one of"),
         ({"replay_ratio": -1.0}, r"option replay_ratio=-1.0: must be a positive number"),
         ({"device": "tpu"}, r"option device for agent '\*': 'tpu' is not"),
+        ({"backend": "dask"}, r"option backend='dask': must be one of \('shm', 'ray'\)"),
+        ({"ray_actor_resources": {"a": 1}}, r"option ray_actor_resources=\{'a': 1\}: places the actor on a Ray "
+                                            r"cluster: it needs backend='ray'"),
+        ({"backend": "ray", "ray_transport": "tcp"}, r"option ray_transport='tcp': must be 'auto' or 'object_store'"),
     ],
 )
 def test_out_of_range_options_are_named(options, message):
