@@ -301,25 +301,35 @@ class _Runner:
 
 
 class _StopOnSignal:
-    """Turn SIGTERM into the same graceful stop as Ctrl-C while a run is in progress (main thread only)."""
+    """While the actor acts (main thread only): SIGTERM and a first Ctrl-C ask for a graceful stop at the next
+    decision; a second Ctrl-C raises KeyboardInterrupt wherever the actor is (an env step that never returns).
+    A handler rather than KeyboardInterrupt for the first: an exception raised at an arbitrary point could land
+    inside a read of the learners' message pipe and leave it mid-message."""
 
     def __init__(self, monitor: RunMonitor) -> None:
         self.monitor = monitor
-        self.previous: Any = None
+        self.previous: dict[int, Any] = {}
+        self.interrupted = False
 
     def __enter__(self) -> _StopOnSignal:
         import threading
 
         if threading.current_thread() is threading.main_thread():
-            self.previous = signal.signal(signal.SIGTERM, self._handle)
+            self.previous = {sig: signal.signal(sig, self._handle) for sig in (signal.SIGTERM, signal.SIGINT)}
         return self
 
     def _handle(self, signum: int, frame: Any) -> None:
-        self.monitor.request_stop("SIGTERM")
+        if signum == signal.SIGTERM:
+            self.monitor.request_stop("SIGTERM")
+            return
+        if self.interrupted:
+            raise KeyboardInterrupt
+        self.interrupted = True
+        self.monitor.request_stop("interrupted (SIGINT)")
 
     def __exit__(self, *exc: Any) -> None:
-        if self.previous is not None:
-            signal.signal(signal.SIGTERM, self.previous)
+        for sig, previous in self.previous.items():
+            signal.signal(sig, previous)
 
 
 class AsyncRunner(_Runner):
