@@ -5,8 +5,8 @@ conservation on every episode (it raises otherwise), every learner unit must hav
 fixture fails the case if a process or shared-memory segment is left behind. Heavy cases (image observations,
 big boards), and the second env of a family already covered (texas hold'em next to leduc, simple_spread
 and simple_reference next to their parallel and grouped MPE cases, both forms of rps next to simple_spread's
-parallel form, tictactoe next to connect_four, Pendulum next to CartPole and simple continuous,
-multiwalker), are marked slow: `python -m pytest -m slow tests/test_compat.py`.
+parallel form, tictactoe and leduc next to connect_four, Pendulum next to CartPole and simple continuous,
+padded simple_tag next to grouped simple_tag, forage next to its own tests, multiwalker), are marked slow: `python -m pytest -m slow tests/test_compat.py`.
 """
 
 from __future__ import annotations
@@ -52,7 +52,7 @@ CASES = [
     ("connect_four", "pettingzoo.classic.connect_four_v3", DQN, {}, []),
     ("rps (Discrete obs)", "pettingzoo.classic.rps_v2", DQN, {}, [slow]),
     ("rps parallel", "pettingzoo.classic.rps_v2:parallel_env", DQN, {}, [slow]),  # simple_spread parallel covers
-    ("leduc_holdem", "pettingzoo.classic.leduc_holdem_v4", DQN, {}, [needs("rlcard")]),
+    ("leduc_holdem", "pettingzoo.classic.leduc_holdem_v4", DQN, {}, [slow, needs("rlcard")]),
     ("texas_holdem", "pettingzoo.classic.texas_holdem_v4", DQN, {}, [slow, needs("rlcard")]),
     ("texas_holdem_no_limit", "pettingzoo.classic.texas_holdem_no_limit_v6", DQN, {}, [slow, needs("rlcard")]),
     ("chess", "pettingzoo.classic.chess_v6", DQN, {}, [slow, needs("chess")]),
@@ -64,7 +64,8 @@ CASES = [
      [needs("mpe2")]),
     ("simple_tag, adversaries grouped", ("mpe2.simple_tag_v3", {"max_cycles": 25}), DQN,
      {"agent_groups": {"adversaries": ["adversary_*"]}}, [needs("mpe2")]),
-    ("simple_tag padded, one policy", simple_tag_padded, DQN, {"agent_groups": {"all": ["*"]}}, [needs("mpe2")]),
+    ("simple_tag padded, one policy", simple_tag_padded, DQN, {"agent_groups": {"all": ["*"]}},
+     [slow, needs("mpe2")]),
     ("simple_reference", ("mpe2.simple_reference_v3", {"max_cycles": 25}), DQN, {}, [slow, needs("mpe2")]),
     ("simple continuous", ("mpe2.simple_v3", {"max_cycles": 25, "continuous_actions": True}), PPO, {},
      [needs("mpe2")]),
@@ -96,7 +97,7 @@ CASES = [
     ("CartPole-v1", "CartPole-v1", DQN, {}, []),
     ("Pendulum-v1 (continuous)", "Pendulum-v1", PPO, {}, [slow]),  # CartPole, simple continuous cover it
     # The project's own env.
-    ("forage", "pzasync.envs.forage", DQN, {}, []),
+    ("forage", "pzasync.envs.forage", DQN, {}, [slow]),  # tests/test_forage_env.py covers it
 ]
 
 

@@ -33,6 +33,7 @@ def test_wrap_env():
     assert len(lines) == 4 and {line.split("group=")[1].split()[0] for line in lines} == {"archers", "knights"}
 
 
+@pytest.mark.slow
 def test_connect_four_selfplay_then_a_game_in_the_terminal(tmp_path):
     moves = "9\nx\n" + "0\n1\n2\n3\n4\n5\n6\n" * 8  # two invalid entries first: asked again
     out = run_example("connect_four_selfplay.py", "--steps", "600", "--play", "--out", str(tmp_path), stdin=moves)

@@ -116,7 +116,8 @@ def test_matches_are_drawn_by_weight_and_opponents_installed_only_in_other_seats
 
 # ---------------------------------------------------------------------------------------------- in a run
 @pytest.mark.timeout(120)
-@pytest.mark.parametrize("runner", [SequentialRunner, AsyncRunner], ids=lambda r: r.__name__)
+@pytest.mark.parametrize("runner", [pytest.param(SequentialRunner, marks=pytest.mark.slow), AsyncRunner],
+                         ids=lambda r: getattr(r, "__name__", r))
 def test_only_the_trainee_seat_is_recorded_and_every_episode_says_whom_it_played(runner, tmp_path):
     """tictactoe: player_1 moves first, so in an episode of k decisions it made ceil(k/2) and player_2 the rest;
     the group's buffer must hold exactly the trainees' decisions of scripted episodes plus every decision of
@@ -159,7 +160,7 @@ def test_only_the_trainee_seat_is_recorded_and_every_episode_says_whom_it_played
 @pytest.mark.timeout(120)
 def test_the_evaluator_scores_published_policies_while_training(tmp_path):
     config = RunConfig(seed=1, out_dir=str(tmp_path), eval_vs="random", eval_every_s=0.5, eval_episodes=20)
-    result = AsyncRunner(TTT, {"player_1": SMALL_DQN, "player_2": "random"}, config).run(seconds=10)
+    result = AsyncRunner(TTT, {"player_1": SMALL_DQN, "player_2": "random"}, config).run(seconds=6)
     rows = result.evaluations
     assert len(rows) >= 1 and {r["agent"] for r in rows} == {"player_1"}
     assert all(r["opponent"] == "random" and r["episodes"] == 20 for r in rows)

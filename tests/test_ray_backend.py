@@ -83,6 +83,7 @@ def test_dqn_and_ppo_train_through_the_object_store(local_ray):
 
 
 @needs_ray
+@pytest.mark.slow  # the shared-memory variant runs by default (test_runners); this one with -m slow
 @pytest.mark.timeout(180)
 def test_a_ray_learner_that_raises_is_restarted_then_ends_the_run_with_its_own_error_type(local_ray, capfd):
     learners = {"player_0": ("custom_learners:RecordingLearner", {"raise_after": 0}), "player_1": "random"}
