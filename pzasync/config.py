@@ -12,6 +12,8 @@ from .slots import MODES
 
 #: RunConfig.backend values.
 BACKENDS: tuple[str, ...] = ("shm", "ray")
+#: RunConfig.ray_transport values.
+RAY_TRANSPORTS: tuple[str, ...] = ("auto", "object_store")
 
 
 @dataclass
@@ -165,7 +167,7 @@ class RunConfig:
         if self.ray_learner_gpus is not None and (not isinstance(self.ray_learner_gpus, (int, float))
                                                   or self.ray_learner_gpus < 0):
             bad("ray_learner_gpus", "must be a number of GPUs >= 0, or None")
-        if self.ray_transport not in ("auto", "object_store"):
+        if self.ray_transport not in RAY_TRANSPORTS:
             bad("ray_transport", "must be 'auto' or 'object_store'")
         if not isinstance(self.ray_learner_resources, dict) or not all(
                 isinstance(k, str) and isinstance(v, (int, float)) and v >= 0

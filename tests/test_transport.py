@@ -10,7 +10,7 @@ import pytest
 from pzasync import PolicyPublisher, PolicySlot, PolicySource, RunControl, SharedRingBuffer, TransitionSource
 from pzasync import TransitionWriter, agent_layout
 from pzasync.errors import ConfigError, LearnerCrashedError, RemoteTraceback, learner_error
-from pzasync.ray_backend import VersionedVector
+from pzasync.ray_workers import VersionedVector
 from pzasync.shm import new_run_id
 from pzasync.stats import RunStats
 from pzasync.transitions import Transition
