@@ -77,9 +77,9 @@ class RemoteTraceback(Exception):
         return f'\n"""\n{self.traceback_text}"""'
 
 
-def error_type_path(exc: BaseException) -> str:
-    """`module:qualname` of an exception's type: what crosses a process boundary instead of the type."""
-    return f"{type(exc).__module__}:{type(exc).__qualname__}"
+def error_type_path(cls: type[BaseException]) -> str:
+    """`module:qualname` of an exception type: what crosses a process boundary instead of the type."""
+    return f"{cls.__module__}:{cls.__qualname__}"
 
 
 def learner_error(unit: str, type_path: str, message: str, traceback_text: str, note: str) -> LearnerCrashedError:

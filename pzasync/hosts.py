@@ -48,7 +48,6 @@ class LearnerHost:
         #: The error that ends the run (a learner past its restart budget), raised by the runner at the end.
         self.fatal: LearnerCrashedError | None = None
         self.restart_at: dict[str, float] = {}
-        self.last_failure: dict[str, LearnerFailed] = {}
         #: Units whose current incarnation has failed and been handled (restart scheduled, or the run ends).
         self.failing: set[str] = set()
 
@@ -69,6 +68,33 @@ class LearnerHost:
 
     def wait_for_first_policies(self) -> None:
         """Start-up barrier: return once every learner has published version 1, or raise LearnerStartupError."""
+        deadline = time.monotonic() + self.config.process_timeout_s
+        pending = set(self.setups)
+        while True:
+            for unit in list(pending):
+                if self.stats.get(unit, S.VERSION) >= 1:
+                    pending.discard(unit)
+                else:
+                    self._check_started(unit)
+            if not pending:
+                return
+            if time.monotonic() > deadline:
+                raise LearnerStartupError(f"learners of {sorted(pending)} did not publish a first policy within "
+                                          f"{self.config.process_timeout_s}s")
+            message = self._next_message(timeout=0.01)
+            if isinstance(message, LearnerFailed):
+                raise LearnerStartupError(f"learner of agent {message.unit!r} failed to start: {message.summary}\n"
+                                          f"{message.traceback}")
+            if message is not None:
+                self.handle(message)
+
+    def _next_message(self, timeout: float) -> LearnerReport | LearnerFailed | None:
+        """The next learner message, waiting up to `timeout` seconds (start-up only); None if there is none."""
+        time.sleep(timeout)
+        return None
+
+    def _check_started(self, unit: str) -> None:
+        """During start-up: raise LearnerStartupError if `unit`'s learner is already gone."""
 
     def poll(self) -> None:
         """From the monitor's polls (the actor's thread, every `RunMonitor.POLL_EVERY_S`): handle messages,
@@ -104,7 +130,6 @@ class LearnerHost:
         unit = failure.unit
         self.failing.add(unit)
         self.stats.set(unit, S.STATUS, S.CRASHED)
-        self.last_failure[unit] = failure
         self.monitor.learner_error(unit, failure.summary, failure.traceback)
         restarts = self.stats.get(unit, S.RESTARTS)
         budget = self.config.max_learner_restarts
@@ -186,9 +211,12 @@ class InlineHost(LearnerHost):
         self.drivers[unit] = start_driver(setup)
         self.stats.set(unit, S.STATUS, S.RUNNING)
 
-    def poll(self) -> None:
+    def _report_all(self) -> None:
         for unit, driver in self.drivers.items():
             self.monitor.record_report(unit, driver.report(), log=False)
+
+    def poll(self) -> None:
+        self._report_all()
         if time.monotonic() >= self._next_checkpoint:
             self._next_checkpoint = time.monotonic() + self.config.checkpoint_every_s
             self._save_checkpoints()
@@ -199,8 +227,7 @@ class InlineHost(LearnerHost):
                 driver.save_checkpoint(driver.setup.checkpoint_path)
 
     def stop(self) -> None:
-        for unit, driver in self.drivers.items():
-            self.monitor.record_report(unit, driver.report(), log=False)
+        self._report_all()
         self._save_checkpoints()
 
 
@@ -236,29 +263,18 @@ class ProcessHost(LearnerHost):
                 return
             self.handle(message)
 
-    def wait_for_first_policies(self) -> None:
-        deadline = time.monotonic() + self.config.process_timeout_s
-        pending = set(self.processes)
-        while pending:
-            try:
-                message = self.messages.get(timeout=0.01)
-            except queue.Empty:
-                message = None
-            if isinstance(message, LearnerFailed):
-                raise LearnerStartupError(f"learner of agent {message.unit!r} failed to start:\n{message.traceback}")
-            if message is not None:
-                self.handle(message)
-            for unit in list(pending):
-                process = self.processes[unit]
-                if self.stats.get(unit, S.VERSION) >= 1:
-                    pending.discard(unit)
-                elif not process.is_alive():
-                    self.drain()  # its last words, if it had time to say them
-                    raise LearnerStartupError(f"learner of agent {unit!r} failed to start:\n"
-                                              f"{self.monitor.tracebacks.get(unit) or f'exit code {process.exitcode}'}")
-            if time.monotonic() > deadline:
-                raise LearnerStartupError(f"learners of {sorted(pending)} did not publish a first policy within "
-                                          f"{self.config.process_timeout_s}s")
+    def _next_message(self, timeout: float) -> LearnerReport | LearnerFailed | None:
+        try:
+            return self.messages.get(timeout=timeout)
+        except queue.Empty:
+            return None
+
+    def _check_started(self, unit: str) -> None:
+        process = self.processes[unit]
+        if not process.is_alive():
+            self.drain()  # its last words, if it had time to say them
+            raise LearnerStartupError(f"learner of agent {unit!r} failed to start:\n"
+                                      f"{self.monitor.tracebacks.get(unit) or f'exit code {process.exitcode}'}")
 
     def poll(self) -> None:
         self.drain()

@@ -45,12 +45,12 @@ class LearnerFailed:
 
     @classmethod
     def from_exception(cls, unit: str, exc: BaseException) -> LearnerFailed:
-        return cls(unit, error_type_path(exc), str(exc), traceback.format_exc())
+        return cls(unit, error_type_path(type(exc)), str(exc), traceback.format_exc())
 
     @classmethod
     def runtime(cls, unit: str, message: str) -> LearnerFailed:
         """A failure the runtime saw (the process died, it hung), not an exception of the learner."""
-        return cls(unit, error_type_path(LearnerCrashedError()), message)
+        return cls(unit, error_type_path(LearnerCrashedError), message)
 
     @property
     def summary(self) -> str:

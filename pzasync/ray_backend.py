@@ -148,7 +148,6 @@ class RayHost(LearnerHost):
         self._pump_stop = threading.Event()
         #: The calls found finished by this pump iteration's single ray.wait (None outside an iteration).
         self._ready_now: set | None = None
-        self._vectors = {unit: np.zeros(setup.slot.size, np.float32) for unit, setup in setups.items()}
         #: Transitions lost with learners that died (sent but not received, or received but overwritten).
         self._lost: dict[str, int] = dict.fromkeys(setups, 0)
 
@@ -180,8 +179,9 @@ class RayHost(LearnerHost):
                        "obs_paths": local_buffer.obs_paths, "slot_size": local_slot.size,
                        "updates": self.stats.get(unit, S.UPDATES)}
             if setup.init_from_slot:
-                version = local_slot.read(self._vectors[unit])
-                initial = (version, self._vectors[unit].copy()) if version else None
+                vector = np.zeros(local_slot.size, np.float32)
+                version = local_slot.read(vector)
+                initial = (version, vector) if version else None
             setup = dataclasses.replace(setup, buffer=None, slot=None, stats=None)
         import sys
 
@@ -199,30 +199,11 @@ class RayHost(LearnerHost):
         self._pump = threading.Thread(target=self._pump_loop, name="pzasync-ray-pump", daemon=True)
         self._pump.start()
 
-    def wait_for_first_policies(self) -> None:
-        from .errors import LearnerStartupError
-
-        deadline = time.monotonic() + self.config.process_timeout_s
-        pending = set(self.learners)
-        while pending:
-            try:
-                unit, message = self.inbox.get(timeout=0.01)
-            except queue.Empty:
-                message = None
-            if isinstance(message, LearnerFailed):
-                raise LearnerStartupError(f"learner of agent {unit!r} failed to start: {message.summary}\n"
-                                          f"{message.traceback}")
-            if message is not None:
-                self.handle(message)
-            pending = {u for u in pending if self.stats.get(u, S.VERSION) < 1}
-            if time.monotonic() > deadline:
-                raise LearnerStartupError(f"learners of {sorted(pending)} did not publish a first policy within "
-                                          f"{self.config.process_timeout_s}s")
-
-    @property
-    def transports(self) -> dict[str, str]:
-        """Learner unit -> "shm" (on the actor's node) or "object_store" (elsewhere)."""
-        return {unit: state.mode for unit, state in self.learners.items()}
+    def _next_message(self, timeout: float) -> LearnerReport | LearnerFailed | None:
+        try:
+            return self.inbox.get(timeout=timeout)[1]
+        except queue.Empty:
+            return None
 
     # ------------------------------------------------------------------------------------------ pump
     def _pump_loop(self) -> None:
@@ -298,11 +279,15 @@ class RayHost(LearnerHost):
         self._mirror_status(unit, state)
         return busy
 
-    def _died(self, unit: str, state: _Remote, exc: BaseException) -> None:
-        """The learner's actor is gone (its node removed, its process killed, a call to it failed)."""
+    def _retire(self, unit: str, state: _Remote) -> None:
+        """This incarnation of the learner is over: count what it lost, remove its segments, kill its actor."""
         state.finished = True
         self._count_lost(unit, state)
         self._kill(state)
+
+    def _died(self, unit: str, state: _Remote, exc: BaseException) -> None:
+        """The learner's actor is gone (its node removed, its process killed, a call to it failed)."""
+        self._retire(unit, state)
         why = str(exc).strip().split(". ")[0].splitlines()[0] if str(exc).strip() else ""
         self.inbox.put((unit, LearnerFailed.runtime(
             unit, f"the learner actor died ({type(exc).__name__}{': ' + why if why else ''})")))
@@ -391,10 +376,10 @@ class RayHost(LearnerHost):
             self.stats.get(unit, S.VERSION), 0.0)
         self._pull_policy(unit, state, wait=5.0)
 
-    def _mirror_status(self, unit: str, state: _Remote, force: bool = False) -> None:
+    def _mirror_status(self, unit: str, state: _Remote) -> None:
         now = time.monotonic()
         if state.status_ref is None:
-            if now >= state.next_status or force:
+            if now >= state.next_status:
                 state.status_ref = state.actor.status.options(concurrency_group="io").remote()
                 state.next_status = now + STATUS_EVERY_S
             return
@@ -456,9 +441,7 @@ class RayHost(LearnerHost):
                 if silent > self.config.heartbeat_timeout_s:
                     self.failed(LearnerFailed.runtime(unit, f"no heartbeat for {silent:.0f}s (hung); killed"))
                     with self._lock:
-                        state.finished = True
-                        self._count_lost(unit, state)
-                        self._kill(state)
+                        self._retire(unit, state)
         self.restart_due()
 
     def _kill(self, state: _Remote) -> None:
@@ -471,10 +454,10 @@ class RayHost(LearnerHost):
         """Relaunch from the pump thread, so the actor's thread never waits for Ray to place a new actor."""
         with self._lock:
             state = self.learners[unit]
-            if not state.finished:
-                state.finished = True
-                self._count_lost(unit, state)
-            self._kill(state)
+            if state.finished:  # its losses are counted already
+                self._kill(state)
+            else:
+                self._retire(unit, state)
         setup = restarted(self.setups[unit])
         self.stats.set(unit, S.STATUS, S.STARTING)
         self.stats.beat(unit)

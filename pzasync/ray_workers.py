@@ -23,6 +23,14 @@ from .learner_loop import LearnerReport, LearnerSetup, learner_process_main
 from .shm import _alive
 
 
+def adopt_sys_path(paths: list[str]) -> None:
+    """Add the driver's import path entries that exist on this node, so user modules named `module:Class`
+    import here as they do in local processes (on other machines, ship them with Ray's runtime_env)."""
+    import sys
+
+    sys.path.extend(p for p in paths if p not in sys.path and os.path.isdir(p or "."))
+
+
 class VersionedVector:
     """A remote learner's `PolicyPublisher`: its newest vector and version, copied under a lock, so the
     thread answering the pump never hands out a half-written vector."""
@@ -77,21 +85,18 @@ class LearnerActor:
         self._next_chunk = 0
         self._early: dict[int, dict[str, np.ndarray]] = {}
         self._lock = threading.Lock()
+        #: Remote mode: the learner's counters just before its loop closed them (what `run` returns).
+        self._final: dict[str, Any] | None = None
 
     def node(self) -> str:
         return self.node_id
-
-    _final: dict[str, Any] | None = None
 
     def prepare(self, setup: LearnerSetup, remote: dict[str, Any] | None, initial: tuple[int, np.ndarray] | None,
                 sys_path: list[str]) -> tuple[str, int] | None:
         """Shared-memory mode (`remote` None): use the setup's buffer, slot and counters as they are. Remote
         mode: make local ones from `remote`'s layout; `initial` is (version, vector) to restart from.
-        `sys_path`: the driver's import path; the entries that exist on this node are added, so user learner
-        modules import as they do in local learner processes (elsewhere, ship them with Ray's runtime_env)."""
-        import sys
-
-        sys.path.extend(p for p in sys_path if p not in sys.path and os.path.isdir(p or "."))
+        `sys_path`: the driver's import path (`adopt_sys_path`)."""
+        adopt_sys_path(sys_path)
         if remote is None:
             self.setup = setup
             return None
@@ -121,7 +126,6 @@ class LearnerActor:
             learner_process_main(setup, self.messages, checkpoint_every_s,
                                  is_orphaned=lambda: not _alive(driver_pid))
             return None
-        final = None
         try:
             # The loop closes the buffer and counters when it ends; take the final figures just before.
             learner_process_main(setup, _FinalStatus(self, setup), checkpoint_every_s, is_orphaned=lambda: False)
@@ -193,13 +197,11 @@ class RemoteRun:
     (`RunConfig.ray_actor_resources`); the caller's process only waits for the `RunResult`."""
 
     def __init__(self, env: Any, learners: Any, config: Any, sys_path: list[str]) -> None:
-        import sys
-
         import ray
 
         from .runners import AsyncRunner
 
-        sys.path.extend(p for p in sys_path if p not in sys.path and os.path.isdir(p or "."))
+        adopt_sys_path(sys_path)
         self.node_id = ray.get_runtime_context().get_node_id()
         self.runner = AsyncRunner(env, learners, config)
 

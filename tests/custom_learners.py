@@ -72,6 +72,13 @@ class RecordingLearner(Learner):
         return {"rows": float(len(batch["reward"]))}
 
 
+class BrokenLearner(RecordingLearner):
+    """Fails while it is being built, before it can publish a first policy."""
+
+    def __init__(self, ctx):
+        raise RuntimeError("deliberate failure while building the learner")
+
+
 class KeysLearner(Learner):
     """Off-policy: writes the sorted keys and shapes of each batch it receives to `record_dir`."""
 

@@ -14,7 +14,7 @@ from ray_helpers import RayAsyncRunner, needs_ray
 
 import pzasync
 from pzasync import AsyncRunner, RunConfig, SequentialRunner
-from pzasync.errors import ConfigError, LearnerCrashedError
+from pzasync.errors import ConfigError, LearnerCrashedError, LearnerStartupError
 
 C4 = "pettingzoo.classic.connect_four_v3"
 RUNNERS = [AsyncRunner, SequentialRunner]
@@ -113,6 +113,19 @@ def test_a_learner_that_keeps_crashing_stops_the_run_with_a_clear_error(runner, 
         "with the learner's own traceback as its cause"
     assert info.value.result.agents["player_0"].restarts == 2
     assert capfd.readouterr().err.count("Traceback") == 1, "one full traceback, then one line per crash"
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("runner", [AsyncRunner, SequentialRunner, ON_RAY], ids=lambda r: getattr(r, "__name__", r))
+def test_a_learner_that_cannot_be_built_stops_the_run_before_acting(runner):
+    learners = {"player_0": "custom_learners:BrokenLearner", "player_1": "random"}
+    run = runner(C4, learners, RunConfig(seed=0))
+    with pytest.raises(Exception, match="deliberate failure while building the learner") as info:
+        run.run(agent_steps=1000)
+    assert run.actor is None, "no actor was built"
+    if runner is not SequentialRunner:  # inline learners are built in this process: their own error surfaces
+        assert isinstance(info.value, LearnerStartupError)
+        assert "learner of agent 'player_0' failed to start: RuntimeError: deliberate" in str(info.value)
 
 
 @pytest.mark.timeout(120)
