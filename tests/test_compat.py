@@ -3,10 +3,11 @@
 Each case trains for a short budget with learners that suit the env's action space; the run checks reward
 conservation on every episode (it raises otherwise), every learner unit must have updated, and the autouse
 fixture fails the case if a process or shared-memory segment is left behind. Heavy cases (image observations,
-big boards), and the second env of a family already covered (texas hold'em next to leduc, simple_spread
-and simple_reference next to their parallel and grouped MPE cases, both forms of rps next to simple_spread's
-parallel form, tictactoe and leduc next to connect_four, Pendulum next to CartPole and simple continuous,
-padded simple_tag next to grouped simple_tag, forage next to its own tests, multiwalker), are marked slow: `python -m pytest -m slow tests/test_compat.py`.
+big boards), and cases whose path another default test already takes (texas hold'em beside leduc;
+simple_spread and simple_reference beside their parallel and grouped MPE cases; both forms of rps beside
+simple_spread's parallel form; tictactoe, leduc and connect_four beside the runner tests' connect_four runs;
+Pendulum beside CartPole and simple continuous; padded simple_tag beside grouped simple_tag; forage beside its
+own tests; multiwalker), are marked slow: `python -m pytest -m slow tests/test_compat.py`.
 """
 
 from __future__ import annotations
@@ -49,7 +50,7 @@ def simple_tag_padded():
 CASES = [
     # Classic: turn-based, action masks, illegal moves impossible by construction.
     ("tictactoe", "pettingzoo.classic.tictactoe_v3", DQN, {}, [slow]),  # turn-based: connect_four covers it
-    ("connect_four", "pettingzoo.classic.connect_four_v3", DQN, {}, []),
+    ("connect_four", "pettingzoo.classic.connect_four_v3", DQN, {}, [slow]),  # test_runners trains on it throughout
     ("rps (Discrete obs)", "pettingzoo.classic.rps_v2", DQN, {}, [slow]),
     ("rps parallel", "pettingzoo.classic.rps_v2:parallel_env", DQN, {}, [slow]),  # simple_spread parallel covers
     ("leduc_holdem", "pettingzoo.classic.leduc_holdem_v4", DQN, {}, [slow, needs("rlcard")]),

@@ -183,7 +183,9 @@ def test_unpicklable_factory_is_refused_with_the_reason():
 
 
 # -------------------------------------------------------------------------------------------- non-finite values
-@pytest.mark.parametrize("runner", RUNNERS, ids=lambda r: r.__name__)
+# The check is the actor's, the same in both runners: the async variant (learner processes too) runs with -m slow.
+@pytest.mark.parametrize("runner", [pytest.param(RUNNERS[0], marks=pytest.mark.slow), *RUNNERS[1:]],
+                         ids=lambda r: getattr(r, "__name__", r))
 def test_non_finite_observations_are_counted_or_raise(runner):
     result = runner(lambda: NaNEnv(), ("custom_learners:RecordingLearner", {}), RunConfig(seed=0)).run(
         agent_steps=600)

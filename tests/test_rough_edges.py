@@ -266,6 +266,7 @@ def test_the_leak_check_sees_a_queues_semaphores():
     assert own_semaphores() == before
 
 
+@pytest.mark.slow  # conftest's autouse check does the same (without a collection) after every async test
 def test_no_semaphore_outlives_an_async_run():
     before = own_semaphores()
     gc.disable()  # what is released must go when run() returns, not at the next garbage collection
