@@ -1,9 +1,11 @@
-"""The actor: steps the env with each agent's latest published policy and writes transitions to its buffer.
+"""The actor: steps its env copies with each agent's latest published policy and writes transitions to buffers.
 
-It owns the env and iterates `agent_iter()` sequentially through `collect.run_episodes` (the same loop as
-`rollout`). Before each decision it compares the agent's slot version with the version it holds and, only
-when it changed, copies the new vector into its local policy. It never waits for a learner, except in the
-two opt-in modes that say so in their metrics: a replay ratio (bounded lead) and on-policy backpressure.
+It owns `RunConfig.envs_per_actor` env copies, each driven by an `EpisodeStepper` (stepper.py, the AEC loop
+`rollout` uses too). Each round it collects every copy's pending decision, groups them by acting agent, and
+answers each group with one batched forward of that agent's policy; then it steps each copy. Before a
+group's forward it compares the agent's slot version with the version it holds and, only when it changed,
+copies the new vector into its local policy. It never waits for a learner, except in the two opt-in modes
+that say so in their metrics: a replay ratio (bounded lead) and on-policy backpressure.
 """
 
 from __future__ import annotations
@@ -17,12 +19,13 @@ import numpy as np
 from gymnasium import spaces
 
 from . import stats as S
-from .collect import run_episodes
 from .errors import EnvCrashedError, NonFiniteError, PzasyncError
 from .learner_loop import target_updates
 from .spaces import AgentLayout
 from .transport import PolicySource, RunControl, TransitionWriter
-from .transitions import EpisodeSummary, LayoutBook, Transition
+from .env_workers import EnvWorkers, LocalCopies, WorkerCopies
+from .stepper import PendingDecision
+from .transitions import EpisodeSummary, Transition
 
 
 @dataclass
@@ -40,27 +43,24 @@ class ActingAgent:
     version: int = 0
     steps: int = 0
     vector: np.ndarray | None = None
-    obs_keys: list[str] = field(default_factory=list)
     may_wait: bool = False
     nonfinite: int = 0
-    float_paths: list[tuple] = field(default_factory=list)
+    #: Indices of the observation leaves checked for NaN and inf (the floating ones).
+    float_leaves: list[int] = field(default_factory=list)
     steps_offset: int = 0
     #: Whose learner counters apply (its own name, or its agent group's) and, in a group, its member index.
     unit: str = ""
     member: int | None = None
     #: Transitions this agent wrote (a group's buffer counts all members together).
     written: int = 0
-    #: For this episode only, a policy that acts in this seat instead of the unit's newest one (a league
-    #: opponent: a frozen snapshot or a scripted player). Its decisions are not recorded.
-    override: Any = None
+    #: Trajectories interleaved in its unit's buffer (env copies x group members; RunPlan.tracks).
+    tracks: int = 1
 
     def __post_init__(self) -> None:
         self.unit = self.unit or self.agent
         if self.slot is not None:
             self.vector = np.zeros(self.slot.size, np.float32)
-        self.obs_keys = (["obs"] if not self.layout.nested_obs
-                         else [f"obs/{leaf.name}" for leaf in self.layout.obs_leaves])
-        self.float_paths = [leaf.path for leaf in self.layout.obs_leaves if leaf.dtype.kind == "f"]
+        self.float_leaves = [i for i, leaf in enumerate(self.layout.obs_leaves) if leaf.dtype.kind == "f"]
 
 
 def env_action_converter(layouts: dict[str, AgentLayout]) -> Callable[[str, Any], Any]:
@@ -79,11 +79,11 @@ def env_action_converter(layouts: dict[str, AgentLayout]) -> Callable[[str, Any]
 
 
 class Actor:
-    """Runs episodes for the whole env, one decision at a time, feeding per-agent buffers."""
+    """Runs episodes on its env copies, answering each round's decisions with batched forwards per agent."""
 
     def __init__(
         self,
-        env: Any,
+        envs: Any,
         agents: dict[str, ActingAgent],
         stats: RunControl,
         *,
@@ -98,8 +98,13 @@ class Actor:
     ) -> None:
         from .learners import vector_to_policy
 
-        self.env = env
-        self.env_name = env_name or str(env)
+        #: The env copies (a list of envs stepped here) or, with env workers, what the workers are made from.
+        self.envs: list[Any] | EnvWorkers = (envs if isinstance(envs, EnvWorkers) else
+                                             list(envs) if isinstance(envs, (list, tuple)) else [envs])
+        self.n_copies = self.envs.copies if isinstance(self.envs, EnvWorkers) else len(self.envs)
+        #: The first copy where it is stepped in this process (None with env workers).
+        self.env = None if isinstance(self.envs, EnvWorkers) else self.envs[0]
+        self.env_name = env_name or str(self.env)
         self.raise_on_nonfinite = raise_on_nonfinite
         self.agents = agents
         self.stats = stats
@@ -116,10 +121,13 @@ class Actor:
             a.steps_offset = a.steps  # steps taken before this run (a resumed run) are not this run's
         self.total_steps = 0
         self.episodes = 0
-        #: The run's `League` (RunConfig.league), which swaps opponents into seats at episode starts.
+        #: The run's `League` (RunConfig.league), which draws each episode's opponents at its start.
         self.league: Any = None
+        #: Per env copy: this episode's league match, and the seats it gives another policy (not recorded).
+        self.matches: list[Any] = [None] * self.n_copies
+        self.overrides: list[dict[str, Any]] = [{} for _ in range(self.n_copies)]
 
-    # ------------------------------------------------------------------------------------------ per turn
+    # ------------------------------------------------------------------------------------------ per round
     def refresh(self, a: ActingAgent) -> None:
         """Copy the agent's newest published policy into its local module, if the version changed."""
         if a.slot is not None and a.slot.version != a.version:
@@ -138,7 +146,7 @@ class Actor:
             return
         def ahead() -> bool:
             if a.on_policy:
-                return self.backpressure and a.buffer.unread >= a.buffer.capacity - 1
+                return self.backpressure and a.buffer.unread >= a.buffer.capacity - self.n_copies
             if self.replay_ratio is None:
                 return False
             due = target_updates(self.replay_ratio, a.buffer.written, a.learning_starts)
@@ -151,50 +159,76 @@ class Actor:
         stats.add(agent, S.ACTOR_WAIT_NS, time.monotonic_ns() - start)
 
     def act(self, agent: str, obs: Any, mask: np.ndarray | None) -> tuple[Any, dict]:
-        a = self.agents[agent]
-        if a.override is not None:
-            return self._act_as_opponent(a, obs, mask)
+        """One decision of `agent` in copy 0 (a batch of one)."""
+        return self.decide([PendingDecision(0, agent, obs, mask)])[0]
+
+    def decide(self, pending: list[PendingDecision]) -> list[tuple[Any, dict]]:
+        """Actions (and extras to store) for a round of pending decisions: one batched forward per acting
+        policy, i.e. per agent, and per league opponent standing in for it."""
+        groups: dict[tuple[str, int], list[int]] = {}
+        for i, d in enumerate(pending):
+            override = self.overrides[d.copy].get(d.agent)
+            groups.setdefault((d.agent, 0 if override is None else id(override)), []).append(i)
+        out: list[Any] = [None] * len(pending)
+        for (agent, opponent), rows in groups.items():
+            a = self.agents[agent]
+            decisions = [pending[i] for i in rows]
+            if opponent:
+                self._act_as_opponent(a, self.overrides[decisions[0].copy][agent], decisions, rows, out)
+            else:
+                self._act_as_self(a, decisions, rows, out)
+        return out
+
+    def _act_as_self(self, a: ActingAgent, decisions: list[PendingDecision], rows: list[int], out: list) -> None:
         if self.before_decision is not None:
-            self.before_decision(agent)
+            self.before_decision(a.agent)
         if a.may_wait:
             self._wait_if_ahead(a)
         if a.slot is not None and a.slot.version != a.version:
             self.refresh(a)
-        actions, extras = a.policy.act(_batch_of_one(a, obs), None if mask is None else mask[None], True)
-        a.steps += 1
+        actions, extras = a.policy.act(a.layout.batch([d.obs for d in decisions]), _masks(decisions), True)
+        n = len(decisions)
+        a.steps += n
         a.policy.on_actor_steps(a.steps)
-        self.total_steps += 1
+        self.total_steps += n
         self.stats.record_steps(a.agent, a.steps - a.steps_offset, self.total_steps)
-        out = {k: v[0] for k, v in extras.items()} if extras else {}
-        out["policy_version"] = a.version
-        if a.member is not None:
-            out["member"] = a.member
-        return actions[0], out
+        members = a.tracks // self.n_copies
+        for j, (i, d) in enumerate(zip(rows, decisions)):
+            stored = {k: v[j] for k, v in extras.items()} if extras else {}
+            stored["policy_version"] = a.version
+            if a.member is not None:
+                stored["member"] = a.member
+            if self.n_copies > 1:
+                stored["track"] = d.copy * members + (a.member or 0)
+            out[i] = (actions[j], stored)
 
-    def _act_as_opponent(self, a: ActingAgent, obs: Any, mask: np.ndarray | None) -> tuple[Any, dict]:
-        """A league opponent's decision: counted in the run's steps, not in the seat's own schedule."""
-        actions, _ = a.override.act(_batch_of_one(a, obs), None if mask is None else mask[None], True)
-        self.total_steps += 1
+    def _act_as_opponent(self, a: ActingAgent, policy: Any, decisions: list[PendingDecision], rows: list[int],
+                         out: list) -> None:
+        """A league opponent's decisions: counted in the run's steps, not in the seat's own schedule."""
+        actions, _ = policy.act(a.layout.batch([d.obs for d in decisions]), _masks(decisions), True)
+        self.total_steps += len(decisions)
         self.stats.record_steps(None, 0, self.total_steps)
-        return actions[0], {}
+        for j, i in enumerate(rows):
+            out[i] = (actions[j], {})
 
     def _finite(self, a: ActingAgent, t: Transition) -> bool:
         if not math.isfinite(t.reward):
             return False
         for obs in (t.obs, t.next_obs):
-            for path in a.float_paths:
-                if not np.isfinite(_leaf(obs, path)).all():
+            if a.float_leaves:
+                leaves = a.layout.leaves_of(obs)
+                if not all(np.isfinite(leaves[i]).all() for i in a.float_leaves):
                     return False
         return True
 
-    def emit(self, t: Transition) -> None:
+    def emit(self, t: Transition, copy: int = 0) -> None:
         a = self.agents[t.agent]
         if not self._finite(a, t):
             a.nonfinite += 1
             if self.raise_on_nonfinite:
                 raise NonFiniteError(f"agent {t.agent!r}: NaN or inf in a transition (reward {t.reward!r}) after "
                                      f"{self.total_steps} agent steps; RunConfig(nonfinite='count') counts instead")
-        if a.buffer is not None and a.override is None:
+        if a.buffer is not None and t.agent not in self.overrides[copy]:
             a.buffer.write(t)
             a.written += 1
 
@@ -207,43 +241,75 @@ class Actor:
         keep_going: Callable[[], bool],
         on_episode: Callable[[EpisodeSummary], None],
     ) -> int:
-        """Play until `agent_steps` decisions or until `keep_going()` is False; returns decisions taken."""
-        league = self.league
+        """Play until `agent_steps` decisions or until `keep_going()` is False; returns decisions taken.
 
-        def episode_done(summary: EpisodeSummary) -> None:
-            self.episodes += 1
-            self.stats.run[S.EPISODES] = self.episodes
-            if league is not None:
-                summary.match = league.end_episode(summary)
-            on_episode(summary)
+        Copy k's first reset gets `seed + k`. A budget or a stop takes effect at each copy's next live
+        decision: every copy still in an episode is cut there (docs/transitions.md, rule 5)."""
+        start_steps = self.total_steps
 
+        def out_of_budget() -> bool:
+            return (agent_steps is not None and self.total_steps - start_steps >= agent_steps) or not keep_going()
+
+        copies = self._copies(seed, lambda summary: self._episode_done(summary, on_episode))
         try:
-            return run_episodes(
-                self.env, self.act, self.emit, agent_steps=agent_steps, seed=seed,
-                layouts=LayoutBook(self.env, self.layouts, fixed=True), check_rewards=self.check_rewards,
-                max_episode_steps=self.max_episode_steps, on_episode=episode_done, keep_going=keep_going,
-                to_env=env_action_converter(self.layouts),
-                on_episode_start=(lambda: league.start_episode(self.total_steps)) if league is not None else None,
-            )
+            pending = copies.start(not out_of_budget())
+            while pending and not out_of_budget():
+                cut: list[int] = []
+                if agent_steps is not None:  # a round never takes more decisions than the budget has left
+                    left = agent_steps - (self.total_steps - start_steps)
+                    cut, pending = [d.copy for d in pending[left:]], pending[:left]
+                answers = self.decide(pending)
+                pending = copies.step([(d, action, extras) for d, (action, extras) in zip(pending, answers)], cut,
+                                      not out_of_budget())
+            copies.finish()
+            return self.total_steps - start_steps
         except (PzasyncError, KeyboardInterrupt):
             raise
         except Exception as exc:
-            agent = getattr(self.env, "agent_selection", None)
+            copy, agent, episode = copies.failure_context()
+            where = f" (env copy {copy})" if self.n_copies > 1 else ""
             raise EnvCrashedError(
-                f"env {self.env_name!r} raised {type(exc).__name__}: {exc} during the turn of agent {agent!r}, in "
-                f"episode {self.episodes} (from 0), at agent step {self.total_steps} of this run (original "
-                f"traceback above)"
+                f"env {self.env_name!r}{where} raised {type(exc).__name__}: {exc} during the turn of agent "
+                f"{agent!r}, in episode {episode} (from 0){' of that copy' if where else ''}, "
+                f"at agent step {self.total_steps} of this run (original traceback above)"
             ) from exc
+        finally:
+            if isinstance(copies, WorkerCopies):
+                copies.close()
+
+    def _copies(self, seed: int | None, episode_done: Callable[[EpisodeSummary], None]) -> Any:
+        """The env copies for one `run`: stepped here, or by env workers (env_workers.py)."""
+        hooks = dict(emit=self.emit, on_episode=episode_done, on_start=self._episode_start,
+                     check_rewards=self.check_rewards, max_episode_steps=self.max_episode_steps)
+        if isinstance(self.envs, EnvWorkers):
+            w = self.envs
+            return WorkerCopies(w.env_spec, w.copies, w.workers, seed, self.layouts, timeout_s=w.timeout_s,
+                                env_name=self.env_name, **hooks)
+        return LocalCopies(self.envs, list(range(len(self.envs))), seed, self.layouts, **hooks)
+
+    def close(self) -> None:
+        """Close the env copies this actor holds in its process."""
+        if not isinstance(self.envs, EnvWorkers):
+            for env in self.envs:
+                env.close()
+
+    def _episode_start(self, copy: int) -> None:
+        if self.league is not None:
+            match = self.matches[copy] = self.league.start_episode(self.total_steps, copy)
+            self.overrides[copy] = match.overrides
+
+    def _episode_done(self, summary: EpisodeSummary, on_episode: Callable[[EpisodeSummary], None]) -> None:
+        self.episodes += 1
+        self.stats.record_episodes(self.episodes)
+        if self.league is not None and self.matches[summary.copy] is not None:
+            summary.match = self.league.end_episode(summary, self.matches[summary.copy])
+            self.matches[summary.copy] = None
+            self.overrides[summary.copy] = {}
+        on_episode(summary)
 
 
-def _batch_of_one(a: ActingAgent, obs: Any) -> dict[str, np.ndarray]:
-    """One observation as the batch of one a `Policy.act` takes, keyed like the buffer's obs columns."""
-    if len(a.obs_keys) == 1:
-        return {"obs": obs[None]}
-    return {key: np.asarray(_leaf(obs, leaf.path))[None] for key, leaf in zip(a.obs_keys, a.layout.obs_leaves)}
-
-
-def _leaf(obs: Any, path: tuple) -> Any:
-    for key in path:
-        obs = obs[key]
-    return obs
+def _masks(decisions: list[PendingDecision]) -> np.ndarray | None:
+    mask = decisions[0].mask
+    if mask is None:
+        return None
+    return mask[None] if len(decisions) == 1 else np.stack([d.mask for d in decisions])

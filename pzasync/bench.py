@@ -11,6 +11,12 @@ between trials), in seed-major order so that drifts in machine speed hit every c
 - ``async_free``: AsyncRunner with free-running learners; it runs a different algorithm (another replay
   ratio) and is reported apart, never as a speed-up.
 
+With `envs_per_actor` (e.g. 1, 4, 16) every runner configuration runs once per number of env copies, and with
+`env_workers` (e.g. 0, 2) once per number of env worker processes (at most the copies); a configuration at
+N > 1 copies is labelled ``config@N`` (``async_idle@16``), with W workers ``config@NwW`` (``async_idle@8w2``).
+The bare loops stay single-env references, so ``async_idle@16 / bare_policy`` is what vectorised acting buys
+over the single-env limit.
+
 With a target score, runners keep policy snapshots every `eval_every` agent steps; after the run (outside its
 timing) each snapshot plays `eval_episodes` games against the yardstick player (`versus`: the env's one from
 `evaluate.YARDSTICKS`, random play elsewhere) on a fixed seed, giving learning
@@ -34,7 +40,7 @@ import numpy as np
 
 from .errors import ConfigError, PzasyncError
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 BARE_CONFIGS = ("bare_random", "bare_policy")
 RUNNER_CONFIGS = ("async_idle", "sequential", "async_double_buffer", "async_snapshot", "async_free")
 CONFIGS = BARE_CONFIGS + RUNNER_CONFIGS
@@ -72,6 +78,10 @@ class BenchSettings:
     cores: int | None = None
     #: Extra RunConfig options for every runner trial (e.g. {"publish_every": 10}).
     run_options: dict[str, Any] = field(default_factory=dict)
+    #: Env copies per actor, and env worker processes: every runner configuration runs once per pair with
+    #: workers <= copies (module docstring).
+    envs_per_actor: tuple[int, ...] = (1,)
+    env_workers: tuple[int, ...] = (0,)
     #: Seconds one trial may take before it is stopped and reported as failed.
     trial_timeout_s: float = 3600.0
 
@@ -100,6 +110,15 @@ class BenchSettings:
             bad("cores", f"must be between 1 and the {available} cores this process may use")
         if self.trial_timeout_s <= 0:
             bad("trial_timeout_s", "must be > 0")
+        if (not isinstance(self.envs_per_actor, (tuple, list)) or not self.envs_per_actor
+                or not all(isinstance(n, int) and n >= 1 for n in self.envs_per_actor)):
+            bad("envs_per_actor", "must be a non-empty list of integers >= 1")
+        if (not isinstance(self.env_workers, (tuple, list)) or not self.env_workers
+                or not all(isinstance(n, int) and n >= 0 for n in self.env_workers)):
+            bad("env_workers", "must be a non-empty list of integers >= 0")
+        for name in ("envs_per_actor", "env_workers"):
+            if name in self.run_options:
+                bad("run_options", f"give {name} as the bench setting (it runs every value), not as a run option")
         from .config import RunConfig
 
         RunConfig.from_dict({"replay_ratio": self.replay_ratio, **self.run_options})
@@ -126,11 +145,32 @@ class BenchSettings:
 
 @dataclass
 class TrialSpec:
-    """One configuration at one seed."""
+    """One configuration at one seed (and, for runner configurations, one number of env copies)."""
 
     config: str
     seed: int
     settings: BenchSettings
+    envs: int = 1
+    workers: int = 0
+
+    @property
+    def label(self) -> str:
+        return trial_label(self.config, self.envs, self.workers)
+
+
+def trial_label(config: str, envs: int = 1, workers: int = 0) -> str:
+    """A configuration's name in reports: `config`, `config@N` with N > 1 env copies per actor, `config@NwW`
+    with W env workers."""
+    if envs == 1 and workers == 0:
+        return config
+    return f"{config}@{envs}" + (f"w{workers}" if workers else "")
+
+
+def split_label(label: str) -> tuple[str, int, int]:
+    """`trial_label`'s inverse: (configuration, env copies, env workers)."""
+    config, _, rest = label.partition("@")
+    envs, _, workers = rest.partition("w")
+    return config, int(envs or 1), int(workers or 0)
 
 
 # ---------------------------------------------------------------------------------------------- reference loops
@@ -219,10 +259,10 @@ def _median_or_inf(values: list[float | None]) -> float | None:
 def summarize_trials(trials: list[dict]) -> dict[str, dict]:
     """Per configuration: medians and spreads over seeds of every figure a trial reports."""
     out: dict[str, dict] = {}
-    for config in CONFIGS:
+    labels = sorted({t["config"] for t in trials},
+                    key=lambda label: (CONFIGS.index(split_label(label)[0]), *split_label(label)[1:]))
+    for config in labels:
         rows = [t for t in trials if t["config"] == config]
-        if not rows:
-            continue
         agents = sorted({a for t in rows for a in t.get("updates_per_s", {})})
         summary: dict[str, Any] = {
             "seeds": len(rows),
@@ -256,6 +296,9 @@ def headline(summary: dict[str, dict]) -> dict[str, Any]:
     - `async_over_sequential_wall[mode]`: wall time of the same agent steps, async / sequential (< 1 is faster).
     - `async_over_sequential_time_to_target[mode]`: median time to the target score, async / sequential.
     - `async_free_updates_per_agent_step`: the replay ratio free running reached (a different algorithm).
+    - `vector[config@N(wW)]`: a configuration at N env copies per actor (and W env workers) against the
+      single-env references: `over_bare_policy`, `over_bare_random`, and `over_one_env` (the same
+      configuration with one copy stepped by the actor).
     """
     def rate(config: str) -> float | None:
         return summary.get(config, {}).get("agent_steps_per_s", {}).get("median")
@@ -276,6 +319,14 @@ def headline(summary: dict[str, dict]) -> dict[str, Any]:
             ttt = summary[config].get("time_to_target", {}).get("median_seconds_unreached_as_inf")
             if "time_to_target" in summary[config] and "time_to_target" in summary.get("sequential", {}):
                 out["async_over_sequential_time_to_target"][mode] = ratio(ttt, seq_ttt)
+    out["vector"] = {}
+    for label in summary:
+        config, envs, workers = split_label(label)
+        if label != config:
+            out["vector"][label] = {"envs_per_actor": envs, "env_workers": workers,
+                                    "over_bare_policy": ratio(rate(label), rate("bare_policy")),
+                                    "over_bare_random": ratio(rate(label), rate("bare_random")),
+                                    "over_one_env": ratio(rate(label), rate(config))}
     free = summary.get("async_free", {}).get("updates_per_agent_step")
     out["async_free_updates_per_agent_step"] = {a: s["median"] for a, s in free.items()} if free else None
     return out
@@ -284,7 +335,8 @@ def headline(summary: dict[str, dict]) -> dict[str, Any]:
 # ---------------------------------------------------------------------------------------------- one trial
 def _runner_config(spec: TrialSpec) -> dict[str, Any]:
     s = spec.settings
-    options: dict[str, Any] = {"seed": spec.seed, "replay_ratio": s.replay_ratio, **s.run_options}
+    options: dict[str, Any] = {"seed": spec.seed, "replay_ratio": s.replay_ratio, **s.run_options,
+                               "envs_per_actor": spec.envs, "env_workers": spec.workers}
     if spec.config == "async_snapshot":
         options["publish_mode"] = "snapshot"
     elif spec.config == "async_double_buffer":
@@ -370,7 +422,8 @@ def run_trial(spec: TrialSpec, on_progress: Callable[[int], None] | None = None)
 
     s = spec.settings
     env = EnvSpec.of(s.env, **s.env_kwargs)
-    trial: dict[str, Any] = {"config": spec.config, "seed": spec.seed}
+    trial: dict[str, Any] = {"config": spec.label, "seed": spec.seed, "envs_per_actor": spec.envs,
+                             "env_workers": spec.workers}
     if spec.config in BARE_CONFIGS:
         import torch
 
@@ -437,7 +490,7 @@ def run_trial_in_fresh_process(spec: TrialSpec, on_progress: Callable[[int], Non
     ctx = mp.get_context("spawn")
     receiver, sender = ctx.Pipe(duplex=False)
     steps = ctx.Value("q", 0, lock=False)
-    proc = ctx.Process(target=_trial_process_main, args=(spec, sender, steps), name=f"pzasync-bench-{spec.config}")
+    proc = ctx.Process(target=_trial_process_main, args=(spec, sender, steps), name=f"pzasync-bench-{spec.label}")
     proc.start()
     sender.close()
     deadline = time.monotonic() + spec.settings.trial_timeout_s
@@ -446,16 +499,16 @@ def run_trial_in_fresh_process(spec: TrialSpec, on_progress: Callable[[int], Non
             if on_progress is not None:
                 on_progress(steps.value)
             if not proc.is_alive() and not receiver.poll(0.5):
-                raise PzasyncError(f"bench trial {spec.config} (seed {spec.seed}) died with exit code "
+                raise PzasyncError(f"bench trial {spec.label} (seed {spec.seed}) died with exit code "
                                    f"{proc.exitcode} before reporting")
             if time.monotonic() > deadline:
-                raise PzasyncError(f"bench trial {spec.config} (seed {spec.seed}) took longer than "
+                raise PzasyncError(f"bench trial {spec.label} (seed {spec.seed}) took longer than "
                                    f"trial_timeout_s={spec.settings.trial_timeout_s:g}s; stopped")
         try:
             status, *payload = receiver.recv()
         except EOFError:
             proc.join(5)
-            raise PzasyncError(f"bench trial {spec.config} (seed {spec.seed}) died with exit code "
+            raise PzasyncError(f"bench trial {spec.label} (seed {spec.seed}) died with exit code "
                                f"{proc.exitcode} before reporting") from None
     except BaseException:
         if proc.is_alive():
@@ -470,7 +523,7 @@ def run_trial_in_fresh_process(spec: TrialSpec, on_progress: Callable[[int], Non
     if status == "error":
         exc, trace = payload
         if hasattr(exc, "add_note"):
-            exc.add_note(f"in bench trial {spec.config} (seed {spec.seed}), whose traceback was:\n{trace}")
+            exc.add_note(f"in bench trial {spec.label} (seed {spec.seed}), whose traceback was:\n{trace}")
         raise exc
     return payload[0]
 
@@ -506,8 +559,11 @@ def machine_info(cores: int | None = None) -> dict[str, Any]:
 
 
 def plan_trials(settings: BenchSettings) -> list[TrialSpec]:
-    """Seed-major order: every configuration at seed 0, then at seed 1, ..."""
-    return [TrialSpec(c, seed, settings) for seed in range(settings.seeds) for c in CONFIGS if c in settings.configs]
+    """Seed-major order: every configuration (runner ones at each `envs_per_actor`) at seed 0, then seed 1, ..."""
+    return [TrialSpec(c, seed, settings, envs, workers)
+            for seed in range(settings.seeds) for c in CONFIGS if c in settings.configs
+            for envs in ((1,) if c in BARE_CONFIGS else settings.envs_per_actor)
+            for workers in ((0,) if c in BARE_CONFIGS else settings.env_workers) if workers <= envs]
 
 
 def run_bench(settings: BenchSettings, *, on_trial_start: Callable[[int, TrialSpec], None] | None = None,
@@ -570,6 +626,8 @@ def rescore(report: dict[str, Any], target: float | None = None, window: int | N
 def _settings_json(settings: BenchSettings) -> dict[str, Any]:
     data = asdict(settings)
     data["configs"] = list(settings.configs)
+    data["envs_per_actor"] = list(settings.envs_per_actor)
+    data["env_workers"] = list(settings.env_workers)
     data["learners"] = _jsonable(settings.learners)
     data["eval_every"] = settings.snapshot_every if settings.target is not None else settings.eval_every
     data["versus"] = settings.yardstick

@@ -6,7 +6,7 @@ from typing import Any
 
 import numpy as np
 
-from .bench import CONFIGS, SAME_ALGORITHM
+from .bench import SAME_ALGORITHM, split_label
 
 LABELS = {
     "bare_random": "bare, random",
@@ -19,6 +19,16 @@ LABELS = {
 }
 COLORS = {"sequential": "#d62728", "async_double_buffer": "#1f77b4", "async_snapshot": "#2ca02c",
           "async_free": "#9467bd", "bare_random": "#7f7f7f", "bare_policy": "#bcbd22", "async_idle": "#17becf"}
+
+
+def describe(label: str) -> str:
+    """A configuration label (`config` or `config@N`) in words."""
+    config, envs, workers = split_label(label)
+    return LABELS[config] + (f", {envs} envs" if label != config else "") + (f", {workers} workers" if workers else "")
+
+
+def color(label: str) -> str:
+    return COLORS[split_label(label)[0]]
 
 
 def format_spread(s: dict | None, fmt: str = "{:,.0f}") -> str:
@@ -56,17 +66,14 @@ def summary_tables(report: dict[str, Any]) -> list[Any]:
                       title_justify="left")
     for column in columns:
         resources.add_column(column, justify="left" if column == "configuration" else "right")
-    for config in CONFIGS:
-        s = report["summary"].get(config)
-        if s is None:
-            continue
+    for config, s in report["summary"].items():
         rows = [t for t in report["trials"] if t["config"] == config]
         cpu = np.median([sum(p["cpu_fraction"] for p in t["processes"]) for t in rows])
         lag = " ".join(f"{m['median']:.0f}/{p['median']:.0f}" for m, p in
                        zip(s["policy_lag_mean"].values(), s["policy_lag_p95"].values())) or "-"
-        speed.add_row(LABELS[config], format_spread(s["agent_steps_per_s"]), _per_agent(s["updates_per_s"], "{:,.0f}"),
+        speed.add_row(describe(config), format_spread(s["agent_steps_per_s"]), _per_agent(s["updates_per_s"], "{:,.0f}"),
                       _per_agent(s["updates_per_agent_step"], "{:.3f}"), lag)
-        cells = [LABELS[config], f"{cpu:.2f}", f"{s['peak_rss_mb']['median']:,.0f}",
+        cells = [describe(config), f"{cpu:.2f}", f"{s['peak_rss_mb']['median']:,.0f}",
                  f"{s['shm_bytes']['median'] / 2**20:.1f}",
                  format_spread(s["startup_seconds"], "{:.1f}") if config not in ("bare_random", "bare_policy") else "-"]
         if target is not None:
@@ -93,6 +100,11 @@ def headline_lines(report: dict[str, Any]) -> list[str]:
     for mode, value in h.get("async_over_sequential_time_to_target", {}).items():
         lines.append(f"async ({mode}) / sequential, median time to target: "
                      + (f"{value:.2f}x" if value is not None else "n/a (a median seed did not reach it)"))
+    for label, v in (h.get("vector") or {}).items():
+        if v.get("over_bare_policy") is not None:
+            lines.append(f"{describe(label)} / single-env bare loop with the same policies: {v['over_bare_policy']:.2f}x"
+                         f"; / env alone: {v['over_bare_random']:.2f}x"
+                         + (f"; / one env copy: {v['over_one_env']:.2f}x" if v.get("over_one_env") else ""))
     free = h.get("async_free_updates_per_agent_step")
     if free:
         lines.append("* async free running is a different algorithm: it reached "
@@ -121,12 +133,12 @@ def plot_report(report: dict[str, Any], path: str) -> str:
     curves = [t for t in trials if t.get("curve")]
     fig, axes = plt.subplots(1, 2 if curves else 1, figsize=(13 if curves else 7, 4.8), squeeze=False)
     ax = axes[0][0]
-    configs = [c for c in CONFIGS if c in summary]
+    configs = list(summary)
     medians = [summary[c]["agent_steps_per_s"]["median"] for c in configs]
     lows = [m - summary[c]["agent_steps_per_s"]["min"] for c, m in zip(configs, medians)]
     highs = [summary[c]["agent_steps_per_s"]["max"] - m for c, m in zip(configs, medians)]
-    ax.barh(range(len(configs)), medians, xerr=[lows, highs], color=[COLORS[c] for c in configs], capsize=3)
-    ax.set_yticks(range(len(configs)), [LABELS[c] for c in configs])
+    ax.barh(range(len(configs)), medians, xerr=[lows, highs], color=[color(c) for c in configs], capsize=3)
+    ax.set_yticks(range(len(configs)), [describe(c) for c in configs])
     ax.invert_yaxis()
     ax.set_xlabel("agent steps per second (median over seeds, min-max whiskers)")
     ax.set_title("Throughput")
@@ -135,7 +147,7 @@ def plot_report(report: dict[str, Any], path: str) -> str:
     ax.set_xlim(0, max(m + h for m, h in zip(medians, highs)) * 1.18)
     if curves:
         ax = axes[0][1]
-        for config in ("sequential",) + SAME_ALGORITHM + ("async_free",):
+        for config in [c for c in summary if split_label(c)[0] in ("sequential",) + SAME_ALGORITHM + ("async_free",)]:
             rows = [t["curve"] for t in curves if t["config"] == config]
             if not rows:
                 continue
@@ -144,8 +156,9 @@ def plot_report(report: dict[str, Any], path: str) -> str:
             # Each seed's worst agent, held from one snapshot to the next (a step function), then bands over seeds.
             ys = np.array([_step_values(grid, [p["seconds"] for p in c], [min(p["scores"].values()) for p in c])
                            for c in rows])
-            ax.plot(grid, np.median(ys, axis=0), color=COLORS[config], label=LABELS[config])
-            ax.fill_between(grid, ys.min(axis=0), ys.max(axis=0), color=COLORS[config], alpha=0.15)
+            style = "-" if split_label(config)[0] == config else ":"
+            ax.plot(grid, np.median(ys, axis=0), color=color(config), ls=style, label=describe(config))
+            ax.fill_between(grid, ys.min(axis=0), ys.max(axis=0), color=color(config), alpha=0.15)
         target = report["settings"].get("target")
         if target is not None:
             ax.axhline(target, color="k", ls="--", lw=0.8, label=f"target {target:g}")

@@ -257,11 +257,18 @@ def check_budget_options(steps: int | None, minutes: float | None) -> None:
                    "(pip install 'pzasync[ray]'; docs/distributed.md).")
 @click.option("--ray-address", "ray_address", default=None, metavar="ADDRESS",
               help="With --backend ray: the cluster to join ('auto', 'HOST:6379'); default: a local Ray instance.")
+@click.option("--envs-per-actor", "envs_per_actor", type=int, default=1, show_default=True,
+              help="Env copies the actor steps side by side, with one batched forward per agent.")
+@click.option("--env-workers", "env_workers", type=int, default=0, show_default=True,
+              help="Processes that step the env copies while the actor runs inference (0: the actor steps them).")
+@click.option("--actor-device", "actor_device", default="cpu", show_default=True,
+              help="Where the actor's batched forwards run: cpu, cuda, cuda:N.")
 def train(env_id: str, learner: str, learner_for: tuple[str, ...], env_args: tuple[str, ...],
           groups: tuple[str, ...], runner: str, publish: str, steps: int | None,
           minutes: float | None, replay_ratio: float | None, device: str, seed: int, out_dir: str,
           self_play: bool | None, league: str | None, versus: str | None, eval_every: float,
-          eval_episodes: int, backend: str, ray_address: str | None) -> None:
+          eval_episodes: int, backend: str, ray_address: str | None, envs_per_actor: int,
+          env_workers: int, actor_device: str) -> None:
     """Train every agent of ENV_ID (default: connect_four, both seats sharing one DQN in a self-play league).
 
     Scores the greedy policies against a yardstick player while training (eval.png) and at the end, beside an
@@ -302,7 +309,8 @@ def train(env_id: str, learner: str, learner_for: tuple[str, ...], env_args: tup
     config = RunConfig(seed=seed, publish_mode=publish, replay_ratio=replay_ratio, device=device, out_dir=out_dir,
                        progress=console.is_terminal, agent_groups=agent_groups, league=league_config,
                        eval_vs=yardstick if eval_every > 0 else None, eval_every_s=eval_every or 30.0,
-                       backend=backend, ray_address=ray_address)
+                       backend=backend, ray_address=ray_address, envs_per_actor=envs_per_actor,
+                       env_workers=env_workers, actor_device=actor_device)
     cls = AsyncRunner if runner == "async" else SequentialRunner
     check_out_dir(out_dir)
     run = cls(env, learners, config)
@@ -433,6 +441,10 @@ def evaluate_cmd(run_dir: str, versus: str, episodes: int, seed: int) -> None:
               help="Updates per agent step, the same in sequential and same-algorithm async trials.")
 @click.option("--seeds", default=5, show_default=True, help="Seeds per configuration.")
 @click.option("--configs", default=",".join(CONFIGS), show_default=True, help="Comma-separated configurations.")
+@click.option("--envs-per-actor", "envs_per_actor", default="1", show_default=True, metavar="N[,N...]",
+              help="Env copies per actor; every runner configuration runs at each N (e.g. 1,4,16).")
+@click.option("--env-workers", "env_workers", default="0", show_default=True, metavar="W[,W...]",
+              help="Env worker processes; every runner configuration runs at each W <= N (e.g. 0,2).")
 @click.option("--target", type=float, default=None,
               help="Score to reach (e.g. 0.95): adds learning curves and time to target.")
 @click.option("--target-window", type=int, default=3, show_default=True,
@@ -455,14 +467,15 @@ def bench(env_id: str, learner: str, learner_for: tuple[str, ...], env_args: tup
           steps: int,
           replay_ratio: float, seeds: int, configs: str, target: float | None, target_window: int,
           from_json: str | None, score: str, versus: str | None, eval_every: int | None, eval_episodes: int,
-          cores: int | None, run_options: tuple[str, ...], json_path: str | None, plot_path: str | None) -> None:
+          cores: int | None, run_options: tuple[str, ...], json_path: str | None, plot_path: str | None,
+          envs_per_actor: str, env_workers: str) -> None:
     """Compare AsyncRunner with SequentialRunner and the bare loops on ENV_ID, same seeds and algorithm."""
     import json
 
     from rich.progress import TimeElapsedColumn
 
     from .bench import BenchSettings, plan_trials, rescore, run_bench
-    from .bench_report import LABELS
+    from .bench_report import describe
 
     if from_json is not None:
         with open(from_json) as f:
@@ -477,6 +490,8 @@ def bench(env_id: str, learner: str, learner_for: tuple[str, ...], env_args: tup
         configs=tuple(c.strip() for c in configs.split(",") if c.strip()), target=target,
         target_window=target_window, score=score, versus=versus,
         eval_every=eval_every, eval_episodes=eval_episodes, cores=cores,
+        envs_per_actor=_int_list(envs_per_actor, "--envs-per-actor"),
+        env_workers=_int_list(env_workers, "--env-workers"),
         run_options={**parse_options(run_options, "--option"),
                      **({"agent_groups": parse_groups(groups)} if groups else {})},
     ).validate()
@@ -489,7 +504,7 @@ def bench(env_id: str, learner: str, learner_for: tuple[str, ...], env_args: tup
         def on_trial_start(i: int, spec: Any) -> None:
             progress.update(overall, completed=i)
             progress.reset(current, total=steps,
-                           description=f"{LABELS[spec.config]}, seed {spec.seed} (agent steps; then evaluation)")
+                           description=f"{describe(spec.label)}, seed {spec.seed} (agent steps; then evaluation)")
 
         report = run_bench(settings, on_trial_start=on_trial_start,
                            on_progress=lambda n: progress.update(current, completed=n))
@@ -498,6 +513,13 @@ def bench(env_id: str, learner: str, learner_for: tuple[str, ...], env_args: tup
     if report["interrupted"]:
         console.print("[yellow]interrupted: the report holds the trials that finished[/]")
         raise SystemExit(130)
+
+
+def _int_list(text: str, option: str) -> tuple[int, ...]:
+    try:
+        return tuple(int(part) for part in text.split(",") if part.strip())
+    except ValueError:
+        raise click.BadParameter(f"{text!r} is not a comma-separated list of integers", param_hint=option) from None
 
 
 def _show_bench(report: dict[str, Any], json_path: str | None, plot_path: str | None) -> None:

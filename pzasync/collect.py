@@ -1,9 +1,8 @@
-"""The AEC stepping loop shared by `rollout` and the async actor.
+"""`rollout`: episodes played in-process, their transitions returned as arrays.
 
-`run_episodes` iterates `env.agent_iter()`, asks a policy for each live turn, steps dead agents with None,
-and feeds the `TransitionAssembler`; completed transitions go to a sink (a list for `rollout`, the shared
-ring buffers for the actor). The loop never cuts an episode between an action and the turns that reveal its
-outcome: a budget or a stop request takes effect at the next live decision.
+`run_episodes` drives one `EpisodeStepper` (stepper.py, the AEC loop every actor uses) with a policy
+callback; completed transitions go to a sink. A budget takes effect at the next live decision, so an episode
+is never cut between an action and the turns that reveal its outcome.
 """
 
 from __future__ import annotations
@@ -15,7 +14,8 @@ import numpy as np
 
 from .errors import ConfigError, UnsupportedSpaceError
 from .spaces import AgentLayout
-from .transitions import EpisodeSummary, LayoutBook, RewardLedger, Transition, TransitionAssembler
+from .stepper import EpisodeStepper
+from .transitions import EpisodeSummary, LayoutBook, Transition
 
 #: policy(agent, obs, mask) -> (action, extras stored with the transition)
 ActFn = Callable[[str, Any, "np.ndarray | None"], "tuple[Any, dict]"]
@@ -40,56 +40,30 @@ def run_episodes(
 
     The first reset gets `seed`, later ones none (docs/transitions.md, rule 8). `to_env(agent, action)` converts
     the stored action into what `env.step` gets (e.g. clipped to a Box). `on_episode_start()` runs after each
-    reset, before the episode's first decision (the league swaps opponents there). Returns the number of agent
-    steps taken.
+    reset, before the episode's first decision. Returns the number of agent steps taken.
     """
     if agent_steps is None and keep_going is None:
         raise ConfigError("run_episodes needs agent_steps or keep_going, or it would never stop")
     if agent_steps is not None and agent_steps < 1:
         raise ConfigError(f"agent_steps must be >= 1, got {agent_steps}")
-    layouts = layouts or LayoutBook(env)
-    assembler = TransitionAssembler(layouts)
-    ledger = RewardLedger()
-    steps = 0
-    first_reset = True
+    stepper = EpisodeStepper(env, emit, seed=seed, layouts=layouts, check_rewards=check_rewards,
+                             max_episode_steps=max_episode_steps, to_env=to_env, on_episode=on_episode)
 
     def out_of_budget() -> bool:
-        return (agent_steps is not None and steps >= agent_steps) or (keep_going is not None and not keep_going())
+        return (agent_steps is not None and stepper.steps >= agent_steps) or (keep_going is not None
+                                                                              and not keep_going())
 
     while not out_of_budget():
-        env.reset(seed=seed if first_reset else None)
-        first_reset = False
-        assembler.start_episode()
-        ledger.start(env)
+        stepper.reset()
         if on_episode_start is not None:
             on_episode_start()
-        cut = False
-        for agent in env.agent_iter():
-            observation, reward, terminated, truncated, info = env.last()
-            if not (terminated or truncated) and (
-                out_of_budget() or (max_episode_steps is not None and assembler.agent_steps >= max_episode_steps)
-            ):
-                cut = True
+        while (decision := stepper.advance()) is not None:
+            if out_of_budget():
+                stepper.cut()
                 break
-            done, obs, mask = assembler.turn(agent, observation, reward, terminated, truncated, info)
-            if done is not None:
-                emit(done)
-            if terminated or truncated:
-                action = None
-            else:
-                action, extras = act(agent, obs, mask)
-                assembler.decide(agent, obs, mask, action, extras)
-                ledger.decided(agent)
-                steps += 1
-            env.step(action if to_env is None or action is None else to_env(agent, action))
-            ledger.after_step(env)
-        if cut:
-            for done in assembler.cut_episode(env, ledger.since_decision):
-                emit(done)
-        summary = assembler.end_episode(ledger.paid if check_rewards else None, cut_by_actor=cut)
-        if on_episode is not None:
-            on_episode(summary)
-    return steps
+            action, extras = act(decision.agent, decision.obs, decision.mask)
+            stepper.step(action, extras)
+    return stepper.steps
 
 
 def _stack(values: list, layout: AgentLayout | None) -> Any:

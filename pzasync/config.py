@@ -43,6 +43,16 @@ class RunConfig:
     devices: dict[str, str] = field(default_factory=dict)
     #: Torch threads per process; None picks max(1, cores // processes).
     torch_threads: int | None = None
+    #: Env copies the actor steps side by side (docs/running.md, Vectorised acting). Each copy's pending
+    #: decisions are grouped by acting agent and answered with one batched forward per agent; copy k gets
+    #: seed + k at its first reset. Transitions then carry `track` (which copy, and group member, they
+    #: continue) so learners keep each copy's trajectories apart.
+    envs_per_actor: int = 1
+    #: Worker processes that step the env copies (0: the actor steps them itself). For envs whose step
+    #: dominates: the workers step while the actor runs inference; at most `envs_per_actor`.
+    env_workers: int = 0
+    #: Torch device of the actor's policy copies ("cpu" or "cuda[:i]"): where its batched forwards run.
+    actor_device: str = "cpu"
     #: Cut episodes after this many decisions (docs/transitions.md, rule 5); None: episodes end only when the env
     #: ends them.
     max_episode_steps: int | None = None
@@ -126,7 +136,7 @@ class RunConfig:
         if self.publish_mode not in MODES:
             bad("publish_mode", f"must be one of {MODES}")
         for name in ("publish_every", "buffer_capacity", "onpolicy_buffer_batches", "max_actor_lead",
-                     "league_pool_size", "league_snapshot_every", "eval_episodes"):
+                     "league_pool_size", "league_snapshot_every", "eval_episodes", "envs_per_actor"):
             value = getattr(self, name)
             if not isinstance(value, int) or value < 1:
                 bad(name, "must be an integer >= 1")
@@ -200,6 +210,14 @@ class RunConfig:
             if isinstance(members, str) or not members or not all(isinstance(m, str) for m in members):
                 raise ConfigError(f"option agent_groups: group {group!r} needs a non-empty list of agent names or "
                                   f"patterns, got {members!r}")
+        if not isinstance(self.env_workers, int) or isinstance(self.env_workers, bool) or self.env_workers < 0:
+            bad("env_workers", "must be an integer >= 0 (0: the actor steps its env copies itself)")
+        if self.env_workers > self.envs_per_actor:
+            bad("env_workers", f"must be at most envs_per_actor={self.envs_per_actor}: each worker steps at least "
+                               f"one env copy")
+        if not isinstance(self.actor_device, str) or not (self.actor_device == "cpu"
+                                                          or self.actor_device.startswith("cuda")):
+            bad("actor_device", "must be 'cpu' or 'cuda[:N]'")
         for agent, device in {"*": self.device, **self.devices}.items():
             if not isinstance(device, str) or not (device == "cpu" or device.startswith("cuda") or device == "mps"):
                 raise ConfigError(f"option device for agent {agent!r}: {device!r} is not 'cpu', 'cuda[:N]' or 'mps'")

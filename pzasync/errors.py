@@ -82,31 +82,37 @@ def error_type_path(cls: type[BaseException]) -> str:
     return f"{cls.__module__}:{cls.__qualname__}"
 
 
-def learner_error(unit: str, type_path: str, message: str, traceback_text: str, note: str) -> LearnerCrashedError:
-    """The error that ends a run whose learner kept failing, raised again as the learner's own exception type.
+def remote_error(base: type[PzasyncError], type_path: str, text: str, traceback_text: str) -> PzasyncError:
+    """An error raised in another process, raised again here as its own type and as `base`.
 
-    The result is both a `LearnerCrashedError` and an instance of the type the learner raised (`except
-    ValueError` catches a learner's ValueError), its `__cause__` carries the learner's traceback, and
-    `original_type` names the type. A type that cannot be imported here, or combined, gives a plain
-    LearnerCrashedError with the same message.
+    The result is an instance of both `base` (e.g. EnvCrashedError) and the type the other process raised
+    (`except ValueError` catches it), its `__cause__` carries that process's traceback, and `original_type`
+    names the type. A type that cannot be imported here, or combined, gives a plain `base` with the same
+    message.
     """
     from .learners import import_object
 
-    text = f"{note}; last failure: {message}"
-    cls: type[BaseException] = LearnerCrashedError
+    cls: type[BaseException] = base
     try:
-        original = import_object(type_path, f"the learner of {unit!r}'s error type")
-        if isinstance(original, type) and issubclass(original, Exception) and original is not LearnerCrashedError:
+        original = import_object(type_path, "an error type")
+        if isinstance(original, type) and issubclass(original, Exception) and not issubclass(base, original):
             # The plain message whatever the type (KeyError, for one, would quote it).
-            cls = type(original.__name__, (LearnerCrashedError, original),
+            cls = type(original.__name__, (base, original),
                        {"__module__": original.__module__, "__str__": BaseException.__str__})
     except Exception:  # noqa: BLE001 - a type we cannot rebuild still gives the message and traceback
-        cls = LearnerCrashedError
+        cls = base
     try:
         error = cls.__new__(cls)
         Exception.__init__(error, text)
     except Exception:  # noqa: BLE001
-        error = LearnerCrashedError(text)
+        error = base(text)
     error.original_type = type_path  # type: ignore[attr-defined]
     error.__cause__ = RemoteTraceback(traceback_text) if traceback_text else None
     return error  # type: ignore[return-value]
+
+
+def learner_error(unit: str, type_path: str, message: str, traceback_text: str, note: str) -> LearnerCrashedError:
+    """The error that ends a run whose learner kept failing, raised again as the learner's own exception type
+    (`remote_error` with LearnerCrashedError)."""
+    return remote_error(LearnerCrashedError, type_path, f"{note}; last failure: {message}",  # type: ignore
+                        traceback_text)

@@ -191,13 +191,18 @@ class Match:
     trainee: str | None = None
     #: Seat -> what acted there, for the seats that did not act with their own newest policy.
     opponents: dict[str, str] = field(default_factory=dict)
+    #: Seat -> the policy acting there instead (not recorded in episodes.jsonl): what the actor installs.
+    overrides: dict[str, Any] = field(default_factory=dict, repr=False)
 
     def as_dict(self) -> dict[str, Any]:
         return {"unit": self.unit, "kind": self.kind, "trainee": self.trainee, "opponents": self.opponents}
 
 
 class League:
-    """Draws each episode's match, swaps opponent policies into the actor's seats, keeps pool and ratings."""
+    """Draws each episode's match and the opponent policies for the actor's seats, keeps pool and ratings.
+
+    With several env copies (RunConfig.envs_per_actor) each copy has its own match: snapshot modules are
+    kept per (copy, seat), so two copies never share a module loaded with different snapshots."""
 
     def __init__(self, plan: Any, acting: dict[str, Any], seed: int, run_dir: Any = None) -> None:
         config = plan.config
@@ -216,22 +221,19 @@ class League:
         for unit in self.learning_units:
             self.ratings.add(unit)
         self._next_snapshot = dict.fromkeys(self.learning_units, 0)
-        #: Per seat: a module for snapshots (built once, loaded once per episode when the snapshot changes).
-        self._snapshot_modules: dict[str, tuple[Any, str | None]] = {}
+        #: Per (copy, seat): a module for snapshots (built once, loaded once per episode when the snapshot
+        #: changes).
+        self._snapshot_modules: dict[tuple[int, str], tuple[Any, str | None]] = {}
         #: Per (seat, kind): a scripted player's policy.
         self._scripted: dict[tuple[str, str], Any] = {}
-        self.match = Match(None, LATEST)
         self.games: dict[str, dict[str, int]] = {u: {} for u in self.mixes}
         self._rating_rows: list[dict] = []
         self._start = time.monotonic()
 
     # ------------------------------------------------------------------ episode boundaries (actor thread)
-    def start_episode(self, agent_steps: int) -> Match:
-        """Draw this episode's match and install opponent policies into the actor's seats."""
+    def start_episode(self, agent_steps: int, copy: int = 0) -> Match:
+        """Draw the match of env copy `copy`'s new episode; its `overrides` are the seats' opponent policies."""
         self._maybe_snapshot(agent_steps)
-        for a in self.acting.values():
-            a.override = None
-        self.match = Match(None, LATEST)
         units = list(self.mixes)
         self.rng.shuffle(units)
         for unit in units:
@@ -239,16 +241,16 @@ class League:
             kind = kinds[min(int(np.searchsorted(cumulative, self.rng.random(), side="right")), len(kinds) - 1)]
             if kind == LATEST:
                 continue
-            match = self._install(unit, kind)
+            match = self._draw(unit, kind, copy)
             if match is not None:
-                self.match = match
-                break
-        return self.match
+                return match
+        return Match(None, LATEST)
 
-    def _install(self, unit: str, kind: str) -> Match | None:
+    def _draw(self, unit: str, kind: str, copy: int) -> Match | None:
         members = self.members[unit]
         trainee = members[int(self.rng.integers(len(members)))]
         opponents: dict[str, str] = {}
+        overrides: dict[str, Any] = {}
         for seat, a in self.acting.items():
             if seat == trainee:
                 continue
@@ -260,23 +262,23 @@ class League:
                         return None  # no past self yet: this episode is plain self-play
                     continue  # a non-learning (or not yet snapshotted) seat keeps its own policy
                 snapshot = pool[int(self.rng.integers(len(pool)))]
-                a.override = self._snapshot_module(seat, snapshot)
+                overrides[seat] = self._snapshot_module(copy, seat, snapshot)
                 opponents[seat] = snapshot.name
             else:
-                a.override = self._scripted_policy(seat, kind)
+                overrides[seat] = self._scripted_policy(seat, kind)
                 opponents[seat] = kind
-        return Match(unit, kind, trainee, opponents)
+        return Match(unit, kind, trainee, opponents, overrides)
 
-    def _snapshot_module(self, seat: str, snapshot: Snapshot) -> Any:
+    def _snapshot_module(self, copy: int, seat: str, snapshot: Snapshot) -> Any:
         from .learners import vector_to_policy
 
-        module, loaded = self._snapshot_modules.get(seat, (None, None))
+        module, loaded = self._snapshot_modules.get((copy, seat), (None, None))
         if module is None:
             module = self.plan.agents[seat].build_policy(self.plan.config.seed + 77)
         if loaded != snapshot.name:
             vector_to_policy(snapshot.vector, module)
         module.on_actor_steps(self.acting[seat].steps)  # explore like the trainee's current schedule
-        self._snapshot_modules[seat] = (module, snapshot.name)
+        self._snapshot_modules[(copy, seat)] = (module, snapshot.name)
         return module
 
     def _scripted_policy(self, seat: str, kind: str) -> Any:
@@ -291,9 +293,8 @@ class League:
             self._scripted[key] = policy
         return self._scripted[key]
 
-    def end_episode(self, summary: Any) -> dict[str, Any]:
+    def end_episode(self, summary: Any, match: Match) -> dict[str, Any]:
         """Score the finished match (ratings, per-opponent game counts); returns it for episodes.jsonl."""
-        match = self.match
         record = match.as_dict()
         if match.unit is not None and match.trainee is not None:
             ret = summary.returns.get(match.trainee, 0.0)
@@ -310,8 +311,6 @@ class League:
         elif match.unit is None:
             for unit in self.mixes:
                 self.games[unit][LATEST] = self.games[unit].get(LATEST, 0) + 1
-        for a in self.acting.values():
-            a.override = None
         return record
 
     def _rated_opponent(self, match: Match) -> str:

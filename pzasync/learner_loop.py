@@ -90,6 +90,8 @@ class LearnerSetup:
     parent_pid: int = 0
     #: An agent group's members (then `agent` is the group's name).
     members: list[str] = dataclasses.field(default_factory=list)
+    #: Trajectories interleaved in the buffer (LearnerContext.tracks).
+    tracks: int = 1
 
 
 def build_learner(setup: LearnerSetup) -> Any:
@@ -97,7 +99,7 @@ def build_learner(setup: LearnerSetup) -> Any:
 
     cls, _ = resolve_learner(setup.learner_path, setup.agent)
     learner = cls(LearnerContext(setup.agent, setup.layout, setup.config, setup.device, setup.seed,
-                                     members=list(setup.members)))
+                                     members=list(setup.members), tracks=setup.tracks))
     if setup.resume_state_path and os.path.exists(setup.resume_state_path):
         import torch
 

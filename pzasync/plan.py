@@ -253,7 +253,7 @@ class RunPlan:
                                   f"never learn (random, one_ply, negamax, perfect, fixed, or 'module:callable')")
 
     def _check_devices(self) -> None:
-        wanted = {self.config.device_for(a) for a, p in self.units.items() if p.learns}
+        wanted = {self.config.device_for(a) for a, p in self.units.items() if p.learns} | {self.config.actor_device}
         if any(d.startswith("cuda") for d in wanted):
             import torch
 
@@ -266,7 +266,11 @@ class RunPlan:
     def learner_context(self, unit: str) -> LearnerContext:
         plan = self.units[unit]
         return LearnerContext(unit, plan.layout, plan.options, self.config.device_for(unit),
-                              plan.seed(self.config.seed), members=list(plan.members))
+                              plan.seed(self.config.seed), members=list(plan.members), tracks=self.tracks(unit))
+
+    def tracks(self, unit: str) -> int:
+        """Trajectories interleaved in the unit's buffer: one per env copy and group member."""
+        return self.config.envs_per_actor * max(1, len(self.units[unit].members))
 
     def torch_threads(self, processes: int) -> int:
         return self.config.torch_threads or max(1, usable_cores() // max(1, processes))
@@ -284,6 +288,8 @@ class RunPlan:
                 extras = dict(unit.learner_cls.extras)
                 if unit.members:
                     extras["member"] = "int16"
+                if self.config.envs_per_actor > 1:
+                    extras["track"] = "int32"
                 unit.buffer = SharedRingBuffer.create(unit.layout, unit.capacity, extras,
                                                       run_id=self.run_id, label=f"buf-{label}")
                 unit.slot = PolicySlot.create(unit.policy_floats, self.config.publish_mode, run_id=self.run_id,

@@ -24,6 +24,7 @@ from typing import Any
 from . import stats as S
 from .actor import Actor, ActingAgent
 from .config import RunConfig
+from .env_workers import EnvWorkers
 from .environments import EnvSpec
 from .errors import PzasyncError
 from .hosts import InlineHost, LearnerHost, ProcessHost
@@ -115,16 +116,19 @@ class _Runner:
             seed=plan.seed(self.config.seed), torch_threads=threads,
             checkpoint_path=run_dir.checkpoint_path(plan.agent) if run_dir else None,
             resume_state_path=self.resume_dir.checkpoint_path(plan.agent) if self.resume_dir else None,
-            parent_pid=os.getpid(), members=list(plan.members),
+            parent_pid=os.getpid(), members=list(plan.members), tracks=self.plan.tracks(plan.agent),
         )
 
     def _acting_agents(self) -> dict[str, ActingAgent]:
         acting = {}
         for agent, p in self.plan.agents.items():
             starts = int(p.options.get("learning_starts", p.options.get("batch_size", 64)))
-            a = ActingAgent(agent, p.layout, p.build_policy(self.config.seed), p.learns, p.learner_cls.on_policy,
+            policy = p.build_policy(self.config.seed)
+            if self.config.actor_device != "cpu" and hasattr(policy, "to"):
+                policy = policy.to(self.config.actor_device)
+            a = ActingAgent(agent, p.layout, policy, p.learns, p.learner_cls.on_policy,
                             p.slot, p.buffer, starts, steps=self._resumed_steps.get(agent, 0), unit=p.unit,
-                            member=p.member)
+                            member=p.member, tracks=self.plan.tracks(p.unit))
             a.policy.on_actor_steps(a.steps)
             acting[agent] = a
         return acting
@@ -149,8 +153,11 @@ class _Runner:
     def _actor(self, acting: dict[str, ActingAgent], host: LearnerHost, run_dir: RunDirectory | None = None) -> Actor:
         cfg = self.config
         paced = host.paces_actor  # learners apart from the actor: the opt-in waits apply
-        env = self.plan.env_spec.make()
-        self.actor = Actor(env, acting, self.plan.stats, replay_ratio=cfg.replay_ratio if paced else None,
+        if cfg.env_workers:
+            envs: Any = EnvWorkers(self.plan.env_spec, cfg.envs_per_actor, cfg.env_workers, cfg.heartbeat_timeout_s)
+        else:
+            envs = [self.plan.env_spec.make() for _ in range(cfg.envs_per_actor)]
+        self.actor = Actor(envs, acting, self.plan.stats, replay_ratio=cfg.replay_ratio if paced else None,
                            max_lead=cfg.max_actor_lead, backpressure=cfg.backpressure and paced,
                            check_rewards=cfg.check_rewards, max_episode_steps=cfg.max_episode_steps,
                            before_decision=host.before_decision, env_name=self.plan.env_spec.name,
@@ -255,7 +262,7 @@ class _Runner:
             return self._result(monitor, actor, time.monotonic() - start, reason, run_dir, monitor.reports, host)
         finally:
             if actor is not None:
-                actor.env.close()
+                actor.close()
             self.plan.release()
 
     def run(self, agent_steps: int | None = None, seconds: float | None = None) -> RunResult:

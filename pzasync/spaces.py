@@ -118,6 +118,14 @@ class AgentLayout:
             return [np.asarray(observation, dtype=self.obs_leaves[0].dtype)]
         return [np.asarray(_get(observation, leaf.path), dtype=leaf.dtype) for leaf in self.obs_leaves]
 
+    def batch(self, observations: list[Any]) -> dict[str, np.ndarray]:
+        """Stored observations stacked into the batch a `Policy.act` takes, keyed like the buffer's columns
+        ("obs", or "obs/<leaf>" for each leaf of a nested observation)."""
+        if not self.nested_obs:
+            return {"obs": np.stack(observations) if len(observations) > 1 else np.asarray(observations[0])[None]}
+        return {f"obs/{leaf.name}": np.stack([np.asarray(_get(o, leaf.path), dtype=leaf.dtype) for o in observations])
+                for leaf in self.obs_leaves}
+
     def nest(self, leaf_values: dict[str, np.ndarray]) -> Any:
         """Rebuild an observation (or a batch of them) from arrays keyed by leaf name."""
         if not self.nested_obs:

@@ -46,6 +46,10 @@ class RunStats:
             words[self._steps_word[agent]] = agent_steps
         words[AGENT_STEPS] = total_steps
 
+    def record_episodes(self, episodes: int) -> None:
+        """The actor's count of finished (or cut) episodes, all env copies together."""
+        self.words[EPISODES] = episodes
+
     def word_index(self, agent: str, word: int) -> int:
         """Index of an agent's word in `words` (the per-agent block follows the run block, both packed)."""
         return _GLOBAL_WORDS + self.index[agent] * _AGENT_WORDS + word

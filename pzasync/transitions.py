@@ -53,6 +53,8 @@ class EpisodeSummary:
     cut_by_actor: bool
     #: Under a league (RunConfig.league): who played whom in this episode (`league.Match.as_dict`).
     match: dict | None = None
+    #: Which of the actor's env copies played it (RunConfig.envs_per_actor).
+    copy: int = 0
 
 
 class LayoutBook:
@@ -149,10 +151,13 @@ class TransitionAssembler:
         self.agent_steps = 0
 
     def turn(
-        self, agent: str, observation: Any, reward: float, terminated: bool, truncated: bool, info: dict
+        self, agent: str, observation: Any, reward: float, terminated: bool, truncated: bool, info: dict,
+        split: tuple[Any, np.ndarray | None] | None = None,
     ) -> tuple[Transition | None, Any, np.ndarray | None]:
-        """Record a turn; return the transition it completes (if any), the stored obs and the mask."""
-        obs, mask = self.layouts.get(agent, info).split(observation, info)
+        """Record a turn; return the transition it completes (if any), the stored obs and the mask.
+
+        `split`: the turn's (stored obs, mask) where the caller already split the observation."""
+        obs, mask = split if split is not None else self.layouts.get(agent, info).split(observation, info)
         reward = float(reward)
         self.returns[agent] += reward
         pending = self._pending.pop(agent, None)

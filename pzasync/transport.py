@@ -120,6 +120,9 @@ class RunControl(Protocol):
     def record_steps(self, agent: str | None, agent_steps: int, total_steps: int) -> None:
         """The actor's counts after each decision (hot path: must cost next to nothing)."""
 
+    def record_episodes(self, episodes: int) -> None:
+        """The actor's count of finished episodes, all env copies together."""
+
 
 def check_implements(obj: Any, *protocols: type) -> None:
     """Fail loudly (TypeError naming the missing protocol) when a transport object lacks part of the seam."""

@@ -59,3 +59,56 @@ class StallingEnv(ScriptedEnv):
 
                 time.sleep(self.seconds)
         super().step(action)
+
+
+def crash_in_seeded_copy(bad_seed: int = 3):
+    """connect_four whose step raises KeyError at player_1's turn in the copy first reset with `bad_seed`."""
+    from pettingzoo.classic import connect_four_v3
+    from pettingzoo.utils import BaseWrapper
+
+    class CrashInSeededCopy(BaseWrapper):
+        def __init__(self):
+            super().__init__(connect_four_v3.env())
+            self.seed_seen = None
+
+        def reset(self, seed=None, options=None):
+            self.seed_seen = seed if seed is not None else self.seed_seen
+            super().reset(seed=seed, options=options)
+
+        def step(self, action):
+            if self.seed_seen == bad_seed and self.agent_selection == "player_1":
+                raise KeyError("boom in a worker")
+            super().step(action)
+
+    return CrashInSeededCopy()
+
+
+def hanging_connect_four():
+    """connect_four whose step never returns."""
+    import time
+
+    from pettingzoo.classic import connect_four_v3
+    from pettingzoo.utils import BaseWrapper
+
+    class Hanging(BaseWrapper):
+        def step(self, action):
+            time.sleep(3600)
+
+    return Hanging(connect_four_v3.env())
+
+
+def leaky_connect_four(leak: bool):
+    """connect_four whose `rewards` pays one point too many on its first live step when `leak`."""
+    from pettingzoo.classic import connect_four_v3
+    from pettingzoo.utils import BaseWrapper
+
+    class Leaky(BaseWrapper):
+        leaked = False
+
+        def step(self, action):
+            super().step(action)
+            if leak and not self.leaked and action is not None:
+                self.leaked = True
+                self.unwrapped.rewards[self.possible_agents[0]] = 1.0
+
+    return Leaky(connect_four_v3.env())

@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from pzasync import RunConfig, SequentialRunner
-from pzasync.bench import (BenchSettings, TrialSpec, headline, rescore, run_bench, run_trial,
+from pzasync.bench import (BenchSettings, TrialSpec, headline, plan_trials, rescore, run_bench, run_trial,
                            run_trial_in_fresh_process, summarize_trials, time_to_target)
 from pzasync.errors import ConfigError
 
@@ -185,3 +185,30 @@ def test_bench_command_rejects_an_unknown_configuration():
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2
     assert "bench option configs=('sequential', 'warp'): unknown ['warp']" in proc.stderr
+
+
+def test_vector_configurations_are_labelled_and_held_against_the_single_env_references(tmp_path):
+    """envs_per_actor x env_workers: each runner configuration runs per pair (workers <= copies), labelled
+    config@N(wW); the headline holds each against the bare loops and its one-copy self; the plot draws them."""
+    from pzasync.bench_report import plot_report
+
+    settings = BenchSettings(env=C4, learners=VS_RANDOM, agent_steps=300, seeds=1, envs_per_actor=(1, 2),
+                             env_workers=(0, 2), configs=("bare_random", "bare_policy", "sequential"))
+    assert [s.label for s in plan_trials(settings)] == ["bare_random", "bare_policy", "sequential", "sequential@2",
+                                                        "sequential@2w2"]
+    threads = torch.get_num_threads()
+    try:
+        report = run_bench(settings, runner=run_trial)
+    finally:
+        torch.set_num_threads(threads)
+    jsonschema.Draft202012Validator(SCHEMA).validate(json.loads(json.dumps(report)))
+    rate = {t["config"]: t["agent_steps_per_s"] for t in report["trials"]}
+    assert all(t["agent_steps"] == 300 for t in report["trials"])
+    vector = report["headline"]["vector"]
+    assert set(vector) == {"sequential@2", "sequential@2w2"}
+    assert vector["sequential@2w2"]["env_workers"] == 2
+    assert vector["sequential@2"]["over_one_env"] == pytest.approx(rate["sequential@2"] / rate["sequential"])
+    assert vector["sequential@2w2"]["over_bare_policy"] == pytest.approx(rate["sequential@2w2"] / rate["bare_policy"])
+    assert plot_report(report, str(tmp_path / "bench.png"))
+    with pytest.raises(ConfigError, match="envs_per_actor"):
+        BenchSettings(env=C4, run_options={"envs_per_actor": 4}).validate()

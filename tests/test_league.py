@@ -88,7 +88,7 @@ def test_snapshot_pool_is_bounded_and_mirrors_its_files(tmp_path):
 # ---------------------------------------------------------------------------------------------- the draw
 class _Seat:
     def __init__(self, unit: str) -> None:
-        self.unit, self.override, self.steps, self.version = unit, None, 0, 1
+        self.unit, self.steps, self.version = unit, 0, 1
         self.vector = np.zeros(1, np.float32)
         self.layout = None
 
@@ -106,10 +106,10 @@ def test_matches_are_drawn_by_weight_and_opponents_installed_only_in_other_seats
         if match.kind == "random":
             trainees.append(match.trainee)
             other = next(s for s in acting if s != match.trainee)
-            assert acting[match.trainee].override is None and acting[other].override is not None
+            assert set(match.overrides) == {other} and match.overrides[other] is not None
             assert match.opponents == {other: "random"}
         else:
-            assert all(a.override is None for a in acting.values())
+            assert match.overrides == {}
     assert abs(kinds.count("random") / 2000 - 0.75) < 0.04
     assert abs(trainees.count("player_1") / len(trainees) - 0.5) < 0.05
 

@@ -15,7 +15,8 @@ from importlib.metadata import entry_points
 from typing import Any
 
 from ..errors import ConfigError
-from .base import Batch, Learner, LearnerContext, Option, Policy, policy_size, policy_to_vector, vector_to_policy
+from .base import (Batch, Learner, LearnerContext, Option, Policy, policy_size, policy_to_vector, trajectory_ids,
+                   vector_to_policy)
 
 BUILTIN: dict[str, str] = {
     "dqn": "pzasync.learners.dqn:DQNLearner",
@@ -119,5 +120,6 @@ __all__ = [
     "policy_size",
     "policy_to_vector",
     "resolve_learner",
+    "trajectory_ids",
     "vector_to_policy",
 ]

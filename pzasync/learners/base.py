@@ -34,6 +34,19 @@ class Policy(torch.nn.Module):
     def act(self, obs: dict[str, np.ndarray], mask: np.ndarray | None, explore: bool) -> tuple[np.ndarray, dict]:
         raise NotImplementedError
 
+    def parameter_device(self) -> torch.device:
+        """Where the parameters live (the CPU without any). Cached: `act` asks at every forward, and walking the
+        parameters costs microseconds; `.to()` and friends clear the cache."""
+        device = self.__dict__.get("_pzasync_device")
+        if device is None:
+            device = next((t.device for t in self.parameters()), torch.device("cpu"))
+            self.__dict__["_pzasync_device"] = device
+        return device
+
+    def _apply(self, fn: Any, *args: Any, **kwargs: Any) -> Policy:
+        self.__dict__.pop("_pzasync_device", None)
+        return super()._apply(fn, *args, **kwargs)
+
     def on_actor_steps(self, agent_steps: int) -> None:
         """Told by the actor how many decisions this agent has taken (e.g. for an epsilon schedule)."""
 
@@ -130,6 +143,20 @@ class LearnerContext:
     seed: int = 0
     #: For an agent group (parameter sharing): the member agents, in the order of the batch's `member` field.
     members: list[str] = field(default_factory=list)
+    #: Trajectories interleaved in the buffer (env copies x group members). Above 1, rows of different
+    #: trajectories interleave and a batch's `track` field (or, with one env copy, `member`) says which
+    #: trajectory each row continues.
+    tracks: int = 1
+
+    def __post_init__(self) -> None:
+        self.tracks = max(int(self.tracks), len(self.members), 1)
+
+
+def trajectory_ids(batch: dict[str, np.ndarray]) -> np.ndarray | None:
+    """Which trajectory each row continues, where several interleave in one buffer (LearnerContext.tracks):
+    the `track` field (env copies x group members), else a group's `member` field, else None (one trajectory)."""
+    track = batch.get("track")
+    return batch.get("member") if track is None else track
 
 
 class Learner(ABC):

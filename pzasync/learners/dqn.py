@@ -21,8 +21,8 @@ from torch import nn
 
 from ..errors import UnsupportedSpaceError
 from ..spaces import AgentLayout
-from .base import Batch, Learner, LearnerContext, Option, Policy
-from .networks import ACTIVATIONS, TORSOS, Encoder, masked_logits, mlp, obs_tensors
+from .base import Batch, Learner, LearnerContext, Option, Policy, trajectory_ids
+from .networks import ACTIVATIONS, TORSOS, Encoder, explore_uniformly, masked_logits, mlp, obs_tensors
 
 
 def check_options(agent: str, config: dict[str, Any]) -> None:
@@ -47,27 +47,27 @@ def check_options(agent: str, config: dict[str, Any]) -> None:
         bad("torso", f"must be one of {list(TORSOS)}")
 
 
-def nstep_window(n_step: int, members: int = 0) -> int:
+def nstep_window(n_step: int, tracks: int = 0) -> int:
     """Buffer rows after each sampled start row that n-step targets read.
 
-    A single agent's rows follow each other, so n_step - 1 rows hold its next n_step - 1 steps. A group's rows
-    interleave its members, so each further step of one member may lie behind other members' rows: the window
-    allows for twice the group's size per step. A trajectory that does not fit in it is cut short (bootstraps
+    A single trajectory's rows follow each other, so n_step - 1 rows hold its next n_step - 1 steps. Env
+    copies and a group's members interleave their trajectories (tracks), so each further step of one track may
+    lie behind other tracks' rows: the window allows for twice the number of tracks per step. A trajectory that does not fit in it is cut short (bootstraps
     earlier); it is never wrong.
     """
     if n_step <= 1:
         return 0
-    return (n_step - 1) * (2 * members if members > 1 else 1)
+    return (n_step - 1) * (2 * tracks if tracks > 1 else 1)
 
 
 def nstep_batch(window: dict[str, np.ndarray], valid: np.ndarray, n_step: int, gamma: float,
                 obs_keys: list[str], grouped: bool) -> dict[str, np.ndarray]:
     """Reduce windows from `SharedRingBuffer.sample_windows` to one n-step transition per start row.
 
-    From each start row, walk forward along the same trajectory: rows of other group members are passed over
-    (when `grouped`), and the walk stops at the first row that does not continue it. A row continues the
+    From each start row, walk forward along the same trajectory: rows of other tracks (env copies, group
+    members) are passed over (when `grouped`), and the walk stops at the first row that does not continue it. A row continues the
     trajectory if the previous step was neither terminated nor truncated, the row is valid (untorn, not yet
-    overwritten), belongs to the same member, and its observation equals the previous step's `next_obs`
+    overwritten), belongs to the same track, and its observation equals the previous step's `next_obs`
     exactly (which catches episode boundaries and episodes cut by the actor). At most `n_step` steps are
     used. The result has the start row's columns, with `reward` = sum_k gamma^k r_k over the k used steps,
     `next_obs*`, `next_action_mask`, `terminated` and `truncated` from the last used step, `discount` =
@@ -81,7 +81,7 @@ def nstep_batch(window: dict[str, np.ndarray], valid: np.ndarray, n_step: int, g
     ended = window["terminated"] | window["truncated"]
     returns = reward[:, 0].copy()
     done = ended[:, 0].copy()
-    member = window.get("member") if grouped else None
+    member = trajectory_ids(window) if grouped else None
     for j in range(1, length):
         active = ~done & (used < n_step)
         if not active.any():
@@ -150,12 +150,11 @@ class QNetwork(Policy):
 
     def act(self, obs: dict[str, np.ndarray], mask: np.ndarray | None, explore: bool) -> tuple[np.ndarray, dict]:
         with torch.inference_mode():
-            q = masked_logits(self(obs_tensors(obs, self.layout)), mask)
-            actions = q.argmax(dim=1).numpy()
+            # The actor's copy may live on a GPU (RunConfig.actor_device).
+            q = masked_logits(self(obs_tensors(obs, self.layout, device=self.parameter_device())), mask)
+            actions = q.argmax(dim=1).cpu().numpy()
         if explore:
-            for i in np.flatnonzero(self.rng.random(len(actions)) < self.epsilon):
-                legal = np.flatnonzero(mask[i]) if mask is not None and mask[i].any() else None
-                actions[i] = self.rng.choice(legal) if legal is not None else self.rng.integers(q.shape[1])
+            actions = explore_uniformly(actions, self.epsilon, mask, q.shape[1], self.rng)
         return actions + self.start if self.start else actions, {}
 
 
@@ -213,7 +212,7 @@ class DQNLearner(Learner):
         self.n_step = int(self.config["n_step"])
         self.tau = float(self.config["target_tau"])
         #: Buffer rows read after each sampled row for n-step returns (0 when n_step is 1).
-        self.window = nstep_window(self.n_step, len(ctx.members))
+        self.window = nstep_window(self.n_step, ctx.tracks)
 
     @classmethod
     def check_spaces(cls, layout: AgentLayout) -> None:
@@ -237,7 +236,7 @@ class DQNLearner(Learner):
             return buffer.sample(self.batch_size, rng)
         window, valid = buffer.sample_windows(self.batch_size, min(self.window, buffer.capacity - 1), rng)
         keys = [name for name in window if name == "obs" or name.startswith("obs/")]
-        return nstep_batch(window, valid, self.n_step, float(self.config["gamma"]), keys, bool(self.ctx.members))
+        return nstep_batch(window, valid, self.n_step, float(self.config["gamma"]), keys, self.ctx.tracks > 1)
 
     def compute_targets(self, batch: Batch) -> torch.Tensor:
         """r + gamma * Q_target(s', argmax over legal a' of Q_online(s', a')), with no bootstrap after a

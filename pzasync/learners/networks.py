@@ -48,6 +48,22 @@ def obs_tensors(obs: dict[str, np.ndarray], layout: AgentLayout, prefix: str = "
             for key in obs_keys(layout, prefix)}
 
 
+def explore_uniformly(actions: np.ndarray, epsilon: float, mask: np.ndarray | None, n: int,
+                      rng: np.random.Generator) -> np.ndarray:
+    """Epsilon-greedy over a batch: each row, with probability epsilon, becomes a uniform draw among its legal
+    actions (all `n` where there is no mask or a row has none legal). One vectorised draw per batch."""
+    rows = np.flatnonzero(rng.random(len(actions)) < epsilon)
+    if len(rows) == 0:
+        return actions
+    scores = rng.random((len(rows), n))
+    if mask is not None:
+        legal = np.asarray(mask[rows], dtype=bool)
+        legal[~legal.any(axis=1)] = True
+        scores[~legal] = -1.0  # the largest uniform score among the legal actions is a uniform legal choice
+    actions[rows] = scores.argmax(axis=1)
+    return actions
+
+
 class ImageEncoder(nn.Module):
     """HWC image -> `out` features: channels-last input permuted to NCHW, three convs, adaptive pooling.
 

@@ -19,7 +19,7 @@ from torch import nn
 
 from ..errors import UnsupportedSpaceError
 from ..spaces import AgentLayout
-from .base import Batch, Learner, LearnerContext, Option, Policy
+from .base import Batch, Learner, LearnerContext, Option, Policy, trajectory_ids
 from .networks import ACTIVATIONS, TORSOS, Encoder, masked_logits, mlp, obs_tensors
 
 Dist = torch.distributions.Distribution
@@ -83,8 +83,9 @@ class ActorCritic(Policy):
     def act(self, obs: dict[str, np.ndarray], mask: np.ndarray | None, explore: bool) -> tuple[np.ndarray, dict]:
         # Written out rather than through torch.distributions: this runs at every turn of the actor.
         with torch.inference_mode():
-            features = self.encoder(obs_tensors(obs, self.layout))
-            value, out = self.v(features).squeeze(-1), self.pi(features)
+            # The actor's copy may live on a GPU (RunConfig.actor_device); sampling stays on the CPU generator.
+            features = self.encoder(obs_tensors(obs, self.layout, device=self.parameter_device()))
+            value, out = self.v(features).squeeze(-1).cpu(), self.pi(features).cpu()
             if self.discrete:
                 log_probs = torch.log_softmax(masked_logits(out, mask), dim=1)
                 if explore:
@@ -149,7 +150,7 @@ class PPOLearner(Learner):
         return self.net
 
     def compute_advantages(self, batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
-        """GAE over the chunk in order (per member for agent groups), with values from the current network;
+        """GAE over the chunk in order (per track: env copy and group member), with values from the current network;
         returns (advantages, returns)."""
         dev, layout = self.device, self.ctx.layout
         with torch.no_grad():
@@ -161,12 +162,12 @@ class PPOLearner(Learner):
         gamma, lam = float(self.config["gamma"]), float(self.config["gae_lambda"])
         deltas = rewards + gamma * next_values * alive - values
         advantages = np.zeros_like(deltas)
-        # An agent group's members interleave in one chunk: each member's own transitions, in order, form its
-        # trajectory, so GAE runs per member. A trajectory's last transition in the chunk has no successor
-        # here: it bootstraps from its next_obs only.
-        members = batch.get("member")
-        tracks = [np.arange(len(deltas))] if members is None else [
-            np.flatnonzero(members == m) for m in np.unique(members)]
+        # Env copies and an agent group's members interleave in one chunk: each track's own transitions, in
+        # order, form its trajectory, so GAE runs per track. A trajectory's last transition in the chunk has no
+        # successor here: it bootstraps from its next_obs only.
+        track = trajectory_ids(batch)
+        tracks = [np.arange(len(deltas))] if track is None else [
+            np.flatnonzero(track == m) for m in np.unique(track)]
         for rows in tracks:
             running = 0.0
             for t in rows[::-1]:

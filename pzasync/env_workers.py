@@ -1,0 +1,276 @@
+"""The actor's env copies, stepped in its own process (`LocalCopies`) or in env workers (`WorkerCopies`).
+
+Both hand the actor the same things: each round, the copies' pending decisions (`PendingDecision`); after the
+actor answers them, the events the answers caused, in order per copy (completed transitions, episode starts
+and ends), delivered to the actor's callbacks, and the next pending decisions. Each copy is an
+`EpisodeStepper`, so transitions are assembled next to the env, with `rollout`'s exact semantics, wherever
+the env runs.
+
+Env workers (RunConfig.env_workers) are for envs whose step dominates: each spawned worker owns a contiguous
+slice of the copies and steps them while the actor runs inference and bookkeeping. One message per worker
+and round carries the actions, which copies to cut and whether new episodes may start; the answer carries
+the events and pending decisions. Errors follow Gymnasium's AsyncVectorEnv: a worker's exception comes back
+as its own type (also an `EnvCrashedError`), with the worker's traceback as its cause and the copy index in
+the message; a worker that dies or stays silent for `timeout_s` is reported with its copies. A worker whose
+actor dies sees its pipe close and exits.
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import signal
+import time
+import traceback
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import numpy as np
+
+from .errors import EnvCrashedError, PzasyncError, error_type_path, remote_error
+from .stepper import EpisodeStepper, PendingDecision
+from .transitions import EpisodeSummary, LayoutBook, Transition
+
+Answer = tuple[PendingDecision, Any, dict]
+
+
+@dataclass
+class EnvWorkers:
+    """What the actor needs to step its copies in env workers: `copies` copies of `env_spec` over `workers`
+    processes, each answering within `timeout_s`."""
+
+    env_spec: Any
+    copies: int
+    workers: int
+    timeout_s: float = 120.0
+
+
+class LocalCopies:
+    """Env copies stepped in this process. `emit(t, copy)`, `on_episode(summary)` and `on_start(copy)` are
+    called as things happen."""
+
+    def __init__(self, envs: list[Any], copies: list[int], seed: int | None, layouts: dict, *,
+                 emit: Callable[[Transition, int], None], on_episode: Callable[[EpisodeSummary], None],
+                 on_start: Callable[[int], None], check_rewards: bool = True,
+                 max_episode_steps: int | None = None) -> None:
+        from .actor import env_action_converter
+
+        to_env = env_action_converter(layouts)
+        self.envs = envs
+        self.on_start = on_start
+        self.steppers = {
+            k: EpisodeStepper(env, (lambda t, k=k: emit(t, k)), copy=k, seed=None if seed is None else seed + k,
+                              layouts=LayoutBook(env, layouts, fixed=True), check_rewards=check_rewards,
+                              max_episode_steps=max_episode_steps, to_env=to_env, on_episode=on_episode)
+            for k, env in zip(copies, envs)
+        }
+        #: The copy being stepped (for error messages).
+        self.current = copies[0]
+
+    def _next(self, stepper: EpisodeStepper, may_reset: bool) -> PendingDecision | None:
+        """The copy's next live decision, starting episodes while `may_reset`."""
+        self.current = stepper.copy
+        while True:
+            if not stepper.in_episode:
+                if not may_reset:
+                    return None
+                stepper.reset()
+                self.on_start(stepper.copy)
+            decision = stepper.advance()
+            if decision is not None:
+                return decision
+
+    def start(self, may_reset: bool) -> list[PendingDecision]:
+        """Every copy's first pending decision."""
+        return [d for s in self.steppers.values() if (d := self._next(s, may_reset)) is not None]
+
+    def step(self, answered: list[Answer], cut: list[int], may_reset: bool) -> list[PendingDecision]:
+        """Cut the copies in `cut`, take each answered decision's action, and return the next decisions."""
+        for k in cut:
+            self.current = k
+            self.steppers[k].cut()
+        following = []
+        for decision, action, extras in answered:
+            stepper = self.steppers[decision.copy]
+            self.current = decision.copy
+            stepper.step(action, extras)
+            if (nxt := self._next(stepper, may_reset)) is not None:
+                following.append(nxt)
+        return following
+
+    def finish(self) -> None:
+        """Cut every copy still in an episode (the run is over)."""
+        for k, stepper in self.steppers.items():
+            self.current = k
+            stepper.cut()
+
+    def failure_context(self) -> tuple[int, Any, int]:
+        """(copy, agent whose turn it was, episode index of that copy) for an error raised while stepping."""
+        stepper = self.steppers[self.current]
+        return self.current, getattr(stepper.env, "agent_selection", None), stepper.episode_index
+
+    def close(self) -> None:
+        for env in self.envs:
+            env.close()
+
+
+# ---------------------------------------------------------------------------------------------- the worker
+def worker_main(conn: Any, env_spec: Any, copies: list[int], seed: int | None, layouts: dict,
+                check_rewards: bool, max_episode_steps: int | None) -> None:
+    """Body of an env worker: build its copies, then answer the actor's messages until told to close."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the actor's to handle; it closes us
+    events: list[tuple] = []
+    waiting: dict[int, PendingDecision] = {}  # each copy's decision the actor is answering
+    local = None
+    try:
+        envs = [env_spec.make() for _ in copies]
+        local = LocalCopies(envs, copies, seed, layouts, emit=lambda t, k: events.append(("t", k, t)),
+                            on_episode=lambda s: events.append(("end", s)),
+                            on_start=lambda k: events.append(("start", k)), check_rewards=check_rewards,
+                            max_episode_steps=max_episode_steps)
+        conn.send(("ready",))
+        while True:
+            try:
+                message = conn.recv()
+            except (EOFError, OSError):  # the actor is gone
+                return
+            kind = message[0]
+            if kind == "close":
+                return
+            try:
+                if kind == "start":
+                    pending = local.start(message[1])
+                elif kind == "step":
+                    _, answers, cut, may_reset = message
+                    pending = local.step([(waiting.pop(k), a, x) for k, a, x in answers], cut, may_reset)
+                elif kind == "finish":
+                    local.finish()
+                    pending = []
+                else:
+                    raise PzasyncError(f"env worker: unknown message {kind!r}")
+            except Exception as exc:  # noqa: BLE001 - reported to the actor with the copy it happened in
+                copy, agent, episode = local.failure_context()
+                conn.send(("error", copy, agent, episode, error_type_path(type(exc)), str(exc),
+                           traceback.format_exc()))
+                return
+            waiting.update((d.copy, d) for d in pending)
+            conn.send(("ok", events, pending))
+            events = []
+    except Exception as exc:  # noqa: BLE001 - building the envs failed
+        try:
+            conn.send(("error", copies[0], None, 0, error_type_path(type(exc)), str(exc), traceback.format_exc()))
+        except OSError:
+            pass
+    finally:
+        if local is not None:
+            local.close()
+        conn.close()
+
+
+
+class WorkerCopies:
+    """Env copies stepped in `workers` spawned processes (module docstring)."""
+
+    def __init__(self, env_spec: Any, copies: int, workers: int, seed: int | None, layouts: dict, *,
+                 emit: Callable[[Transition, int], None], on_episode: Callable[[EpisodeSummary], None],
+                 on_start: Callable[[int], None], check_rewards: bool = True,
+                 max_episode_steps: int | None = None, timeout_s: float = 120.0, env_name: str = "env") -> None:
+        self.emit, self.on_episode, self.on_start = emit, on_episode, on_start
+        self.timeout_s = timeout_s
+        self.env_name = env_name
+        self.slices = [list(map(int, s)) for s in np.array_split(np.arange(copies), workers)]
+        self.owner = {k: w for w, ks in enumerate(self.slices) for k in ks}
+        self.conns: list[Any] = []
+        self.procs: list[Any] = []
+        ctx = mp.get_context("spawn")
+        try:
+            for w, ks in enumerate(self.slices):
+                receiver, sender = ctx.Pipe(duplex=True)
+                proc = ctx.Process(target=worker_main, name=f"pzasync-env-worker-{w}", daemon=True,
+                                   args=(sender, env_spec, ks, seed, layouts, check_rewards, max_episode_steps))
+                proc.start()
+                sender.close()
+                self.conns.append(receiver)
+                self.procs.append(proc)
+            for w in range(len(self.slices)):
+                self._receive(w, startup=True)
+        except BaseException:
+            self.close()
+            raise
+
+    def _where(self, w: int) -> str:
+        ks = self.slices[w]
+        return f"env worker {w} (copies {ks[0]}-{ks[-1]})" if len(ks) > 1 else f"env worker {w} (copy {ks[0]})"
+
+    def _receive(self, w: int, startup: bool = False) -> list[PendingDecision]:
+        conn, proc = self.conns[w], self.procs[w]
+        deadline = time.monotonic() + self.timeout_s
+        while not conn.poll(0.05):
+            if not proc.is_alive() and not conn.poll(0.05):
+                raise EnvCrashedError(f"{self._where(w)} of env {self.env_name!r} died with exit code "
+                                      f"{proc.exitcode}")
+            if time.monotonic() > deadline:
+                raise EnvCrashedError(f"{self._where(w)} of env {self.env_name!r} has not answered for "
+                                      f"{self.timeout_s:g}s (an env step that never returns?); it was stopped")
+        try:
+            reply = conn.recv()
+        except (EOFError, OSError):
+            proc.join(5)
+            raise EnvCrashedError(f"{self._where(w)} of env {self.env_name!r} died with exit code "
+                                  f"{proc.exitcode}") from None
+        if reply[0] == "error":
+            _, copy, agent, episode, type_path, message, trace = reply
+            what = "while building its env copies" if startup else (
+                f"during the turn of agent {agent!r}, in episode {episode} (from 0) of that copy")
+            raise remote_error(EnvCrashedError, type_path, (
+                f"env {self.env_name!r} (env copy {copy}, in {self._where(w)}) raised "
+                f"{type_path.rpartition(':')[2]}: {message} {what} (the worker's traceback is the cause)"),
+                trace)
+        if reply[0] == "ready":
+            return []
+        _, events, pending = reply
+        for event in events:
+            if event[0] == "t":
+                self.emit(event[2], event[1])
+            elif event[0] == "end":
+                self.on_episode(event[1])
+            else:
+                self.on_start(event[1])
+        return pending
+
+    def _exchange(self, messages: dict[int, tuple]) -> list[PendingDecision]:
+        for w, message in messages.items():  # every worker steps at once ...
+            self.conns[w].send(message)
+        pending = []
+        for w in messages:  # ... and is heard in a fixed order
+            pending += self._receive(w)
+        return pending
+
+    def start(self, may_reset: bool) -> list[PendingDecision]:
+        return self._exchange({w: ("start", may_reset) for w in range(len(self.slices))})
+
+    def step(self, answered: list[Answer], cut: list[int], may_reset: bool) -> list[PendingDecision]:
+        messages: dict[int, tuple] = {}
+        for decision, action, extras in answered:
+            w = self.owner[decision.copy]
+            messages.setdefault(w, ("step", [], [], may_reset))[1].append((decision.copy, action, extras))
+        for k in cut:
+            messages.setdefault(self.owner[k], ("step", [], [], may_reset))[2].append(k)
+        return self._exchange(messages)
+
+    def finish(self) -> None:
+        self._exchange({w: ("finish",) for w in range(len(self.slices)) if self.procs[w].is_alive()})
+
+    def close(self) -> None:
+        """Stop every worker (politely, then by force); never raises."""
+        for conn in self.conns:
+            try:
+                conn.send(("close",))
+            except (OSError, ValueError):
+                pass
+        for proc in self.procs:
+            proc.join(5)
+            if proc.is_alive():
+                proc.kill()
+                proc.join(5)
+        for conn in self.conns:
+            conn.close()

@@ -1,0 +1,237 @@
+"""The vectorised actor (RunConfig.envs_per_actor): N env copies stepped side by side with batched forwards.
+
+Its transitions must be exactly those of N independent single-env rollouts seeded seed + k, copy by copy and
+agent by agent, with each copy's rewards conserved; the learners must be able to tell the copies apart.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections import Counter, defaultdict
+
+import numpy as np
+import pytest
+import torch
+
+from pzasync import AsyncRunner, RunConfig, SequentialRunner, rollout
+from pzasync.actor import Actor, ActingAgent
+from pzasync.collect import transitions_to_arrays
+from pzasync.env_workers import EnvWorkers
+from pzasync.environments import EnvSpec
+from pzasync.errors import EnvCrashedError, RewardConservationError
+from pzasync.learners import LearnerContext, Policy
+from pzasync.learners.ppo import PPOLearner
+from pzasync.spaces import env_layouts, probe_info_masks
+from pzasync.transitions import Transition
+
+from faulty_envs import crash_in_seeded_copy, hanging_connect_four, leaky_connect_four
+
+pytestmark = pytest.mark.timeout(240)
+
+FIELDS = ("obs", "action", "reward", "next_obs", "terminated", "truncated", "action_mask", "next_action_mask")
+
+
+def hashed_choice(obs, mask, n: int) -> int:
+    """A deterministic action from the observation's bytes: the same in a rollout and in a batch."""
+    legal = np.flatnonzero(mask) if mask is not None and mask.any() else np.arange(n)
+    leaves = obs.values() if isinstance(obs, dict) else [obs]
+    digest = hashlib.blake2b(b"".join(np.ascontiguousarray(v).tobytes() for v in leaves), digest_size=4).digest()
+    return int(legal[int.from_bytes(digest, "little") % len(legal)])
+
+
+class HashedPolicy(Policy):
+    """`hashed_choice` for every row of a batch, counting the forwards and their sizes."""
+
+    def __init__(self, layout):
+        super().__init__()
+        self.layout, self.n = layout, layout.action_space.n
+        self.batch_sizes: list[int] = []
+
+    def act(self, obs, mask, explore):
+        rows = len(next(iter(obs.values())))
+        self.batch_sizes.append(rows)
+        actions = []
+        for i in range(rows):
+            one = obs["obs"][i] if "obs" in obs else {k[4:]: v[i] for k, v in obs.items()}
+            actions.append(hashed_choice(one, None if mask is None else mask[i], self.n))
+        return np.array(actions, np.int64), {}
+
+
+class ListWriter:
+    """A TransitionWriter that keeps what it is given."""
+
+    def __init__(self):
+        self.rows: list[Transition] = []
+
+    def write(self, t: Transition) -> None:
+        self.rows.append(t)
+
+
+class Counters:
+    """The RunControl words the actor touches, in plain Python."""
+
+    stop_requested = False
+
+    def __init__(self):
+        self.steps, self.episodes = {}, 0
+
+    def record_steps(self, agent, agent_steps, total_steps):
+        if agent is not None:
+            self.steps[agent] = agent_steps
+
+    def record_episodes(self, episodes):
+        self.episodes = episodes
+
+    def get(self, agent, word):
+        return 0
+
+
+def vector_actor(env_id, copies: int, workers: int = 0, timeout_s: float = 60.0, **kwargs):
+    spec = EnvSpec.of(env_id)
+    probe = spec.make()
+    layouts = env_layouts(probe, probe_info_masks(probe, seed=0))
+    probe.close()
+    writers = {agent: ListWriter() for agent in layouts}
+    agents = {agent: ActingAgent(agent, layout, HashedPolicy(layout), learns=False, buffer=writers[agent],
+                                 tracks=copies)
+              for agent, layout in layouts.items()}
+    envs = EnvWorkers(spec, copies, workers, timeout_s) if workers else [spec.make() for _ in range(copies)]
+    actor = Actor(envs, agents, Counters(), replay_ratio=None, max_lead=64, backpressure=False, **kwargs)
+    return actor, writers
+
+
+def per_copy(writer: ListWriter, copies: int) -> dict[int, list[Transition]]:
+    out = defaultdict(list)
+    for t in writer.rows:
+        out[t.extras["track"] if copies > 1 else 0].append(t)
+    return out
+
+
+@pytest.mark.parametrize("env_id, copies, workers, max_steps", [
+    ("pettingzoo.classic.connect_four_v3", 5, 0, None),  # masks, rewards on the other player's turn
+    ("pzasync.envs.forage", 4, 0, None),                 # agents that die mid-episode, rewards on others' turns
+    ("mpe2.simple_spread_v3", 3, 0, 7),                  # parallel env through PettingZoo's conversion, cut
+    ("pzasync.envs.forage", 5, 2, None),                 # the same, stepped by 2 env workers
+    pytest.param("mpe2.simple_spread_v3", 3, 3, 7, marks=pytest.mark.slow),
+])
+def test_each_copy_equals_an_independent_rollout_with_seed_plus_k(env_id, copies, workers, max_steps):
+    """Every decision yields exactly one transition (completed at the agent's next turn or by a cut), so copy k
+    took as many decisions as it has transitions; a single-env rollout seeded seed + k and given that many
+    decisions must produce the same transitions, field for field, for every agent."""
+    seed = 11
+    actor, writers = vector_actor(env_id, copies, workers, max_episode_steps=max_steps)
+    summaries = []
+    taken = actor.run(agent_steps=1500, seed=seed, keep_going=lambda: True, on_episode=summaries.append)
+    assert taken == 1500
+    streams = {agent: per_copy(w, copies) for agent, w in writers.items()}
+    decisions = Counter()
+    for agent, by_copy in streams.items():
+        for k, rows in by_copy.items():
+            decisions[k] += len(rows)
+    assert sum(decisions.values()) == 1500 and set(decisions) == set(range(copies)), decisions
+    layouts = {a: x.layout for a, x in actor.agents.items()}
+    for k in range(copies):
+        spec = EnvSpec.of(env_id)
+        n = {a: layouts[a].action_space.n for a in layouts}
+        expected = rollout(spec.make(), lambda agent, obs, mask: hashed_choice(obs, mask, n[agent]),
+                           agent_steps=decisions[k], seed=seed + k, max_episode_steps=max_steps)
+        got = transitions_to_arrays([t for by_copy in streams.values() for t in by_copy[k]], layouts)
+        assert set(got) == set(expected), (k, sorted(got), sorted(expected))
+        for agent, arrays in expected.items():
+            for name in FIELDS:
+                if name in arrays:
+                    np.testing.assert_array_equal(got[agent][name], arrays[name], err_msg=f"copy {k} {agent} {name}")
+    # every copy's episodes were summarised under its own index, and batches really held several copies
+    assert {s.copy for s in summaries} == set(range(copies))
+    assert max(max(a.policy.batch_sizes) for a in actor.agents.values()) > 1
+
+
+def test_rewards_are_conserved_per_copy():
+    """connect_four is zero-sum with every reward inside transitions: per copy, the transitions' rewards add up
+    to that copy's summed episode returns (rewards from one copy never reach another copy's transitions)."""
+    actor, writers = vector_actor("pettingzoo.classic.connect_four_v3", 6)
+    summaries = []
+    actor.run(agent_steps=3000, seed=3, keep_going=lambda: True, on_episode=summaries.append)
+    paid = defaultdict(float)
+    for s in summaries:
+        paid[s.copy] += sum(s.returns.values())
+        assert abs(sum(s.returns.values())) < 1e-9 or s.cut_by_actor
+    for k in range(6):
+        in_transitions = sum(t.reward for w in writers.values() for t in per_copy(w, 6)[k])
+        assert in_transitions == pytest.approx(paid[k])
+    assert sum(1 for s in summaries if not s.cut_by_actor) > 6 * 5  # many finished games per copy
+
+
+def test_a_copy_that_loses_a_reward_is_named():
+    layouts_actor, _ = vector_actor("pettingzoo.classic.connect_four_v3", 3)
+    actor = Actor([leaky_connect_four(k == 2) for k in range(3)], layouts_actor.agents, Counters(),
+                  replay_ratio=None, max_lead=64, backpressure=False)
+    with pytest.raises(RewardConservationError, match="env copy 2"):
+        actor.run(agent_steps=400, seed=0, keep_going=lambda: True, on_episode=lambda s: None)
+
+
+def test_an_env_copy_that_raises_is_named():
+    """In the actor's process: copy 1 (first reset with seed 0 + 1) raises."""
+    actor, _ = vector_actor(lambda: crash_in_seeded_copy(1), 3)
+    with pytest.raises(EnvCrashedError, match=r"env copy 1\).*KeyError: 'boom in a worker'"):
+        actor.run(agent_steps=400, seed=0, keep_going=lambda: True, on_episode=lambda s: None)
+
+
+def test_an_env_worker_exception_comes_back_as_its_type_naming_the_copy():
+    actor, _ = vector_actor(crash_in_seeded_copy, 4, workers=2)
+    with pytest.raises(KeyError) as info:
+        actor.run(agent_steps=400, seed=0, keep_going=lambda: True, on_episode=lambda s: None)
+    error = info.value
+    assert isinstance(error, EnvCrashedError)
+    assert "env copy 3, in env worker 1 (copies 2-3)" in str(error) and "boom in a worker" in str(error)
+    assert "agent 'player_1'" in str(error)
+    assert 'raise KeyError("boom in a worker")' in str(error.__cause__)  # the worker's own traceback
+
+
+@pytest.mark.timeout(60)
+def test_a_hung_env_worker_is_reported_and_stopped():
+    actor, _ = vector_actor(hanging_connect_four, 2, workers=1, timeout_s=2.0)
+    with pytest.raises(EnvCrashedError, match=r"env worker 0 \(copies 0-1\).*has not answered for 2s"):
+        actor.run(agent_steps=100, seed=0, keep_going=lambda: True, on_episode=lambda s: None)
+
+
+def test_gae_keeps_interleaved_tracks_apart():
+    """Two copies' rows interleaved in one chunk, tagged by `track`: PPO's advantages equal those computed on
+    each copy's rows alone."""
+    from pzasync.spaces import agent_layout
+    from gymnasium import spaces
+
+    layout = agent_layout("a", spaces.Box(-1, 1, (3,), np.float32), spaces.Discrete(2), False)
+    options = PPOLearner.validate_config("a", {"batch_size": 8})
+    rng = np.random.default_rng(0)
+
+    def chunk(n):
+        return {"obs": rng.standard_normal((n, 3)).astype(np.float32),
+                "next_obs": rng.standard_normal((n, 3)).astype(np.float32),
+                "reward": rng.standard_normal(n).astype(np.float32),
+                "terminated": rng.random(n) < 0.2, "truncated": np.zeros(n, bool)}
+
+    learner = PPOLearner(LearnerContext("a", layout, options, "cpu", 0, tracks=2))
+    a, b = chunk(6), chunk(6)
+    mixed = {k: np.empty((12, *v.shape[1:]), v.dtype) for k, v in a.items()}
+    for k in a:
+        mixed[k][0::2], mixed[k][1::2] = a[k], b[k]
+    mixed["track"] = np.tile(np.array([0, 1], np.int32), 6)
+    adv_mixed, _ = learner.compute_advantages(mixed)
+    adv_a, _ = learner.compute_advantages(a)
+    adv_b, _ = learner.compute_advantages(b)
+    torch.testing.assert_close(adv_mixed[0::2], adv_a)
+    torch.testing.assert_close(adv_mixed[1::2], adv_b)
+
+
+@pytest.mark.parametrize("runner, learner", [(SequentialRunner, "dqn"), (AsyncRunner, "ppo")])
+def test_runners_act_on_several_copies(runner, learner):
+    """Every decision ends in the buffer exactly once, under its copy's track; the learner updates."""
+    config = RunConfig(envs_per_actor=4, seed=5, buffer_capacity=5000)
+    options = {"learning_starts": 100} if learner == "dqn" else {"batch_size": 64}
+    result = runner("pettingzoo.classic.tictactoe_v3", (learner, options), config).run(agent_steps=1200)
+    assert result.agent_steps == 1200
+    for agent, r in result.agents.items():
+        assert r.transitions_written == r.agent_steps > 0, agent
+        assert r.updates > 0, agent
+    assert result.episodes >= 1200 // 9
