@@ -181,6 +181,7 @@ class WorkerCopies:
         self.owner = {k: w for w, ks in enumerate(self.slices) for k in ks}
         self.conns: list[Any] = []
         self.procs: list[Any] = []
+        self._hung: set[int] = set()
         ctx = mp.get_context("spawn")
         try:
             for w, ks in enumerate(self.slices):
@@ -209,6 +210,7 @@ class WorkerCopies:
                 raise EnvCrashedError(f"{self._where(w)} of env {self.env_name!r} died with exit code "
                                       f"{proc.exitcode}")
             if time.monotonic() > deadline:
+                self._hung.add(w)
                 raise EnvCrashedError(f"{self._where(w)} of env {self.env_name!r} has not answered for "
                                       f"{self.timeout_s:g}s (an env step that never returns?); it was stopped")
         try:
@@ -267,7 +269,9 @@ class WorkerCopies:
                 conn.send(("close",))
             except (OSError, ValueError):
                 pass
-        for proc in self.procs:
+        for w, proc in enumerate(self.procs):
+            if w in self._hung:
+                proc.kill()
             proc.join(5)
             if proc.is_alive():
                 proc.kill()

@@ -224,7 +224,8 @@ def test_gae_keeps_interleaved_tracks_apart():
     torch.testing.assert_close(adv_mixed[1::2], adv_b)
 
 
-@pytest.mark.parametrize("runner, learner", [(SequentialRunner, "dqn"), (AsyncRunner, "ppo")])
+@pytest.mark.parametrize("runner, learner", [(SequentialRunner, "dqn"),
+                                             pytest.param(AsyncRunner, "ppo", marks=pytest.mark.slow)])
 def test_runners_act_on_several_copies(runner, learner):
     """Every decision ends in the buffer exactly once, under its copy's track; the learner updates."""
     config = RunConfig(envs_per_actor=4, seed=5, buffer_capacity=5000)
