@@ -13,11 +13,12 @@ import argparse
 import functools
 
 
-def make_env(n_pistons: int = 20, max_cycles: int = 125):
+def make_env(n_pistons: int = 20, max_cycles: int = 125, **kwargs):
+    """The preprocessed env; `kwargs` go to pistonball (e.g. continuous=False for Discrete(3) actions)."""
     import supersuit as ss
     from pettingzoo.butterfly import pistonball_v6
 
-    env = pistonball_v6.env(n_pistons=n_pistons, max_cycles=max_cycles)
+    env = pistonball_v6.env(n_pistons=n_pistons, max_cycles=max_cycles, **kwargs)
     env = ss.color_reduction_v0(env, mode="B")
     env = ss.resize_v1(env, x_size=64, y_size=64)
     return ss.frame_stack_v1(env, 3)

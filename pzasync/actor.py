@@ -104,7 +104,7 @@ class Actor:
         self.n_copies = self.envs.copies if isinstance(self.envs, EnvWorkers) else len(self.envs)
         #: The first copy where it is stepped in this process (None with env workers).
         self.env = None if isinstance(self.envs, EnvWorkers) else self.envs[0]
-        self.env_name = env_name or str(self.env)
+        self.env_name = env_name or (self.envs.env_spec.name if isinstance(self.envs, EnvWorkers) else str(self.env))
         self.raise_on_nonfinite = raise_on_nonfinite
         self.agents = agents
         self.stats = stats
@@ -116,7 +116,10 @@ class Actor:
         self.before_decision = before_decision
         self._load = vector_to_policy
         self.layouts = {a: x.layout for a, x in agents.items()}
+        #: Policy module -> the agents acting with it (an agent group's members share one module and vector).
+        self._sharing: dict[int, list[ActingAgent]] = {}
         for a in agents.values():
+            self._sharing.setdefault(id(a.policy), []).append(a)
             a.may_wait = self._may_wait(a)
             a.steps_offset = a.steps  # steps taken before this run (a resumed run) are not this run's
         self.total_steps = 0
@@ -129,10 +132,13 @@ class Actor:
 
     # ------------------------------------------------------------------------------------------ per round
     def refresh(self, a: ActingAgent) -> None:
-        """Copy the agent's newest published policy into its local module, if the version changed."""
+        """Copy the agent's newest published policy into its local module, if the version changed (for every
+        agent sharing that module)."""
         if a.slot is not None and a.slot.version != a.version:
-            a.version = a.slot.read(a.vector)
+            version = a.slot.read(a.vector)
             self._load(a.vector, a.policy)
+            for member in self._sharing[id(a.policy)]:
+                member.version = version
 
     def _may_wait(self, a: ActingAgent) -> bool:
         if a.buffer is None:
@@ -164,38 +170,49 @@ class Actor:
 
     def decide(self, pending: list[PendingDecision]) -> list[tuple[Any, dict]]:
         """Actions (and extras to store) for a round of pending decisions: one batched forward per acting
-        policy, i.e. per agent, and per league opponent standing in for it."""
-        groups: dict[tuple[str, int], list[int]] = {}
+        policy, i.e. per learner unit (an agent group's members share their policy module here), and per
+        league opponent standing in for one."""
+        groups: dict[tuple[int, int], list[int]] = {}
         for i, d in enumerate(pending):
             override = self.overrides[d.copy].get(d.agent)
-            groups.setdefault((d.agent, 0 if override is None else id(override)), []).append(i)
+            key = (id(self.agents[d.agent].policy), 0) if override is None else (0, id(override))
+            groups.setdefault(key, []).append(i)
         out: list[Any] = [None] * len(pending)
-        for (agent, opponent), rows in groups.items():
-            a = self.agents[agent]
+        for (_own, opponent), rows in groups.items():
             decisions = [pending[i] for i in rows]
             if opponent:
-                self._act_as_opponent(a, self.overrides[decisions[0].copy][agent], decisions, rows, out)
+                first = decisions[0]
+                self._act_as_opponent(self.agents[first.agent], self.overrides[first.copy][first.agent], decisions,
+                                      rows, out)
             else:
-                self._act_as_self(a, decisions, rows, out)
+                self._act_as_self(decisions, rows, out)
         return out
 
-    def _act_as_self(self, a: ActingAgent, decisions: list[PendingDecision], rows: list[int], out: list) -> None:
-        if self.before_decision is not None:
-            self.before_decision(a.agent)
-        if a.may_wait:
-            self._wait_if_ahead(a)
-        if a.slot is not None and a.slot.version != a.version:
-            self.refresh(a)
-        actions, extras = a.policy.act(a.layout.batch([d.obs for d in decisions]), _masks(decisions), True)
-        n = len(decisions)
-        a.steps += n
-        a.policy.on_actor_steps(a.steps)
-        self.total_steps += n
-        self.stats.record_steps(a.agent, a.steps - a.steps_offset, self.total_steps)
-        members = a.tracks // self.n_copies
+    def _act_as_self(self, decisions: list[PendingDecision], rows: list[int], out: list) -> None:
+        """Decisions of agents that act with one policy module (an agent, or members of its group)."""
+        acting = {d.agent: self.agents[d.agent] for d in decisions}
+        for a in acting.values():
+            if self.before_decision is not None:
+                self.before_decision(a.agent)
+            if a.may_wait:
+                self._wait_if_ahead(a)
+        lead = next(iter(acting.values()))
+        if lead.slot is not None and lead.slot.version != lead.version:
+            self.refresh(lead)
+        actions, extras = lead.policy.act(lead.layout.batch([d.obs for d in decisions]), _masks(decisions), True)
+        for d in decisions:
+            self.agents[d.agent].steps += 1
+        self.total_steps += len(decisions)
+        sharing = self._sharing[id(lead.policy)]
+        lead.policy.on_actor_steps(lead.steps if len(sharing) == 1 else
+                                   round(sum(m.steps for m in sharing) / len(sharing)))
+        for a in acting.values():
+            self.stats.record_steps(a.agent, a.steps - a.steps_offset, self.total_steps)
+        members = lead.tracks // self.n_copies
         for j, (i, d) in enumerate(zip(rows, decisions)):
+            a = acting[d.agent]
             stored = {k: v[j] for k, v in extras.items()} if extras else {}
-            stored["policy_version"] = a.version
+            stored["policy_version"] = lead.version
             if a.member is not None:
                 stored["member"] = a.member
             if self.n_copies > 1:
@@ -252,15 +269,22 @@ class Actor:
 
         copies = self._copies(seed, lambda summary: self._episode_done(summary, on_episode))
         try:
-            pending = copies.start(not out_of_budget())
-            while pending and not out_of_budget():
+            # Rounds per group of copies (all of them in this process; one worker's with env workers, so the
+            # actor answers one worker while the others step).
+            copies.start(not out_of_budget())
+            while (ready := copies.next_ready()) is not None:
+                group, pending = ready
+                if not pending:
+                    continue  # every copy of the group is between episodes and may not start one: it is done
                 cut: list[int] = []
-                if agent_steps is not None:  # a round never takes more decisions than the budget has left
+                if out_of_budget():
+                    cut, pending = [d.copy for d in pending], []
+                elif agent_steps is not None:  # a round never takes more decisions than the budget has left
                     left = agent_steps - (self.total_steps - start_steps)
                     cut, pending = [d.copy for d in pending[left:]], pending[:left]
-                answers = self.decide(pending)
-                pending = copies.step([(d, action, extras) for d, (action, extras) in zip(pending, answers)], cut,
-                                      not out_of_budget())
+                answers = self.decide(pending) if pending else []
+                copies.submit(group, [(d, action, extras) for d, (action, extras) in zip(pending, answers)], cut,
+                              not out_of_budget())
             copies.finish()
             return self.total_steps - start_steps
         except (PzasyncError, KeyboardInterrupt):

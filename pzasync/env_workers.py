@@ -18,6 +18,7 @@ actor dies sees its pipe close and exits.
 from __future__ import annotations
 
 import multiprocessing as mp
+import multiprocessing.connection as mp_connection
 import signal
 import time
 import traceback
@@ -79,9 +80,22 @@ class LocalCopies:
             if decision is not None:
                 return decision
 
-    def start(self, may_reset: bool) -> list[PendingDecision]:
-        """Every copy's first pending decision."""
-        return [d for s in self.steppers.values() if (d := self._next(s, may_reset)) is not None]
+    # The group interface the actor drives (one group here; one per worker in WorkerCopies).
+    groups = 1
+    _ready: list[PendingDecision] | None = None
+
+    def start(self, may_reset: bool) -> None:
+        """Bring every copy to its first pending decision."""
+        self._ready = [d for s in self.steppers.values() if (d := self._next(s, may_reset)) is not None]
+
+    def submit(self, group: int, answered: list[Answer], cut: list[int], may_reset: bool) -> None:
+        """Answer the group's pending decisions (and cut the copies in `cut`)."""
+        self._ready = self.step(answered, cut, may_reset)
+
+    def next_ready(self) -> tuple[int, list[PendingDecision]] | None:
+        """The next group with an answer outstanding and its new pending decisions; None when none is."""
+        ready, self._ready = self._ready, None
+        return None if ready is None else (0, ready)
 
     def step(self, answered: list[Answer], cut: list[int], may_reset: bool) -> list[PendingDecision]:
         """Cut the copies in `cut`, take each answered decision's action, and return the next decisions."""
@@ -114,7 +128,7 @@ class LocalCopies:
 
 
 # ---------------------------------------------------------------------------------------------- the worker
-def worker_main(conn: Any, env_spec: Any, copies: list[int], seed: int | None, layouts: dict,
+def worker_main(inbox: Any, conn: Any, env_spec: Any, copies: list[int], seed: int | None, layouts: dict,
                 check_rewards: bool, max_episode_steps: int | None) -> None:
     """Body of an env worker: build its copies, then answer the actor's messages until told to close."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the actor's to handle; it closes us
@@ -130,7 +144,7 @@ def worker_main(conn: Any, env_spec: Any, copies: list[int], seed: int | None, l
         conn.send(("ready",))
         while True:
             try:
-                message = conn.recv()
+                message = inbox.recv()
             except (EOFError, OSError):  # the actor is gone
                 return
             kind = message[0]
@@ -138,7 +152,8 @@ def worker_main(conn: Any, env_spec: Any, copies: list[int], seed: int | None, l
                 return
             try:
                 if kind == "start":
-                    pending = local.start(message[1])
+                    local.start(message[1])
+                    _, pending = local.next_ready()
                 elif kind == "step":
                     _, answers, cut, may_reset = message
                     pending = local.step([(waiting.pop(k), a, x) for k, a, x in answers], cut, may_reset)
@@ -163,6 +178,7 @@ def worker_main(conn: Any, env_spec: Any, copies: list[int], seed: int | None, l
     finally:
         if local is not None:
             local.close()
+        inbox.close()
         conn.close()
 
 
@@ -179,18 +195,27 @@ class WorkerCopies:
         self.env_name = env_name
         self.slices = [list(map(int, s)) for s in np.array_split(np.arange(copies), workers)]
         self.owner = {k: w for w, ks in enumerate(self.slices) for k in ks}
+        #: Per worker: the pipe its answers come from, and the pipe to send it messages.
         self.conns: list[Any] = []
+        self.outboxes: list[Any] = []
         self.procs: list[Any] = []
         self._hung: set[int] = set()
+        #: Workers with an answer outstanding -> when they were sent their message.
+        self._outstanding: dict[int, float] = {}
         ctx = mp.get_context("spawn")
         try:
             for w, ks in enumerate(self.slices):
-                receiver, sender = ctx.Pipe(duplex=True)
+                inbox, to_worker = ctx.Pipe(duplex=False)
+                from_worker, outbox = ctx.Pipe(duplex=False)
+                _enlarge_pipe(outbox)
                 proc = ctx.Process(target=worker_main, name=f"pzasync-env-worker-{w}", daemon=True,
-                                   args=(sender, env_spec, ks, seed, layouts, check_rewards, max_episode_steps))
+                                   args=(inbox, outbox, env_spec, ks, seed, layouts, check_rewards,
+                                         max_episode_steps))
                 proc.start()
-                sender.close()
-                self.conns.append(receiver)
+                inbox.close()
+                outbox.close()
+                self.conns.append(from_worker)
+                self.outboxes.append(to_worker)
                 self.procs.append(proc)
             for w in range(len(self.slices)):
                 self._receive(w, startup=True)
@@ -239,34 +264,57 @@ class WorkerCopies:
                 self.on_start(event[1])
         return pending
 
-    def _exchange(self, messages: dict[int, tuple]) -> list[PendingDecision]:
-        for w, message in messages.items():  # every worker steps at once ...
-            self.conns[w].send(message)
-        pending = []
-        for w in messages:  # ... and is heard in a fixed order
-            pending += self._receive(w)
-        return pending
+    @property
+    def groups(self) -> int:
+        return len(self.slices)
 
-    def start(self, may_reset: bool) -> list[PendingDecision]:
-        return self._exchange({w: ("start", may_reset) for w in range(len(self.slices))})
+    def _send(self, w: int, message: tuple) -> None:
+        self.outboxes[w].send(message)
+        self._outstanding[w] = time.monotonic()
 
-    def step(self, answered: list[Answer], cut: list[int], may_reset: bool) -> list[PendingDecision]:
-        messages: dict[int, tuple] = {}
-        for decision, action, extras in answered:
-            w = self.owner[decision.copy]
-            messages.setdefault(w, ("step", [], [], may_reset))[1].append((decision.copy, action, extras))
-        for k in cut:
-            messages.setdefault(self.owner[k], ("step", [], [], may_reset))[2].append(k)
-        return self._exchange(messages)
+    def start(self, may_reset: bool) -> None:
+        for w in range(len(self.slices)):
+            self._send(w, ("start", may_reset))
+
+    def submit(self, group: int, answered: list[Answer], cut: list[int], may_reset: bool) -> None:
+        """Send the worker its copies' actions and return at once: it steps while the actor serves others."""
+        self._send(group, ("step", [(d.copy, action, extras) for d, action, extras in answered], cut, may_reset))
+
+    def next_ready(self) -> tuple[int, list[PendingDecision]] | None:
+        """The first worker to answer, among those with an answer outstanding (None when none is)."""
+        if not self._outstanding:
+            return None
+        by_conn = {self.conns[w]: w for w in self._outstanding}
+        while True:
+            ready = mp_connection.wait(list(by_conn), 0.05)
+            if ready:
+                w = min(by_conn[c] for c in ready)
+                del self._outstanding[w]
+                return w, self._receive(w)
+            for w, since in self._outstanding.items():
+                if not self.procs[w].is_alive() and not self.conns[w].poll(0.05):
+                    raise EnvCrashedError(f"{self._where(w)} of env {self.env_name!r} died with exit code "
+                                          f"{self.procs[w].exitcode}")
+                if time.monotonic() - since > self.timeout_s:
+                    self._hung.add(w)
+                    raise EnvCrashedError(f"{self._where(w)} of env {self.env_name!r} has not answered for "
+                                          f"{self.timeout_s:g}s (an env step that never returns?); it was stopped")
 
     def finish(self) -> None:
-        self._exchange({w: ("finish",) for w in range(len(self.slices)) if self.procs[w].is_alive()})
+        """Cut every copy still in an episode, in every worker, and deliver those transitions."""
+        for w in range(len(self.slices)):
+            self._send(w, ("finish",))
+        while self.next_ready() is not None:
+            pass
+
+    def failure_context(self) -> tuple[int, Any, int]:
+        return -1, None, -1  # errors inside a worker carry their own context
 
     def close(self) -> None:
         """Stop every worker (politely, then by force); never raises."""
-        for conn in self.conns:
+        for outbox in self.outboxes:
             try:
-                conn.send(("close",))
+                outbox.send(("close",))
             except (OSError, ValueError):
                 pass
         for w, proc in enumerate(self.procs):
@@ -276,5 +324,16 @@ class WorkerCopies:
             if proc.is_alive():
                 proc.kill()
                 proc.join(5)
-        for conn in self.conns:
+        for conn in self.conns + self.outboxes:
             conn.close()
+
+
+def _enlarge_pipe(conn: Any) -> None:
+    """Let a worker's answer (a round of transitions: hundreds of KB with image observations) fit in the pipe
+    in one write, instead of waking the actor once per 64 KB (Linux; elsewhere, or if refused, a no-op)."""
+    try:
+        import fcntl
+
+        fcntl.fcntl(conn.fileno(), fcntl.F_SETPIPE_SZ, 1 << 20)
+    except (ImportError, AttributeError, OSError):
+        pass

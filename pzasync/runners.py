@@ -120,15 +120,20 @@ class _Runner:
         )
 
     def _acting_agents(self) -> dict[str, ActingAgent]:
-        acting = {}
+        acting: dict[str, ActingAgent] = {}
+        shared: dict[str, ActingAgent] = {}  # a group's members act with one module and one vector
         for agent, p in self.plan.agents.items():
             starts = int(p.options.get("learning_starts", p.options.get("batch_size", 64)))
-            policy = p.build_policy(self.config.seed)
-            if self.config.actor_device != "cpu" and hasattr(policy, "to"):
+            first = shared.get(p.unit) if p.unit != agent else None
+            policy = first.policy if first is not None else p.build_policy(self.config.seed)
+            if first is None and self.config.actor_device != "cpu" and hasattr(policy, "to"):
                 policy = policy.to(self.config.actor_device)
             a = ActingAgent(agent, p.layout, policy, p.learns, p.learner_cls.on_policy,
                             p.slot, p.buffer, starts, steps=self._resumed_steps.get(agent, 0), unit=p.unit,
                             member=p.member, tracks=self.plan.tracks(p.unit))
+            if first is not None:
+                a.vector = first.vector
+            shared.setdefault(p.unit, a)
             a.policy.on_actor_steps(a.steps)
             acting[agent] = a
         return acting
