@@ -352,11 +352,11 @@ def _runner_config(spec: TrialSpec) -> dict[str, Any]:
 def _idle_learners(plan: Any) -> dict[str, Any]:
     """The same learners with updates that never start: acting and buffer writes only."""
     specs = {}
-    for agent, p in plan.agents.items():
+    for unit, p in plan.units.items():  # keyed by learner unit: a group's spec goes under its name
         options = dict(p.options)
         if p.learns:
             options["learning_starts"] = 10**15
-        specs[agent] = (p.learner_path, options)
+        specs[unit] = (p.learner_path, options)
     return specs
 
 

@@ -7,9 +7,9 @@ and ends), delivered to the actor's callbacks, and the next pending decisions. E
 the env runs.
 
 Env workers (RunConfig.env_workers) are for envs whose step dominates: each spawned worker owns a contiguous
-slice of the copies and steps them while the actor runs inference and bookkeeping. One message per worker
-and round carries the actions, which copies to cut and whether new episodes may start; the answer carries
-the events and pending decisions. Errors follow Gymnasium's AsyncVectorEnv: a worker's exception comes back
+slice of the copies, in two groups, and steps one group while the actor runs inference for another. One
+message per group and round carries the actions, which copies to cut and whether new episodes may start;
+the answer carries the events and pending decisions. Errors follow Gymnasium's AsyncVectorEnv: a worker's exception comes back
 as its own type (also an `EnvCrashedError`), with the worker's traceback as its cause and the copy index in
 the message; a worker that dies or stays silent for `timeout_s` is reported with its copies. A worker whose
 actor dies sees its pipe close and exits.
@@ -128,63 +128,64 @@ class LocalCopies:
 
 
 # ---------------------------------------------------------------------------------------------- the worker
-def worker_main(inbox: Any, conn: Any, env_spec: Any, copies: list[int], seed: int | None, layouts: dict,
-                check_rewards: bool, max_episode_steps: int | None) -> None:
-    """Body of an env worker: build its copies, then answer the actor's messages until told to close."""
+def worker_main(inbox: Any, conn: Any, env_spec: Any, groups: dict[int, list[int]], seed: int | None,
+                layouts: dict, check_rewards: bool, max_episode_steps: int | None) -> None:
+    """Body of an env worker: build its groups of copies, then answer the actor's messages (each about one
+    group) in order until told to close."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the actor's to handle; it closes us
     events: list[tuple] = []
     waiting: dict[int, PendingDecision] = {}  # each copy's decision the actor is answering
-    local = None
+    local: dict[int, LocalCopies] = {}
+    group = next(iter(groups))
     try:
-        envs = [env_spec.make() for _ in copies]
-        local = LocalCopies(envs, copies, seed, layouts, emit=lambda t, k: events.append(("t", k, t)),
-                            on_episode=lambda s: events.append(("end", s)),
-                            on_start=lambda k: events.append(("start", k)), check_rewards=check_rewards,
-                            max_episode_steps=max_episode_steps)
+        for group, copies in groups.items():
+            local[group] = LocalCopies([env_spec.make() for _ in copies], copies, seed, layouts,
+                                       emit=lambda t, k: events.append(("t", k, t)),
+                                       on_episode=lambda s: events.append(("end", s)),
+                                       on_start=lambda k: events.append(("start", k)), check_rewards=check_rewards,
+                                       max_episode_steps=max_episode_steps)
         conn.send(("ready",))
         while True:
             try:
                 message = inbox.recv()
             except (EOFError, OSError):  # the actor is gone
                 return
-            kind = message[0]
+            kind, group = message[0], message[1] if len(message) > 1 else group
             if kind == "close":
                 return
-            try:
-                if kind == "start":
-                    local.start(message[1])
-                    _, pending = local.next_ready()
-                elif kind == "step":
-                    _, answers, cut, may_reset = message
-                    pending = local.step([(waiting.pop(k), a, x) for k, a, x in answers], cut, may_reset)
-                elif kind == "finish":
-                    local.finish()
-                    pending = []
-                else:
-                    raise PzasyncError(f"env worker: unknown message {kind!r}")
-            except Exception as exc:  # noqa: BLE001 - reported to the actor with the copy it happened in
-                copy, agent, episode = local.failure_context()
-                conn.send(("error", copy, agent, episode, error_type_path(type(exc)), str(exc),
-                           traceback.format_exc()))
-                return
+            copies = local[group]
+            if kind == "start":
+                copies.start(message[2])
+                _, pending = copies.next_ready()
+            elif kind == "step":
+                _, _, answers, cut, may_reset = message
+                pending = copies.step([(waiting.pop(k), a, x) for k, a, x in answers], cut, may_reset)
+            else:  # "finish"
+                copies.finish()
+                pending = []
             waiting.update((d.copy, d) for d in pending)
-            conn.send(("ok", events, pending))
+            conn.send(("ok", group, events, pending))
             events = []
-    except Exception as exc:  # noqa: BLE001 - building the envs failed
+    except Exception as exc:  # noqa: BLE001 - reported to the actor with the copy it happened in
+        where = local.get(group)
+        copy, agent, episode = where.failure_context() if where is not None else (groups[group][0], None, None)
         try:
-            conn.send(("error", copies[0], None, 0, error_type_path(type(exc)), str(exc), traceback.format_exc()))
+            conn.send(("error", group, copy, agent, episode, error_type_path(type(exc)), str(exc),
+                       traceback.format_exc()))
         except OSError:
             pass
     finally:
-        if local is not None:
-            local.close()
+        for copies in local.values():
+            copies.close()
         inbox.close()
         conn.close()
 
 
-
 class WorkerCopies:
-    """Env copies stepped in `workers` spawned processes (module docstring)."""
+    """Env copies stepped in `workers` spawned processes (module docstring).
+
+    The copies are split into two groups per worker, so that while a worker steps one of its groups the
+    actor runs inference for the other: with one worker on two cores, env and inference overlap."""
 
     def __init__(self, env_spec: Any, copies: int, workers: int, seed: int | None, layouts: dict, *,
                  emit: Callable[[Transition, int], None], on_episode: Callable[[EpisodeSummary], None],
@@ -193,23 +194,27 @@ class WorkerCopies:
         self.emit, self.on_episode, self.on_start = emit, on_episode, on_start
         self.timeout_s = timeout_s
         self.env_name = env_name
-        self.slices = [list(map(int, s)) for s in np.array_split(np.arange(copies), workers)]
-        self.owner = {k: w for w, ks in enumerate(self.slices) for k in ks}
+        n_groups = min(copies, 2 * workers)
+        #: Group -> its copies, and group -> the worker stepping it (worker w holds consecutive groups).
+        self.members = [list(map(int, g)) for g in np.array_split(np.arange(copies), n_groups)]
+        self.worker_of = [int(w) for w, size in enumerate(np.array_split(np.arange(n_groups), workers))
+                          for _ in range(len(size))]
         #: Per worker: the pipe its answers come from, and the pipe to send it messages.
         self.conns: list[Any] = []
         self.outboxes: list[Any] = []
         self.procs: list[Any] = []
         self._hung: set[int] = set()
-        #: Workers with an answer outstanding -> when they were sent their message.
+        #: Groups with an answer outstanding -> when their message was sent.
         self._outstanding: dict[int, float] = {}
         ctx = mp.get_context("spawn")
         try:
-            for w, ks in enumerate(self.slices):
+            for w in range(workers):
+                groups = {g: self.members[g] for g in range(n_groups) if self.worker_of[g] == w}
                 inbox, to_worker = ctx.Pipe(duplex=False)
                 from_worker, outbox = ctx.Pipe(duplex=False)
                 _enlarge_pipe(outbox)
                 proc = ctx.Process(target=worker_main, name=f"pzasync-env-worker-{w}", daemon=True,
-                                   args=(inbox, outbox, env_spec, ks, seed, layouts, check_rewards,
+                                   args=(inbox, outbox, env_spec, groups, seed, layouts, check_rewards,
                                          max_episode_steps))
                 proc.start()
                 inbox.close()
@@ -217,17 +222,22 @@ class WorkerCopies:
                 self.conns.append(from_worker)
                 self.outboxes.append(to_worker)
                 self.procs.append(proc)
-            for w in range(len(self.slices)):
+            for w in range(workers):
                 self._receive(w, startup=True)
         except BaseException:
             self.close()
             raise
 
+    @property
+    def groups(self) -> int:
+        return len(self.members)
+
     def _where(self, w: int) -> str:
-        ks = self.slices[w]
+        ks = [k for g, members in enumerate(self.members) if self.worker_of[g] == w for k in members]
         return f"env worker {w} (copies {ks[0]}-{ks[-1]})" if len(ks) > 1 else f"env worker {w} (copy {ks[0]})"
 
-    def _receive(self, w: int, startup: bool = False) -> list[PendingDecision]:
+    def _receive(self, w: int, startup: bool = False) -> tuple[int, list[PendingDecision]]:
+        """One answer of worker `w` (waiting for it): its events delivered, its group and pending decisions."""
         conn, proc = self.conns[w], self.procs[w]
         deadline = time.monotonic() + self.timeout_s
         while not conn.poll(0.05):
@@ -245,16 +255,16 @@ class WorkerCopies:
             raise EnvCrashedError(f"{self._where(w)} of env {self.env_name!r} died with exit code "
                                   f"{proc.exitcode}") from None
         if reply[0] == "error":
-            _, copy, agent, episode, type_path, message, trace = reply
-            what = "while building its env copies" if startup else (
+            _, _group, copy, agent, episode, type_path, message, trace = reply
+            what = "while building its env copies" if startup or episode is None else (
                 f"during the turn of agent {agent!r}, in episode {episode} (from 0) of that copy")
             raise remote_error(EnvCrashedError, type_path, (
                 f"env {self.env_name!r} (env copy {copy}, in {self._where(w)}) raised "
                 f"{type_path.rpartition(':')[2]}: {message} {what} (the worker's traceback is the cause)"),
                 trace)
         if reply[0] == "ready":
-            return []
-        _, events, pending = reply
+            return -1, []
+        _, group, events, pending = reply
         for event in events:
             if event[0] == "t":
                 self.emit(event[2], event[1])
@@ -262,36 +272,35 @@ class WorkerCopies:
                 self.on_episode(event[1])
             else:
                 self.on_start(event[1])
-        return pending
+        return group, pending
 
-    @property
-    def groups(self) -> int:
-        return len(self.slices)
-
-    def _send(self, w: int, message: tuple) -> None:
-        self.outboxes[w].send(message)
-        self._outstanding[w] = time.monotonic()
+    def _send(self, group: int, message: tuple) -> None:
+        self.outboxes[self.worker_of[group]].send(message)
+        self._outstanding[group] = time.monotonic()
 
     def start(self, may_reset: bool) -> None:
-        for w in range(len(self.slices)):
-            self._send(w, ("start", may_reset))
+        for g in range(len(self.members)):
+            self._send(g, ("start", g, may_reset))
 
     def submit(self, group: int, answered: list[Answer], cut: list[int], may_reset: bool) -> None:
-        """Send the worker its copies' actions and return at once: it steps while the actor serves others."""
-        self._send(group, ("step", [(d.copy, action, extras) for d, action, extras in answered], cut, may_reset))
+        """Send the group's actions to its worker and return at once: it steps while the actor serves others."""
+        self._send(group, ("step", group, [(d.copy, action, extras) for d, action, extras in answered], cut,
+                           may_reset))
 
     def next_ready(self) -> tuple[int, list[PendingDecision]] | None:
-        """The first worker to answer, among those with an answer outstanding (None when none is)."""
+        """The next group to come back, among those with an answer outstanding (None when none is)."""
         if not self._outstanding:
             return None
-        by_conn = {self.conns[w]: w for w in self._outstanding}
         while True:
-            ready = mp_connection.wait(list(by_conn), 0.05)
+            workers = sorted({self.worker_of[g] for g in self._outstanding})
+            ready = mp_connection.wait([self.conns[w] for w in workers], 0.05)
             if ready:
-                w = min(by_conn[c] for c in ready)
-                del self._outstanding[w]
-                return w, self._receive(w)
-            for w, since in self._outstanding.items():
+                w = min(workers[i] for i, c in enumerate(self.conns[w] for w in workers) if c in ready)
+                group, pending = self._receive(w)
+                del self._outstanding[group]
+                return group, pending
+            for g, since in self._outstanding.items():
+                w = self.worker_of[g]
                 if not self.procs[w].is_alive() and not self.conns[w].poll(0.05):
                     raise EnvCrashedError(f"{self._where(w)} of env {self.env_name!r} died with exit code "
                                           f"{self.procs[w].exitcode}")
@@ -302,8 +311,8 @@ class WorkerCopies:
 
     def finish(self) -> None:
         """Cut every copy still in an episode, in every worker, and deliver those transitions."""
-        for w in range(len(self.slices)):
-            self._send(w, ("finish",))
+        for g in range(len(self.members)):
+            self._send(g, ("finish", g))
         while self.next_ready() is not None:
             pass
 
