@@ -6,7 +6,8 @@ and pzasync's `AsyncRunner` (DQN learners with `learning_starts=10**9`: the lear
 never update, so this is pure collection into the shared buffers). `pzasync.bench.bare_loop` (random legal
 actions, no policy, no storage) is reported as the env's own limit.
 
-Run: /tmp/peers/bin/python benchmarks/peers.py [--steps N] [--repeats R] [--vector-envs K] [--json FILE]
+Run: /tmp/peers/bin/python benchmarks/peers.py [--steps N] [--repeats R] [--vector-envs K] [--pzasync-envs N]
+[--json FILE]
 (a virtualenv that has tianshou / torchrl; a missing peer is skipped with the reason). Each library is
 measured R times, interleaved (A, B, C, A, B, C, ...) so drifts in machine speed hit all alike; a warm-up
 of a few hundred steps per library is not timed. One acting process each, `torch.set_num_threads(1)`.
@@ -28,6 +29,15 @@ by itself; it is run under `torch.no_grad()` here (TorchRL's collector does that
 few cores they compete with it. Peers store into their own buffers (Tianshou's VectorReplayBuffer, TorchRL's
 batch tensordict). The "vectorised" Tianshou row steps K envs in one process with batched forwards: it is
 not comparable one-to-one with pzasync's single actor and is listed apart.
+
+Vectorised rows: "tianshou vectorised" steps K envs in one process with batched forwards; "pzasync
+vectorised" is pzasync's actor over N env copies (RunConfig.envs_per_actor) with one batched forward per
+agent and round. simple_spread (--simple-spread; instead of the rows above): the three agents share one PPO
+policy, and both libraries collect without training over K env copies in one process: SB3's PPO
+`collect_rollouts` (MlpPolicy, pi and vf 64-64 tanh) on SuperSuit's `pettingzoo_env_to_vec_env_v1` +
+`concat_vec_envs_v1` (each VecEnv slot one agent of one copy), against pzasync's AsyncRunner with the agents
+in one group and a PPO learner of the same network whose batch size is never reached. One VecEnv slot step
+or one pzasync decision is one agent step.
 
 Training (--training; instead of the collection rows above): agent steps per second while training PPO with
 one policy per agent, RLlib against pzasync. Run: /tmp/rllib-venv/bin/python benchmarks/peers.py --training
@@ -186,15 +196,17 @@ def setup_torchrl() -> tuple[Measure, str]:
     return measure, torchrl.__version__
 
 
-def setup_pzasync() -> tuple[Measure, str]:
-    """AsyncRunner with idle DQN learners: the actor's acting-time throughput (startup excluded)."""
+def setup_pzasync(envs: int = 1) -> tuple[Measure, str]:
+    """AsyncRunner with idle DQN learners (the MLP torso: the peers' network), `envs` env copies per actor:
+    the actor's acting-time throughput (startup excluded)."""
     import pzasync
     from pzasync import AsyncRunner, RunConfig
 
-    idle = ("dqn", {"learning_starts": 10**9})
+    idle = ("dqn", {"learning_starts": 10**9, "torso": "mlp"})
 
     def measure(steps: int) -> float:
-        return AsyncRunner(ENV, idle, RunConfig(seed=0)).run(agent_steps=steps).actor_steps_per_second
+        runner = AsyncRunner(ENV, idle, RunConfig(seed=0, envs_per_actor=envs))
+        return runner.run(agent_steps=steps).actor_steps_per_second
 
     measure(WARMUP)
     return measure, getattr(pzasync, "__version__", "?")
@@ -216,6 +228,54 @@ def setup_pzasync_ppo() -> tuple[Measure, str]:
     measure(TRAIN_BATCH)
     NOTES.pop("pzasync PPO", None)  # the warm-up run
     return measure, getattr(pzasync, "__version__", "?")
+
+
+SPREAD = "mpe2.simple_spread_v3"  # --simple-spread: 3 agents, Discrete(5) actions, 18-float observations, 25 cycles
+SPREAD_NET = {"hidden": [64, 64], "activation": "tanh"}  # SB3's MlpPolicy default for PPO: pi and vf 64-64 tanh
+
+
+def setup_pzasync_spread(copies: int) -> tuple[Measure, str]:
+    """simple_spread, the three agents in one group (one shared PPO policy), `copies` env copies per actor;
+    a batch size no run reaches, so the learner never updates: collection only, as the SB3 row."""
+    import pzasync
+    from pzasync import AsyncRunner, RunConfig
+
+    learner = ("ppo", {**SPREAD_NET, "torso": "mlp", "batch_size": 200_000, "minibatch_size": 64})
+    config = RunConfig(seed=0, envs_per_actor=copies, agent_groups={"agents": ["agent_*"]},
+                       onpolicy_buffer_batches=1)
+
+    def measure(steps: int) -> float:
+        return AsyncRunner(SPREAD, {"agents": learner}, config).run(agent_steps=steps).actor_steps_per_second
+
+    measure(WARMUP)
+    return measure, getattr(pzasync, "__version__", "?")
+
+
+def setup_sb3_spread(copies: int) -> tuple[Measure, str]:
+    """Stable-Baselines3 PPO (MlpPolicy) collecting rollouts on SuperSuit's vector env: simple_spread's parallel
+    env as one VecEnv of 3 agents (one shared policy), `copies` of it concatenated, stepped in this process."""
+    import stable_baselines3
+    import supersuit as ss
+    from mpe2 import simple_spread_v3
+    from stable_baselines3 import PPO
+
+    env = ss.pettingzoo_env_to_vec_env_v1(simple_spread_v3.parallel_env(continuous_actions=False))
+    env = ss.concat_vec_envs_v1(env, copies, num_cpus=0, base_class="stable_baselines3")
+    model = PPO("MlpPolicy", env, n_steps=64, device="cpu", verbose=0,  # no seed=: ConcatVecEnv has no seed()
+                policy_kwargs={"net_arch": {"pi": SPREAD_NET["hidden"], "vf": SPREAD_NET["hidden"]},
+                               "activation_fn": nn.Tanh})
+    _, callback = model._setup_learn(10**9, callback=None)
+    per_collect = model.n_steps * env.num_envs  # agent steps: each VecEnv slot is one agent of one copy
+
+    def measure(steps: int) -> float:
+        start, done = time.perf_counter(), 0
+        while done < steps:
+            model.collect_rollouts(model.env, callback, model.rollout_buffer, n_rollout_steps=model.n_steps)
+            done += per_collect
+        return done / (time.perf_counter() - start)
+
+    measure(WARMUP)
+    return measure, stable_baselines3.__version__
 
 
 def setup_rllib(env_runners: int) -> tuple[Measure, str]:
@@ -345,6 +405,11 @@ def main() -> None:
     parser.add_argument("--json", help="write raw numbers, versions and settings here")
     parser.add_argument("--training", action="store_true",
                         help="instead: PPO training throughput, RLlib against pzasync (see the module docstring)")
+    parser.add_argument("--pzasync-envs", type=int, default=16,
+                        help="also pzasync's actor over this many env copies (0 or 1: off)")
+    parser.add_argument("--simple-spread", action="store_true",
+                        help="instead: simple_spread, one shared policy, pzasync against SB3 + SuperSuit, both "
+                             "over --vector-envs copies")
     parser.add_argument("--rllib-env-runners", type=int, default=1,
                         help="with --training: RLlib env runner processes (0: sample in the driver)")
     args = parser.parse_args()
@@ -364,6 +429,10 @@ def run(args: argparse.Namespace) -> None:
     setups: dict[str, Callable[[], tuple[Measure, str]]]
     if args.training:
         setups = {"pzasync": setup_pzasync_ppo, "rllib": lambda: setup_rllib(args.rllib_env_runners)}
+    elif args.simple_spread:
+        k = args.vector_envs
+        setups = {"pzasync": lambda: setup_pzasync_spread(k),
+                  f"sb3 + supersuit (concat_vec_envs x{k})": lambda: setup_sb3_spread(k)}
     else:
         setups = {
             "pzasync": setup_pzasync, "tianshou": lambda: setup_tianshou(1), "torchrl": setup_torchrl,
@@ -372,6 +441,9 @@ def run(args: argparse.Namespace) -> None:
         if args.vector_envs > 1:
             setups[f"tianshou vectorised (DummyVectorEnv x{args.vector_envs})"] = (
                 lambda: setup_tianshou(args.vector_envs))
+        if args.pzasync_envs > 1:
+            setups[f"pzasync vectorised (envs_per_actor={args.pzasync_envs})"] = (
+                lambda: setup_pzasync(args.pzasync_envs))
     measures: dict[str, Measure] = {}
     import pettingzoo
 
@@ -398,6 +470,9 @@ def run(args: argparse.Namespace) -> None:
     if args.training:
         print(f"\nconnect_four_v3, PPO training, one policy per agent, {args.steps} agent steps x {args.repeats} "
               f"(RLlib: {max(1, args.steps // TRAIN_BATCH)} x {TRAIN_BATCH}), agent steps/s")
+    elif args.simple_spread:
+        print(f"\nsimple_spread_v3 (3 agents, one shared PPO policy, collection only), {args.vector_envs} env copies, "
+              f"{args.steps} agent steps x {args.repeats}, agent steps/s (one acting process)")
     else:
         print(f"\nconnect_four_v3, {args.steps} agent steps x {args.repeats}, agent steps/s (one acting process)")
     print(f"{'library':<42}{'median':>10}{'min':>10}{'max':>10}{'/pzasync':>10}")
@@ -417,8 +492,13 @@ def run(args: argparse.Namespace) -> None:
                 "torch_threads": 1, "cpus": os.cpu_count()}
         else:
             settings = {"steps": args.steps, "repeats": args.repeats, "warmup": WARMUP, "peer_epsilon": EPS,
-                        "vector_envs": args.vector_envs, "torch_threads": 1, "cpus": os.cpu_count()}
-        out = {"env": ENV, "settings": settings,
+                        "vector_envs": args.vector_envs, "pzasync_envs": args.pzasync_envs, "torch_threads": 1,
+                        "cpus": os.cpu_count()}
+            if args.simple_spread:
+                settings = {"mode": "simple_spread", "steps": args.steps, "repeats": args.repeats,
+                            "copies": args.vector_envs, "network": SPREAD_NET, "torch_threads": 1,
+                            "cpus": os.cpu_count()}
+        out = {"env": SPREAD if args.simple_spread else ENV, "settings": settings,
                "versions": versions, "raw": raw, "summary": table, "skipped": skipped,
                "ratio_to_pzasync": {n: r["median"] / base for n, r in table.items()} if base else {}}
         if NOTES:

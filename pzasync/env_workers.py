@@ -275,7 +275,12 @@ class WorkerCopies:
         return group, pending
 
     def _send(self, group: int, message: tuple) -> None:
-        self.outboxes[self.worker_of[group]].send(message)
+        w = self.worker_of[group]
+        try:
+            self.outboxes[w].send(message)
+        except OSError:  # the worker is gone; what it said last (its error, usually) is still in its pipe
+            while True:
+                self._receive(w)
         self._outstanding[group] = time.monotonic()
 
     def start(self, may_reset: bool) -> None:
