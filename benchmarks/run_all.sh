@@ -42,13 +42,16 @@ pzasync bench $C4 --learner "$DQN" --learner-for player_1=random --steps 20000 -
 
 if [ -x /tmp/peers/bin/python ]; then
   step "peers (tianshou, torchrl in a separate venv)"
-  /tmp/peers/bin/python benchmarks/peers.py --steps 20000 --repeats 3 --json "$OUT/peers.json"
+  /tmp/peers/bin/python benchmarks/peers.py --steps 20000 --repeats 3 --pzasync-envs 0 --json "$OUT/peers.json"
 fi
 if python -c "import ray" 2>/dev/null; then
   step "Ray backend against shared memory; learners on simulated nodes"
   python benchmarks/ray_backend.py --steps 30000 --repeats 3 --cluster-steps 15000 \
     --json "$OUT/ray_backend.json" --plot "$OUT/ray_backend.png"
 fi
+
+step "vectorised acting: env copies, env workers, peers' vectorised collectors, time to target"
+bash benchmarks/run_vector.sh
 
 if [ -x /tmp/rllib-venv/bin/python ]; then
   step "PPO training against RLlib (ray[rllib] in a separate venv)"

@@ -24,7 +24,8 @@ COLORS = {"sequential": "#d62728", "async_double_buffer": "#1f77b4", "async_snap
 def describe(label: str) -> str:
     """A configuration label (`config` or `config@N`) in words."""
     config, envs, workers = split_label(label)
-    return LABELS[config] + (f", {envs} envs" if label != config else "") + (f", {workers} workers" if workers else "")
+    copies = f", {envs} env{'s' if envs != 1 else ''}" if label != config else ""
+    return LABELS[config] + copies + (f", {workers} worker{'s' if workers != 1 else ''}" if workers else "")
 
 
 def color(label: str) -> str:
@@ -71,7 +72,8 @@ def summary_tables(report: dict[str, Any]) -> list[Any]:
         cpu = np.median([sum(p["cpu_fraction"] for p in t["processes"]) for t in rows])
         lag = " ".join(f"{m['median']:.0f}/{p['median']:.0f}" for m, p in
                        zip(s["policy_lag_mean"].values(), s["policy_lag_p95"].values())) or "-"
-        speed.add_row(describe(config), format_spread(s["agent_steps_per_s"]), _per_agent(s["updates_per_s"], "{:,.0f}"),
+        speed.add_row(describe(config), format_spread(s["agent_steps_per_s"]),
+                      _per_agent(s["updates_per_s"], "{:,.0f}"),
                       _per_agent(s["updates_per_agent_step"], "{:.3f}"), lag)
         cells = [describe(config), f"{cpu:.2f}", f"{s['peak_rss_mb']['median']:,.0f}",
                  f"{s['shm_bytes']['median'] / 2**20:.1f}",
@@ -102,8 +104,8 @@ def headline_lines(report: dict[str, Any]) -> list[str]:
                      + (f"{value:.2f}x" if value is not None else "n/a (a median seed did not reach it)"))
     for label, v in (h.get("vector") or {}).items():
         if v.get("over_bare_policy") is not None:
-            lines.append(f"{describe(label)} / single-env bare loop with the same policies: {v['over_bare_policy']:.2f}x"
-                         f"; / env alone: {v['over_bare_random']:.2f}x"
+            lines.append(f"{describe(label)} / single-env bare loop with the same policies: "
+                         f"{v['over_bare_policy']:.2f}x; / env alone: {v['over_bare_random']:.2f}x"
                          + (f"; / one env copy: {v['over_one_env']:.2f}x" if v.get("over_one_env") else ""))
     free = h.get("async_free_updates_per_agent_step")
     if free:

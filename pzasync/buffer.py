@@ -21,7 +21,7 @@ import numpy as np
 
 from .errors import ConfigError, PzasyncError
 from .shm import ArraySpec, Segment, check_fits, carve, new_run_id, packed_size
-from .spaces import AgentLayout
+from .spaces import AgentLayout, leaf_value
 from .transitions import Transition
 
 # Header words: written count (actor), read cursor and dropped count (learner), capacity.
@@ -162,8 +162,8 @@ class SharedRingBuffer:
         self._seq[row] = 2 * n + 1
         if self.obs_paths:
             for name, path in self.obs_paths.items():
-                cols[name][row] = _leaf(t.obs, path)
-                cols["next_" + name][row] = _leaf(t.next_obs, path)
+                cols[name][row] = leaf_value(t.obs, path)
+                cols["next_" + name][row] = leaf_value(t.next_obs, path)
         else:
             cols["obs"][row] = t.obs
             cols["next_obs"][row] = t.next_obs
@@ -305,12 +305,6 @@ class SharedRingBuffer:
     def unlink(self) -> None:
         """Remove the buffer's memory from the system (owner only)."""
         self._segment.unlink()
-
-
-def _leaf(obs: Any, path: tuple) -> Any:
-    for key in path:
-        obs = obs[key]
-    return obs
 
 
 def _safe(agent: str) -> str:

@@ -13,7 +13,7 @@ from typing import Any, Callable
 import numpy as np
 
 from .errors import ConfigError, UnsupportedSpaceError
-from .spaces import AgentLayout
+from .spaces import AgentLayout, leaf_value
 from .stepper import EpisodeStepper
 from .transitions import EpisodeSummary, LayoutBook, Transition
 
@@ -69,16 +69,10 @@ def run_episodes(
 def _stack(values: list, layout: AgentLayout | None) -> Any:
     if layout is not None and layout.nested_obs:
         return {
-            leaf.name: np.stack([_leaf_value(v, leaf.path) for v in values]).astype(leaf.dtype, copy=False)
+            leaf.name: np.stack([leaf_value(v, leaf.path) for v in values]).astype(leaf.dtype, copy=False)
             for leaf in layout.obs_leaves
         }
     return np.stack([np.asarray(v) for v in values])
-
-
-def _leaf_value(value: Any, path: tuple) -> Any:
-    for key in path:
-        value = value[key]
-    return value
 
 
 def transitions_to_arrays(

@@ -9,10 +9,10 @@ the env runs.
 Env workers (RunConfig.env_workers) are for envs whose step dominates: each spawned worker owns a contiguous
 slice of the copies, in two groups, and steps one group while the actor runs inference for another. One
 message per group and round carries the actions, which copies to cut and whether new episodes may start;
-the answer carries the events and pending decisions. Errors follow Gymnasium's AsyncVectorEnv: a worker's exception comes back
-as its own type (also an `EnvCrashedError`), with the worker's traceback as its cause and the copy index in
-the message; a worker that dies or stays silent for `timeout_s` is reported with its copies. A worker whose
-actor dies sees its pipe close and exits.
+the answer carries the events and pending decisions. Errors follow Gymnasium's AsyncVectorEnv: a worker's
+exception comes back as its own type (also an `EnvCrashedError`), with the worker's traceback as its cause
+and the copy index in the message; a worker that dies or stays silent for `timeout_s` is reported with its
+copies. A worker whose actor dies sees its pipe close and exits.
 """
 
 from __future__ import annotations
@@ -239,15 +239,9 @@ class WorkerCopies:
     def _receive(self, w: int, startup: bool = False) -> tuple[int, list[PendingDecision]]:
         """One answer of worker `w` (waiting for it): its events delivered, its group and pending decisions."""
         conn, proc = self.conns[w], self.procs[w]
-        deadline = time.monotonic() + self.timeout_s
+        since = time.monotonic()
         while not conn.poll(0.05):
-            if not proc.is_alive() and not conn.poll(0.05):
-                raise EnvCrashedError(f"{self._where(w)} of env {self.env_name!r} died with exit code "
-                                      f"{proc.exitcode}")
-            if time.monotonic() > deadline:
-                self._hung.add(w)
-                raise EnvCrashedError(f"{self._where(w)} of env {self.env_name!r} has not answered for "
-                                      f"{self.timeout_s:g}s (an env step that never returns?); it was stopped")
+            self._check_alive(w, since)
         try:
             reply = conn.recv()
         except (EOFError, OSError):
@@ -305,14 +299,17 @@ class WorkerCopies:
                 del self._outstanding[group]
                 return group, pending
             for g, since in self._outstanding.items():
-                w = self.worker_of[g]
-                if not self.procs[w].is_alive() and not self.conns[w].poll(0.05):
-                    raise EnvCrashedError(f"{self._where(w)} of env {self.env_name!r} died with exit code "
-                                          f"{self.procs[w].exitcode}")
-                if time.monotonic() - since > self.timeout_s:
-                    self._hung.add(w)
-                    raise EnvCrashedError(f"{self._where(w)} of env {self.env_name!r} has not answered for "
-                                          f"{self.timeout_s:g}s (an env step that never returns?); it was stopped")
+                self._check_alive(self.worker_of[g], since)
+
+    def _check_alive(self, w: int, since: float) -> None:
+        """Raise if worker `w`, silent since `since`, has died or has been silent past the timeout."""
+        if not self.procs[w].is_alive() and not self.conns[w].poll(0.05):
+            raise EnvCrashedError(f"{self._where(w)} of env {self.env_name!r} died with exit code "
+                                  f"{self.procs[w].exitcode}")
+        if time.monotonic() - since > self.timeout_s:
+            self._hung.add(w)
+            raise EnvCrashedError(f"{self._where(w)} of env {self.env_name!r} has not answered for "
+                                  f"{self.timeout_s:g}s (an env step that never returns?); it was stopped")
 
     def finish(self) -> None:
         """Cut every copy still in an episode, in every worker, and deliver those transitions."""

@@ -89,19 +89,9 @@ class EvalResult:
 
 def policy_actor(policy: Any, layout: AgentLayout, explore: bool = False) -> ActFn:
     """Wrap a `pzasync.Policy` as a single-observation act function."""
-    keys = ["obs"] if not layout.nested_obs else [f"obs/{leaf.name}" for leaf in layout.obs_leaves]
 
     def act(agent: str, obs: Any, mask: np.ndarray | None) -> Any:
-        if len(keys) == 1:
-            batch = {"obs": np.asarray(obs)[None]}
-        else:
-            batch = {}
-            for key, leaf in zip(keys, layout.obs_leaves):
-                value = obs
-                for part in leaf.path:
-                    value = value[part]
-                batch[key] = np.asarray(value)[None]
-        actions, _ = policy.act(batch, None if mask is None else mask[None], explore)
+        actions, _ = policy.act(layout.batch([obs]), None if mask is None else mask[None], explore)
         return actions[0]
 
     return act

@@ -253,15 +253,18 @@ class RunPlan:
                                   f"never learn (random, one_ply, negamax, perfect, fixed, or 'module:callable')")
 
     def _check_devices(self) -> None:
-        wanted = {self.config.device_for(a) for a, p in self.units.items() if p.learns} | {self.config.actor_device}
+        wanted = {self.config.device_for(a): "device" for a, p in self.units.items() if p.learns}
+        if self.config.actor_device != "cpu":
+            wanted.setdefault(self.config.actor_device, "actor_device")
         if any(d.startswith("cuda") for d in wanted):
             import torch
 
             if not torch.cuda.is_available():
-                raise ConfigError(f"device {sorted(wanted)} requested but CUDA is not available on this machine")
-            for device in wanted:
+                raise ConfigError(f"{' and '.join(sorted(set(wanted.values())))} {sorted(wanted)} requested but "
+                                  f"CUDA is not available on this machine")
+            for device, option in wanted.items():
                 if ":" in device and int(device.split(":")[1]) >= torch.cuda.device_count():
-                    raise ConfigError(f"device {device!r}: only {torch.cuda.device_count()} CUDA device(s) here")
+                    raise ConfigError(f"{option} {device!r}: only {torch.cuda.device_count()} CUDA device(s) here")
 
     def learner_context(self, unit: str) -> LearnerContext:
         plan = self.units[unit]

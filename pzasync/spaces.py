@@ -53,7 +53,8 @@ def _leaf_for(space: spaces.Space, path: tuple, agent: str, role: str) -> list[L
     )
 
 
-def _get(value: Any, path: tuple) -> Any:
+def leaf_value(value: Any, path: tuple) -> Any:
+    """The leaf at `path` of a (nested) observation: the one walker every module uses."""
     for key in path:
         value = value[key]
     return value
@@ -109,21 +110,22 @@ class AgentLayout:
         """A private copy in storage dtypes, so an env that reuses its arrays cannot change a pending record."""
         if not self.nested_obs:
             return np.array(observation, dtype=self.obs_leaves[0].dtype)
-        return self.nest({leaf.name: np.array(_get(observation, leaf.path), dtype=leaf.dtype)
+        return self.nest({leaf.name: np.array(leaf_value(observation, leaf.path), dtype=leaf.dtype)
                           for leaf in self.obs_leaves})
 
     def leaves_of(self, observation: Any) -> list[np.ndarray]:
         """The stored observation as one array per leaf, in layout order."""
         if not self.nested_obs:
             return [np.asarray(observation, dtype=self.obs_leaves[0].dtype)]
-        return [np.asarray(_get(observation, leaf.path), dtype=leaf.dtype) for leaf in self.obs_leaves]
+        return [np.asarray(leaf_value(observation, leaf.path), dtype=leaf.dtype) for leaf in self.obs_leaves]
 
     def batch(self, observations: list[Any]) -> dict[str, np.ndarray]:
         """Stored observations stacked into the batch a `Policy.act` takes, keyed like the buffer's columns
         ("obs", or "obs/<leaf>" for each leaf of a nested observation)."""
         if not self.nested_obs:
             return {"obs": np.stack(observations) if len(observations) > 1 else np.asarray(observations[0])[None]}
-        return {f"obs/{leaf.name}": np.stack([np.asarray(_get(o, leaf.path), dtype=leaf.dtype) for o in observations])
+        return {f"obs/{leaf.name}": np.stack([np.asarray(leaf_value(o, leaf.path), dtype=leaf.dtype)
+                                              for o in observations])
                 for leaf in self.obs_leaves}
 
     def nest(self, leaf_values: dict[str, np.ndarray]) -> Any:

@@ -1,4 +1,5 @@
-"""A training run in its own process, for signal tests: python run_script.py OUT_DIR SECONDS."""
+"""A training run in its own process, for signal tests: python run_script.py OUT_DIR SECONDS [ENV_WORKERS]
+(with ENV_WORKERS, 4 env copies stepped by that many env worker processes)."""
 
 import json
 import sys
@@ -7,9 +8,11 @@ from pzasync import AsyncRunner, RunConfig
 
 if __name__ == "__main__":
     out_dir, seconds = sys.argv[1], float(sys.argv[2])
+    workers = int(sys.argv[3]) if len(sys.argv) > 3 else 0
+    vector = {"envs_per_actor": 4, "env_workers": workers} if workers else {}
     learners = {"player_0": ("dqn", {"learning_starts": 200}), "player_1": ("dqn", {"learning_starts": 200})}
     print("starting", flush=True)
     result = AsyncRunner("pettingzoo.classic.connect_four_v3", learners,
-                         RunConfig(seed=0, out_dir=out_dir, process_timeout_s=20)).run(seconds=seconds)
+                         RunConfig(seed=0, out_dir=out_dir, process_timeout_s=20, **vector)).run(seconds=seconds)
     print(json.dumps({"stopped_because": result.stopped_because, "agent_steps": result.agent_steps,
                       "run_dir": result.run_dir}), flush=True)

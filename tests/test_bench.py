@@ -134,6 +134,7 @@ def test_snapshots_follow_the_run_and_hold_the_acting_policy():
     assert "snapshots" not in result.to_dict()  # vectors stay out of result.json
 
 
+@pytest.mark.slow  # 18 s; the vector configurations test runs the same path (schema, curves, headline) cheaply
 def test_run_bench_end_to_end_matches_the_schema_and_its_own_figures(tmp_path):
     settings = BenchSettings(env=C4, learners=VS_RANDOM, agent_steps=400, seeds=1, target=0.5, eval_every=200,
                              eval_episodes=4, target_window=1, run_options={"publish_every": 5})
@@ -193,7 +194,8 @@ def test_vector_configurations_are_labelled_and_held_against_the_single_env_refe
     from pzasync.bench_report import plot_report
 
     settings = BenchSettings(env=C4, learners=VS_RANDOM, agent_steps=300, seeds=1, envs_per_actor=(1, 2),
-                             env_workers=(0, 2), configs=("bare_random", "bare_policy", "sequential"))
+                             env_workers=(0, 2), configs=("bare_random", "bare_policy", "sequential"), target=0.5,
+                             eval_every=150, eval_episodes=4, target_window=1)
     assert [s.label for s in plan_trials(settings)] == ["bare_random", "bare_policy", "sequential", "sequential@2",
                                                         "sequential@2w2"]
     threads = torch.get_num_threads()
@@ -209,6 +211,10 @@ def test_vector_configurations_are_labelled_and_held_against_the_single_env_refe
     assert vector["sequential@2w2"]["env_workers"] == 2
     assert vector["sequential@2"]["over_one_env"] == pytest.approx(rate["sequential@2"] / rate["sequential"])
     assert vector["sequential@2w2"]["over_bare_policy"] == pytest.approx(rate["sequential@2w2"] / rate["bare_policy"])
+    for t in report["trials"][2:]:  # runner trials carry learning curves, scored after the run
+        assert t["curve"] and t["curve"][0]["scores"].keys() == {"player_0"}
+        assert t["target_reached"] == time_to_target(t["curve"], 0.5)
+    assert report["summary"]["sequential@2w2"]["time_to_target"]["reached"] in (0, 1)
     assert plot_report(report, str(tmp_path / "bench.png"))
     with pytest.raises(ConfigError, match="envs_per_actor"):
         BenchSettings(env=C4, run_options={"envs_per_actor": 4}).validate()

@@ -69,8 +69,9 @@ def _alive(pid: int) -> bool:
     return status.exists() and "zombie" not in status.read_text()
 
 
-def _start_run(tmp_path, seconds: float) -> subprocess.Popen:
-    proc = subprocess.Popen([sys.executable, SCRIPT, str(tmp_path), str(seconds)], stdout=subprocess.PIPE,
+def _start_run(tmp_path, seconds: float, env_workers: int = 0) -> subprocess.Popen:
+    proc = subprocess.Popen([sys.executable, SCRIPT, str(tmp_path), str(seconds), str(env_workers)],
+                            stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, cwd=str(Path(SCRIPT).parent))
     assert proc.stdout.readline().strip() == "starting"
     return proc
@@ -87,11 +88,13 @@ def _wait_until_acting(proc, tmp_path, timeout=60.0) -> None:
 
 
 @pytest.mark.timeout(180)
-@pytest.mark.parametrize("signals", [[signal.SIGINT], [signal.SIGTERM],
+@pytest.mark.parametrize("signals", [[signal.SIGINT], pytest.param([signal.SIGTERM], marks=pytest.mark.slow),
                                      pytest.param([signal.SIGINT, signal.SIGINT], marks=pytest.mark.slow)],
-                         ids=["SIGINT", "SIGTERM", "SIGINT-twice"])
+                         ids=["SIGINT with env workers", "SIGTERM", "SIGINT-twice"])
 def test_signals_stop_the_run_gracefully_and_leave_nothing(tmp_path, signals):
-    proc = _start_run(tmp_path, seconds=120)
+    """SIGTERM and a first SIGINT go through the same handler; the SIGINT run steps 4 env copies in 2 env
+    workers, which ignore the signal and are closed by the stopping actor."""
+    proc = _start_run(tmp_path, seconds=120, env_workers=2 if signals == [signal.SIGINT] else 0)
     try:
         _wait_until_acting(proc, tmp_path)
         children = _children(proc.pid)
@@ -122,13 +125,14 @@ def test_signals_stop_the_run_gracefully_and_leave_nothing(tmp_path, signals):
 
 @pytest.mark.timeout(300)
 def test_sigkill_of_the_main_process_at_random_moments_leaves_nothing(tmp_path):
-    """Kill a real run at random moments; its learners must exit and its shared memory must go, either
-    unlinked by the orphaned learners or removed (and reported) by the next run's clean-up."""
+    """Kill a real run at random moments; its learners (and, in the last attempt, its env workers) must exit
+    and its shared memory must go, either unlinked by the orphaned learners or removed (and reported) by the
+    next run's clean-up."""
     rng = random.Random(7)
     cleaned_by_next_run = 0
     for attempt in range(3):
         run_dir = tmp_path / f"run{attempt}"
-        proc = _start_run(run_dir, seconds=120)
+        proc = _start_run(run_dir, seconds=120, env_workers=2 if attempt == 2 else 0)
         try:
             time.sleep(rng.uniform(0.5, 6.0))
             children = _children(proc.pid)
@@ -140,7 +144,7 @@ def test_sigkill_of_the_main_process_at_random_moments_leaves_nothing(tmp_path):
         deadline = time.monotonic() + 20
         while any(_alive(c) for c in children) and time.monotonic() < deadline:
             time.sleep(0.1)
-        assert not any(_alive(c) for c in children), f"attempt {attempt}: learners outlived their runner"
+        assert not any(_alive(c) for c in children), f"attempt {attempt}: processes outlived their runner"
         left = [name for name, _run, pid in list_segments() if pid == proc.pid]
         if left:
             removed = {seg.name for seg in clean_stale()}

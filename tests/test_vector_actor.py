@@ -236,3 +236,31 @@ def test_runners_act_on_several_copies(runner, learner):
         assert r.transitions_written == r.agent_steps > 0, agent
         assert r.updates > 0, agent
     assert result.episodes >= 1200 // 9
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has CUDA: the refusal cannot be shown here")
+def test_a_cuda_actor_device_without_cuda_is_refused_before_anything_starts():
+    from pzasync.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=r"actor_device \['cuda'\] requested but CUDA is not available"):
+        SequentialRunner("pettingzoo.classic.tictactoe_v3", "dqn", RunConfig(actor_device="cuda"))
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device (RunConfig.actor_device='cuda')")
+def test_the_actor_runs_its_batched_forwards_on_cuda():
+    """Policy copies on the GPU act like the same weights on the CPU (greedy), and the run trains."""
+    from pzasync.plan import RunPlan
+
+    plan = RunPlan("pettingzoo.classic.connect_four_v3", ("dqn", {"torso": "mlp"}), RunConfig())
+    layout = plan.agents["player_0"].layout
+    cpu = plan.agents["player_0"].build_policy(0)
+    gpu = plan.agents["player_0"].build_policy(0).to("cuda")
+    gpu.load_state_dict(cpu.state_dict())
+    obs = {"obs": np.random.default_rng(0).integers(0, 2, (32, 6, 7, 2)).astype(np.int8)}
+    mask = np.ones((32, 7), bool)
+    np.testing.assert_array_equal(cpu.act(obs, mask, False)[0], gpu.act(obs, mask, False)[0])
+    assert layout.has_mask
+    config = RunConfig(envs_per_actor=8, actor_device="cuda", seed=1)
+    result = SequentialRunner("pettingzoo.classic.connect_four_v3", ("dqn", {"learning_starts": 100}),
+                              config).run(agent_steps=1500)
+    assert result.agent_steps == 1500 and all(r.updates > 0 for r in result.agents.values())
