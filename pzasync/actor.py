@@ -1,10 +1,11 @@
 """The actor: steps its env copies with each agent's latest published policy and writes transitions to buffers.
 
 It owns `RunConfig.envs_per_actor` env copies, each driven by an `EpisodeStepper` (stepper.py, the AEC loop
-`rollout` uses too). Each round it collects every copy's pending decision, groups them by acting agent, and
-answers each group with one batched forward of that agent's policy; then it steps each copy. Before a
-group's forward it compares the agent's slot version with the version it holds and, only when it changed,
-copies the new vector into its local policy. It never waits for a learner, except in the two opt-in modes
+`rollout` uses too), stepped here or by env workers (env_workers.py). Each round it collects the copies'
+pending decisions, groups them by acting policy (an agent's, an agent group's shared by its members, or a
+league opponent's), and answers each group with one batched forward; then the copies step. Before a
+group's forward it compares the slot version with the version it holds and, only when it changed, copies
+the new vector into its local policy. It never waits for a learner, except in the two opt-in modes
 that say so in their metrics: a replay ratio (bounded lead) and on-policy backpressure.
 """
 
@@ -163,10 +164,6 @@ class Actor:
         while ahead() and not stats.stop_requested and stats.get(agent, S.STATUS) != S.CRASHED:
             time.sleep(0.0001)
         stats.add(agent, S.ACTOR_WAIT_NS, time.monotonic_ns() - start)
-
-    def act(self, agent: str, obs: Any, mask: np.ndarray | None) -> tuple[Any, dict]:
-        """One decision of `agent` in copy 0 (a batch of one)."""
-        return self.decide([PendingDecision(0, agent, obs, mask)])[0]
 
     def decide(self, pending: list[PendingDecision]) -> list[tuple[Any, dict]]:
         """Actions (and extras to store) for a round of pending decisions: one batched forward per acting

@@ -260,8 +260,9 @@ class RunPlan:
             import torch
 
             if not torch.cuda.is_available():
-                raise ConfigError(f"{' and '.join(sorted(set(wanted.values())))} {sorted(wanted)} requested but "
-                                  f"CUDA is not available on this machine")
+                asked = ", ".join(f"{option}={device!r}" for device, option in sorted(wanted.items())
+                                  if device.startswith("cuda"))
+                raise ConfigError(f"{asked} requested, but CUDA is not available on this machine")
             for device, option in wanted.items():
                 if ":" in device and int(device.split(":")[1]) >= torch.cuda.device_count():
                     raise ConfigError(f"{option} {device!r}: only {torch.cuda.device_count()} CUDA device(s) here")

@@ -123,7 +123,7 @@ def test_an_error_inside_a_trial_process_is_raised_here_as_the_same_type():
 
 
 def test_snapshots_follow_the_run_and_hold_the_acting_policy():
-    result = SequentialRunner(C4, VS_RANDOM, RunConfig(seed=0, replay_ratio=1.0, snapshot_every_steps=500)).run(
+    result = SequentialRunner(C4, VS_RANDOM, RunConfig(seed=0, replay_ratio=0.25, snapshot_every_steps=500)).run(
         agent_steps=2500)
     snaps = result.snapshots
     assert [s.agent_steps // 500 for s in snaps] == list(range(len(snaps)))  # one per 500 steps, at episode ends

@@ -242,7 +242,7 @@ def test_runners_act_on_several_copies(runner, learner):
 def test_a_cuda_actor_device_without_cuda_is_refused_before_anything_starts():
     from pzasync.errors import ConfigError
 
-    with pytest.raises(ConfigError, match=r"actor_device \['cuda'\] requested but CUDA is not available"):
+    with pytest.raises(ConfigError, match=r"actor_device='cuda' requested, but CUDA is not available"):
         SequentialRunner("pettingzoo.classic.tictactoe_v3", "dqn", RunConfig(actor_device="cuda"))
 
 
