@@ -142,8 +142,12 @@ def test_each_copy_equals_an_independent_rollout_with_seed_plus_k(env_id, copies
                 if name in arrays:
                     np.testing.assert_array_equal(got[agent][name], arrays[name], err_msg=f"copy {k} {agent} {name}")
     # every copy's episodes were summarised under its own index, and batches really held several copies
+    # (env workers answer a group of copies at a time: two groups per worker)
     assert {s.copy for s in summaries} == set(range(copies))
-    assert max(max(a.policy.batch_sizes) for a in actor.agents.values()) > 1
+    per_group = copies / (min(copies, 2 * workers) if workers else 1)
+    assert max(max(a.policy.batch_sizes) for a in actor.agents.values()) == 1 or per_group > 1
+    if per_group >= 2:
+        assert max(max(a.policy.batch_sizes) for a in actor.agents.values()) > 1
 
 
 def test_rewards_are_conserved_per_copy():
