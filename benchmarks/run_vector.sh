@@ -16,6 +16,8 @@ PYTHONPATH=. pzasync bench examples.pistonball_shared:make_env --env-arg continu
 if [ -x "$PEERS_PYTHON" ]; then
     "$PEERS_PYTHON" benchmarks/peers.py --steps 20000 --repeats 3 --vector-envs 8 --pzasync-envs 16 \
         --json docs/bench/peers_vector.json
+    "$PEERS_PYTHON" benchmarks/peers.py --steps 20000 --repeats 3 --vector-envs 8 --pzasync-envs 8 \
+        --json docs/bench/peers_vector8.json
     "$PEERS_PYTHON" benchmarks/peers.py --simple-spread --vector-envs 8 --steps 24000 --repeats 3 \
         --json docs/bench/peers_spread.json
 fi
