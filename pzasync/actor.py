@@ -100,12 +100,15 @@ class Actor:
         from .learners import vector_to_policy
 
         #: The env copies (a list of envs stepped here) or, with env workers, what the workers are made from.
-        self.envs: list[Any] | EnvWorkers = (envs if isinstance(envs, EnvWorkers) else
-                                             list(envs) if isinstance(envs, (list, tuple)) else [envs])
-        self.n_copies = self.envs.copies if isinstance(self.envs, EnvWorkers) else len(self.envs)
-        #: The first copy where it is stepped in this process (None with env workers).
-        self.env = None if isinstance(self.envs, EnvWorkers) else self.envs[0]
-        self.env_name = env_name or (self.envs.env_spec.name if isinstance(self.envs, EnvWorkers) else str(self.env))
+        self.envs: list[Any] | EnvWorkers
+        if isinstance(envs, EnvWorkers):
+            self.envs, self.n_copies, self.env = envs, envs.copies, None
+            self.env_name = env_name or envs.env_spec.name
+        else:
+            self.envs = list(envs) if isinstance(envs, (list, tuple)) else [envs]
+            #: The first copy (the one a single-copy actor steps).
+            self.n_copies, self.env = len(self.envs), self.envs[0]
+            self.env_name = env_name or str(self.env)
         self.raise_on_nonfinite = raise_on_nonfinite
         self.agents = agents
         self.stats = stats
@@ -198,7 +201,7 @@ class Actor:
             self.refresh(lead)
         actions, extras = lead.policy.act(lead.layout.batch([d.obs for d in decisions]), _masks(decisions), True)
         for d in decisions:
-            self.agents[d.agent].steps += 1
+            acting[d.agent].steps += 1
         self.total_steps += len(decisions)
         sharing = self._sharing[id(lead.policy)]
         lead.policy.on_actor_steps(lead.steps if len(sharing) == 1 else

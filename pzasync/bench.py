@@ -110,13 +110,11 @@ class BenchSettings:
             bad("cores", f"must be between 1 and the {available} cores this process may use")
         if self.trial_timeout_s <= 0:
             bad("trial_timeout_s", "must be > 0")
-        if (not isinstance(self.envs_per_actor, (tuple, list)) or not self.envs_per_actor
-                or not all(isinstance(n, int) and n >= 1 for n in self.envs_per_actor)):
-            bad("envs_per_actor", "must be a non-empty list of integers >= 1")
-        if (not isinstance(self.env_workers, (tuple, list)) or not self.env_workers
-                or not all(isinstance(n, int) and n >= 0 for n in self.env_workers)):
-            bad("env_workers", "must be a non-empty list of integers >= 0")
-        for name in ("envs_per_actor", "env_workers"):
+        for name, least in (("envs_per_actor", 1), ("env_workers", 0)):
+            values = getattr(self, name)
+            if (not isinstance(values, (tuple, list)) or not values
+                    or not all(isinstance(n, int) and n >= least for n in values)):
+                bad(name, f"must be a non-empty list of integers >= {least}")
             if name in self.run_options:
                 bad("run_options", f"give {name} as the bench setting (it runs every value), not as a run option")
         from .config import RunConfig
@@ -145,7 +143,7 @@ class BenchSettings:
 
 @dataclass
 class TrialSpec:
-    """One configuration at one seed (and, for runner configurations, one number of env copies)."""
+    """One configuration at one seed (and, for runner configurations, one number of env copies and workers)."""
 
     config: str
     seed: int
@@ -259,9 +257,11 @@ def _median_or_inf(values: list[float | None]) -> float | None:
 def summarize_trials(trials: list[dict]) -> dict[str, dict]:
     """Per configuration: medians and spreads over seeds of every figure a trial reports."""
     out: dict[str, dict] = {}
-    labels = sorted({t["config"] for t in trials},
-                    key=lambda label: (CONFIGS.index(split_label(label)[0]), *split_label(label)[1:]))
-    for config in labels:
+    def order(label: str) -> tuple[int, int, int]:
+        config, envs, workers = split_label(label)
+        return CONFIGS.index(config), envs, workers
+
+    for config in sorted({t["config"] for t in trials}, key=order):
         rows = [t for t in trials if t["config"] == config]
         agents = sorted({a for t in rows for a in t.get("updates_per_s", {})})
         summary: dict[str, Any] = {

@@ -149,7 +149,8 @@ def plot_report(report: dict[str, Any], path: str) -> str:
     ax.set_xlim(0, max(m + h for m, h in zip(medians, highs)) * 1.18)
     if curves:
         ax = axes[0][1]
-        for config in [c for c in summary if split_label(c)[0] in ("sequential",) + SAME_ALGORITHM + ("async_free",)]:
+        learning = ("sequential",) + SAME_ALGORITHM + ("async_free",)
+        for config in [c for c in summary if split_label(c)[0] in learning]:
             rows = [t["curve"] for t in curves if t["config"] == config]
             if not rows:
                 continue

@@ -15,8 +15,6 @@ memory-ordering argument, which is the same here.
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 
 from .errors import ConfigError, PzasyncError

@@ -27,7 +27,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from .errors import EnvCrashedError, PzasyncError, error_type_path, remote_error
+from .errors import EnvCrashedError, error_type_path, remote_error
 from .stepper import EpisodeStepper, PendingDecision
 from .transitions import EpisodeSummary, LayoutBook, Transition
 
@@ -80,8 +80,7 @@ class LocalCopies:
             if decision is not None:
                 return decision
 
-    # The group interface the actor drives (one group here; one per worker in WorkerCopies).
-    groups = 1
+    # The group interface the actor drives (one group here; two per worker in WorkerCopies).
     _ready: list[PendingDecision] | None = None
 
     def start(self, may_reset: bool) -> None:
@@ -228,10 +227,6 @@ class WorkerCopies:
             self.close()
             raise
 
-    @property
-    def groups(self) -> int:
-        return len(self.members)
-
     def _where(self, w: int) -> str:
         ks = [k for g, members in enumerate(self.members) if self.worker_of[g] == w for k in members]
         return f"env worker {w} (copies {ks[0]}-{ks[-1]})" if len(ks) > 1 else f"env worker {w} (copy {ks[0]})"
@@ -294,7 +289,7 @@ class WorkerCopies:
             workers = sorted({self.worker_of[g] for g in self._outstanding})
             ready = mp_connection.wait([self.conns[w] for w in workers], 0.05)
             if ready:
-                w = min(workers[i] for i, c in enumerate(self.conns[w] for w in workers) if c in ready)
+                w = min(w for w in workers if self.conns[w] in ready)
                 group, pending = self._receive(w)
                 del self._outstanding[group]
                 return group, pending

@@ -111,7 +111,7 @@ def remote_error(base: type[PzasyncError], type_path: str, text: str, traceback_
     return error  # type: ignore[return-value]
 
 
-def learner_error(unit: str, type_path: str, message: str, traceback_text: str, note: str) -> LearnerCrashedError:
+def learner_error(type_path: str, message: str, traceback_text: str, note: str) -> LearnerCrashedError:
     """The error that ends a run whose learner kept failing, raised again as the learner's own exception type
     (`remote_error` with LearnerCrashedError)."""
     return remote_error(LearnerCrashedError, type_path, f"{note}; last failure: {message}",  # type: ignore

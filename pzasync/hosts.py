@@ -137,7 +137,7 @@ class LearnerHost:
             if self.fatal is None:
                 note = (f"the learner of agent {unit!r} failed {restarts + 1} times (restart budget "
                         f"max_learner_restarts={budget})")
-                self.fatal = learner_error(unit, failure.error_type, failure.summary, failure.traceback, note)
+                self.fatal = learner_error(failure.error_type, failure.summary, failure.traceback, note)
             self.monitor.request_stop(f"the learner of {unit!r} kept failing")
             return
         self.restart_at[unit] = time.monotonic() + self.backoff(restarts)

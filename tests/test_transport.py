@@ -104,12 +104,12 @@ def test_a_versioned_vector_waits_for_a_newer_version_and_never_returns_an_older
 
 
 def test_a_learners_error_is_raised_again_as_its_own_type_with_its_traceback():
-    error = learner_error("p0", "builtins:KeyError", "KeyError: 'x'", "Traceback ...\nKeyError: 'x'\n",
+    error = learner_error("builtins:KeyError", "KeyError: 'x'", "Traceback ...\nKeyError: 'x'\n",
                           "the learner of agent 'p0' failed 2 times")
     assert isinstance(error, KeyError) and isinstance(error, LearnerCrashedError)
     assert str(error).startswith("the learner of agent 'p0' failed 2 times; last failure: KeyError: 'x'")
     assert isinstance(error.__cause__, RemoteTraceback) and "Traceback" in str(error.__cause__)
-    plain = learner_error("p0", "no_such_module:Oops", "Oops: x", "", "note")
+    plain = learner_error("no_such_module:Oops", "Oops: x", "", "note")
     assert type(plain) is LearnerCrashedError, "a type that cannot be imported gives the plain error"
     with pytest.raises(KeyError):
         raise error

@@ -52,8 +52,8 @@ def nstep_window(n_step: int, tracks: int = 0) -> int:
 
     A single trajectory's rows follow each other, so n_step - 1 rows hold its next n_step - 1 steps. Env
     copies and a group's members interleave their trajectories (tracks), so each further step of one track may
-    lie behind other tracks' rows: the window allows for twice the number of tracks per step. A trajectory that does not fit in it is cut short (bootstraps
-    earlier); it is never wrong.
+    lie behind other tracks' rows: the window allows for twice the number of tracks per step. A trajectory
+    that does not fit in it is cut short (bootstraps earlier); it is never wrong.
     """
     if n_step <= 1:
         return 0
@@ -61,14 +61,14 @@ def nstep_window(n_step: int, tracks: int = 0) -> int:
 
 
 def nstep_batch(window: dict[str, np.ndarray], valid: np.ndarray, n_step: int, gamma: float,
-                obs_keys: list[str], grouped: bool) -> dict[str, np.ndarray]:
+                obs_keys: list[str], interleaved: bool) -> dict[str, np.ndarray]:
     """Reduce windows from `SharedRingBuffer.sample_windows` to one n-step transition per start row.
 
     From each start row, walk forward along the same trajectory: rows of other tracks (env copies, group
-    members) are passed over (when `grouped`), and the walk stops at the first row that does not continue it. A row continues the
-    trajectory if the previous step was neither terminated nor truncated, the row is valid (untorn, not yet
-    overwritten), belongs to the same track, and its observation equals the previous step's `next_obs`
-    exactly (which catches episode boundaries and episodes cut by the actor). At most `n_step` steps are
+    members) are passed over (when `interleaved`), and the walk stops at the first row that does not continue
+    it. A row continues the trajectory if the previous step was neither terminated nor truncated, the row is
+    valid (untorn, not yet overwritten), belongs to the same track, and its observation equals the previous
+    step's `next_obs` exactly (which catches episode boundaries and episodes cut by the actor). At most `n_step` steps are
     used. The result has the start row's columns, with `reward` = sum_k gamma^k r_k over the k used steps,
     `next_obs*`, `next_action_mask`, `terminated` and `truncated` from the last used step, `discount` =
     gamma^(steps used) (the bootstrap factor) and `nstep` = steps used.
@@ -81,14 +81,14 @@ def nstep_batch(window: dict[str, np.ndarray], valid: np.ndarray, n_step: int, g
     ended = window["terminated"] | window["truncated"]
     returns = reward[:, 0].copy()
     done = ended[:, 0].copy()
-    member = trajectory_ids(window) if grouped else None
+    track = trajectory_ids(window) if interleaved else None
     for j in range(1, length):
         active = ~done & (used < n_step)
         if not active.any():
             break
         ok = valid[:, j]
-        if member is not None:
-            same = member[:, j] == member[:, 0]
+        if track is not None:
+            same = track[:, j] == track[:, 0]
             skip = ok & ~same
         else:
             same, skip = np.ones(size, bool), np.zeros(size, bool)

@@ -150,8 +150,8 @@ class PPOLearner(Learner):
         return self.net
 
     def compute_advantages(self, batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
-        """GAE over the chunk in order (per track: env copy and group member), with values from the current network;
-        returns (advantages, returns)."""
+        """GAE over the chunk in order (per track: env copy and group member), with values from the current
+        network; returns (advantages, returns)."""
         dev, layout = self.device, self.ctx.layout
         with torch.no_grad():
             values = self.net.value(obs_tensors(batch, layout, "obs", dev)).cpu().double().numpy()
