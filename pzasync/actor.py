@@ -319,7 +319,7 @@ class Actor:
 
     def _episode_start(self, copy: int) -> None:
         if self.league is not None:
-            match = self.matches[copy] = self.league.start_episode(self.total_steps, copy)
+            match = self.matches[copy] = self.league.start_episode(self.total_steps)
             self.overrides[copy] = match.overrides
 
     def _episode_done(self, summary: EpisodeSummary, on_episode: Callable[[EpisodeSummary], None]) -> None:

@@ -373,11 +373,15 @@ def _figures(result: Any, learning_agents: list[str]) -> dict[str, Any]:
                   "cpu_seconds": result.process_cpu_seconds,
                   "cpu_fraction": result.process_cpu_seconds / max(1e-9, acting),
                   "peak_rss_mb": result.process_peak_rss_mb}]
+    hosts: dict[Any, list[tuple[str, Any]]] = {}  # learners that share a host process count it once
     for a, (r, *_members) in units.items():
         if r.learner_cpu_seconds is not None:
-            processes.append({"name": f"learner {a}", "cpu_seconds": r.learner_cpu_seconds,
-                              "cpu_fraction": r.learner_cpu_seconds / max(1e-9, acting),
-                              "peak_rss_mb": r.learner_peak_rss_mb or 0.0})
+            hosts.setdefault(r.learner_pid or a, []).append((a, r))
+    for hosted in hosts.values():
+        cpu = max(r.learner_cpu_seconds for _a, r in hosted)  # each counts from its own start: the earliest
+        processes.append({"name": ("learner " if len(hosted) == 1 else "learners ") + ", ".join(a for a, _r in hosted),
+                          "cpu_seconds": cpu, "cpu_fraction": cpu / max(1e-9, acting),
+                          "peak_rss_mb": max(r.learner_peak_rss_mb or 0.0 for _a, r in hosted)})
     return {
         "agent_steps": result.agent_steps, "wall_seconds": result.wall_seconds,
         "startup_seconds": result.startup_seconds, "acting_seconds": acting,

@@ -263,12 +263,15 @@ def check_budget_options(steps: int | None, minutes: float | None) -> None:
               help="Processes that step the env copies while the actor runs inference (0: the actor steps them).")
 @click.option("--actor-device", "actor_device", default="cpu", show_default=True,
               help="Where the actor's batched forwards run: cpu, cuda, cuda:N.")
+@click.option("--learner-processes", "learner_processes", type=int, default=None,
+              help="Processes that host the async runner's learners, each updating several in turn "
+                   "[default: one per core, at most one per learning agent or group].")
 def train(env_id: str, learner: str, learner_for: tuple[str, ...], env_args: tuple[str, ...],
           groups: tuple[str, ...], runner: str, publish: str, steps: int | None,
           minutes: float | None, replay_ratio: float | None, device: str, seed: int, out_dir: str,
           self_play: bool | None, league: str | None, versus: str | None, eval_every: float,
           eval_episodes: int, backend: str, ray_address: str | None, envs_per_actor: int,
-          env_workers: int, actor_device: str) -> None:
+          env_workers: int, actor_device: str, learner_processes: int | None) -> None:
     """Train every agent of ENV_ID (default: connect_four, both seats sharing one DQN in a self-play league).
 
     Scores the greedy policies against a yardstick player while training (eval.png) and at the end, beside an
@@ -285,6 +288,9 @@ def train(env_id: str, learner: str, learner_for: tuple[str, ...], env_args: tup
                              "--runner sequential")
     if ray_address is not None and backend != "ray":
         raise UserInputError("--ray-address needs --backend ray")
+    if learner_processes is not None and (runner != "async" or backend != "shm"):
+        raise UserInputError("--learner-processes: learner host processes are the async runner's on shared "
+                             "memory; drop it with --runner sequential or --backend ray")
     env = EnvSpec.of(env_id, **parse_options(env_args, "--env-arg"))
     if steps is None and minutes is None:
         minutes = DEFAULT_TRAIN["minutes"]
@@ -310,7 +316,7 @@ def train(env_id: str, learner: str, learner_for: tuple[str, ...], env_args: tup
                        progress=console.is_terminal, agent_groups=agent_groups, league=league_config,
                        eval_vs=yardstick if eval_every > 0 else None, eval_every_s=eval_every or 30.0,
                        backend=backend, ray_address=ray_address, envs_per_actor=envs_per_actor,
-                       env_workers=env_workers, actor_device=actor_device)
+                       env_workers=env_workers, actor_device=actor_device, learner_processes=learner_processes)
     cls = AsyncRunner if runner == "async" else SequentialRunner
     check_out_dir(out_dir)
     run = cls(env, learners, config)
@@ -461,6 +467,8 @@ def evaluate_cmd(run_dir: str, versus: str, episodes: int, seed: int) -> None:
 @click.option("--cores", type=int, default=None, help="Pin each trial and its learners to the first N cores.")
 @click.option("--option", "run_options", multiple=True, metavar="KEY=VALUE",
               help="Extra RunConfig option for every runner trial, e.g. publish_every=20.")
+@click.option("--learner-processes", "learner_processes", type=int, default=None,
+              help="Learner host processes of the async trials [default: one per core, at most one per learner].")
 @click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None, help="Write the report here.")
 @click.option("--plot", "plot_path", type=click.Path(dir_okay=False), default=None, help="Write the PNG here.")
 def bench(env_id: str, learner: str, learner_for: tuple[str, ...], env_args: tuple[str, ...], groups: tuple[str, ...],
@@ -468,7 +476,7 @@ def bench(env_id: str, learner: str, learner_for: tuple[str, ...], env_args: tup
           replay_ratio: float, seeds: int, configs: str, target: float | None, target_window: int,
           from_json: str | None, score: str, versus: str | None, eval_every: int | None, eval_episodes: int,
           cores: int | None, run_options: tuple[str, ...], json_path: str | None, plot_path: str | None,
-          envs_per_actor: str, env_workers: str) -> None:
+          envs_per_actor: str, env_workers: str, learner_processes: int | None) -> None:
     """Compare AsyncRunner with SequentialRunner and the bare loops on ENV_ID, same seeds and algorithm."""
     import json
 
@@ -493,7 +501,8 @@ def bench(env_id: str, learner: str, learner_for: tuple[str, ...], env_args: tup
         envs_per_actor=_int_list(envs_per_actor, "--envs-per-actor"),
         env_workers=_int_list(env_workers, "--env-workers"),
         run_options={**parse_options(run_options, "--option"),
-                     **({"agent_groups": parse_groups(groups)} if groups else {})},
+                     **({"agent_groups": parse_groups(groups)} if groups else {}),
+                     **({"learner_processes": learner_processes} if learner_processes is not None else {})},
     ).validate()
     total = len(plan_trials(settings))
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),

@@ -30,6 +30,10 @@ class RunConfig:
     #: `onpolicy_buffer_batches` times the learner's batch size.
     buffer_capacity: int = 100_000
     onpolicy_buffer_batches: int = 4
+    #: How buffers keep observations (docs/shared-memory.md, Observations stored once): "once", each
+    #: observation stored one time and `next_obs` found by reference (about half the memory); "twice", in
+    #: `obs` and again in `next_obs` of every row; "auto", once for observations of at least 1 KiB.
+    obs_storage: str = "auto"
     #: Updates per agent step for off-policy learners. None: the async learner runs free, as fast as it can;
     #: the sequential runner then uses `sequential_replay_ratio`. With a value, both runners run this schedule.
     replay_ratio: float | None = None
@@ -43,6 +47,12 @@ class RunConfig:
     devices: dict[str, str] = field(default_factory=dict)
     #: Torch threads per process; None picks max(1, cores // processes).
     torch_threads: int | None = None
+    #: Learner host processes of the async runner on shared memory (docs/running.md, Learner hosts): the
+    #: learning units are spread over at most this many spawned processes, each updating its learners in
+    #: turn, so that torch and the imports are paid once per host rather than once per learner. Every learner
+    #: keeps its own model, optimiser, buffer, slot, heartbeat, restart budget and metrics. None: one host per
+    #: usable core, at most one per learning unit; a value >= the learning units gives each its own process.
+    learner_processes: int | None = None
     #: Env copies the actor steps side by side (docs/running.md, Vectorised acting). Each copy's pending
     #: decisions are grouped by acting agent and answered with one batched forward per agent; copy k gets
     #: seed + k at its first reset. Transitions then carry `track` (which copy, and group member, they
@@ -142,6 +152,10 @@ class RunConfig:
                 bad(name, "must be an integer >= 1")
         if self.buffer_capacity < 2:
             bad("buffer_capacity", "must be >= 2")
+        from .buffer import OBS_STORAGE
+
+        if self.obs_storage not in OBS_STORAGE:
+            bad("obs_storage", f"must be one of {OBS_STORAGE}")
         for name in ("replay_ratio",):
             value = getattr(self, name)
             if value is not None and (not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0):
@@ -210,6 +224,13 @@ class RunConfig:
             if isinstance(members, str) or not members or not all(isinstance(m, str) for m in members):
                 raise ConfigError(f"option agent_groups: group {group!r} needs a non-empty list of agent names or "
                                   f"patterns, got {members!r}")
+        if self.learner_processes is not None:
+            if not isinstance(self.learner_processes, int) or isinstance(self.learner_processes, bool) \
+                    or self.learner_processes < 1:
+                bad("learner_processes", "must be an integer >= 1, or None for one per usable core")
+            if self.backend != "shm":
+                bad("learner_processes", f"groups learners into local processes on shared memory; with "
+                                         f"backend={self.backend!r} every learner unit is its own Ray actor")
         if not isinstance(self.env_workers, int) or isinstance(self.env_workers, bool) or self.env_workers < 0:
             bad("env_workers", "must be an integer >= 0 (0: the actor steps its env copies itself)")
         if self.env_workers > self.envs_per_actor:

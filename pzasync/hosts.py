@@ -4,7 +4,8 @@ A runner is assembled from the same parts whatever the host (runners.py); the ho
 learners run:
 
 - `InlineHost`: in the actor's own process, updates interleaved with decisions (the sequential baseline);
-- `ProcessHost`: one spawned local process per learner unit (the async runner on shared memory);
+- `ProcessHost`: spawned local learner host processes, each with one or several learner units (the async
+  runner on shared memory);
 - `RayHost` (ray_backend.py): one Ray actor per learner unit, on any node of a Ray cluster.
 
 Every host keeps the same failure semantics (docs/reliability.md): a learner that raises, dies or stops
@@ -24,7 +25,7 @@ from typing import Any, Callable
 
 from . import stats as S
 from .errors import LearnerCrashedError, LearnerStartupError, learner_error
-from .learner_loop import (LearnerDriver, LearnerFailed, LearnerReport, LearnerSetup, learner_process_main,
+from .learner_loop import (LearnerDriver, LearnerFailed, LearnerReport, LearnerSetup, learner_host_main,
                            restarted, start_driver)
 
 
@@ -232,9 +233,17 @@ class InlineHost(LearnerHost):
 
 
 class ProcessHost(LearnerHost):
-    """One spawned local process per learner unit, on shared memory (the async runner's default host)."""
+    """Learner host processes on shared memory (the async runner's default host): the learning units are
+    spread over `RunConfig.learner_processes` spawned processes (`learner_loop.learner_host_main`), each
+    updating its learners in turn. A learner that raises is restarted alone, inside its host; a host process
+    that dies or hangs takes its learners with it, and each is reported, charged to its own restart budget and
+    restarted."""
 
     name = "process"
+
+    @classmethod
+    def learner_threads(cls, plan: Any) -> int:
+        return plan.torch_threads(len(plan.learner_hosts()) + 1)
 
     def __init__(self, setups: dict[str, LearnerSetup], config: Any, monitor: Any, context: Any = None) -> None:
         super().__init__(setups, config, monitor)
@@ -242,18 +251,29 @@ class ProcessHost(LearnerHost):
 
         self.ctx = context or mp.get_context("spawn")
         self.messages: Any = self.ctx.Queue()
-        self.processes: dict[str, Any] = {}
+        #: Host index -> its learning units, its current process, and the pipe that sends it restarted learners.
+        self.hosted: list[list[str]] = [[u for u in units if u in setups]
+                                        for units in monitor.plan.learner_hosts()]
+        self.hosted = [units for units in self.hosted if units]
+        self.host_of = {unit: h for h, units in enumerate(self.hosted) for unit in units}
+        self.processes: dict[int, Any] = {}
+        self.commands: dict[int, Any] = {}
 
-    def _spawn(self, unit: str, setup: LearnerSetup) -> None:
-        process = self.ctx.Process(target=learner_process_main,
-                                   args=(setup, self.messages, self.config.checkpoint_every_s),
-                                   name=f"pzasync-learner-{unit}", daemon=True)
+    def _spawn(self, host: int, setups: list[LearnerSetup]) -> None:
+        receive, send = self.ctx.Pipe(duplex=False)
+        process = self.ctx.Process(target=learner_host_main,
+                                   args=(setups, self.messages, self.config.checkpoint_every_s, receive),
+                                   name=f"pzasync-learners-{host}", daemon=True)
         process.start()
-        self.processes[unit] = process
+        receive.close()  # the child's end
+        old = self.commands.pop(host, None)
+        if old is not None:
+            old.close()
+        self.processes[host], self.commands[host] = process, send
 
     def start(self) -> None:
-        for unit, setup in self.setups.items():
-            self._spawn(unit, setup)
+        for host, units in enumerate(self.hosted):
+            self._spawn(host, [self.setups[u] for u in units])
 
     def drain(self) -> None:
         while self.messages is not None:
@@ -270,42 +290,68 @@ class ProcessHost(LearnerHost):
             return None
 
     def _check_started(self, unit: str) -> None:
-        process = self.processes[unit]
+        process = self.processes[self.host_of[unit]]
         if not process.is_alive():
             self.drain()  # its last words, if it had time to say them
             raise LearnerStartupError(f"learner of agent {unit!r} failed to start:\n"
                                       f"{self.monitor.tracebacks.get(unit) or f'exit code {process.exitcode}'}")
 
+    def _lost_with_host(self, host: int, why: str, cause: str | None = None, spare: str | None = None) -> None:
+        """Report every learner of a dead (or killed) host that has not failed or finished already (`spare`:
+        the one being restarted now; `cause`: the one that made the host be killed)."""
+        for unit in self.hosted[host]:
+            if unit == spare or unit in self.failing or self.stats.get(unit, S.STATUS) == S.DONE \
+                    or self.fatal is not None:
+                continue
+            shared = [u for u in self.hosted[host] if u != unit]
+            detail = why if unit == cause or cause is None else f"killed with its host process ({why})"
+            if shared and cause is None:
+                detail += f"; the process also hosted {shared}"
+            self.failed(LearnerFailed.runtime(unit, detail))
+
     def poll(self) -> None:
         self.drain()
-        for unit, process in self.processes.items():
-            if unit in self.failing or self.fatal is not None:
-                continue
-            status = self.stats.get(unit, S.STATUS)
-            if not process.is_alive() and status != S.DONE:
+        for host, process in list(self.processes.items()):
+            if self.fatal is not None:
+                break
+            units = self.hosted[host]
+            if not process.is_alive():
+                if all(u in self.failing or self.stats.get(u, S.STATUS) == S.DONE for u in units):
+                    continue
                 process.join(timeout=1)
                 self.drain()  # its last words, if it had time to say them
-                if unit in self.failing:
-                    continue
-                self.failed(LearnerFailed.runtime(unit, f"the learner process died (exit code {process.exitcode})"))
-            elif status in (S.STARTING, S.RUNNING):  # CRASHED: its LearnerFailed is on the way
-                silent = (time.monotonic_ns() - self.stats.get(unit, S.BEAT)) / 1e9
+                kind = "learner process" if len(units) == 1 else "learner host process"
+                self._lost_with_host(host, f"the {kind} died (exit code {process.exitcode})")
+                continue
+            now = time.monotonic_ns()
+            for unit in units:
+                if unit in self.failing or self.stats.get(unit, S.STATUS) not in (S.STARTING, S.RUNNING):
+                    continue  # CRASHED: its LearnerFailed is on the way
+                silent = (now - self.stats.get(unit, S.BEAT)) / 1e9
                 if silent > self.config.heartbeat_timeout_s:
                     process.kill()
                     process.join(timeout=5)
-                    self.failed(LearnerFailed.runtime(unit, f"no heartbeat for {silent:.0f}s (hung); killed"))
+                    self._lost_with_host(host, f"no heartbeat from {unit!r} for {silent:.0f}s (hung); killed",
+                                         cause=unit)
+                    break
         self.restart_due()
 
     def _restart(self, unit: str) -> None:
-        old = self.processes[unit]
-        if old.is_alive():
-            old.kill()
-        old.join(timeout=5)
+        host = self.host_of[unit]
         setup = restarted(self.setups[unit])
         self.stats.set(unit, S.STATUS, S.STARTING)
         self.stats.beat(unit)
         self.announce_restart(unit, setup)
-        self._spawn(unit, setup)
+        process = self.processes[host]
+        if process.is_alive():
+            try:
+                self.commands[host].send(setup)  # the host starts it again beside its other learners
+                return
+            except OSError:  # the host died just now
+                process.kill()
+        process.join(timeout=5)
+        self._lost_with_host(host, f"the learner host process died (exit code {process.exitcode})", spare=unit)
+        self._spawn(host, [setup])  # the host's other learners join it when their own restarts are due
 
     def stop(self) -> None:
         """Ask every learner to stop (they write final checkpoints), join with timeouts, collect reports."""
@@ -328,4 +374,7 @@ class ProcessHost(LearnerHost):
         if messages is not None:
             messages.close()
             messages.join_thread()
+        for send in self.commands.values():
+            send.close()
+        self.commands.clear()
         self.processes.clear()

@@ -201,8 +201,9 @@ class Match:
 class League:
     """Draws each episode's match and the opponent policies for the actor's seats, keeps pool and ratings.
 
-    With several env copies (RunConfig.envs_per_actor) each copy has its own match: snapshot modules are
-    kept per (copy, seat), so two copies never share a module loaded with different snapshots."""
+    With several env copies (RunConfig.envs_per_actor) each copy has its own match. Each pooled snapshot is
+    loaded into one module, built the first time it is drawn and dropped when the pool evicts it, so every
+    copy and seat facing the same snapshot shares it and the actor batches their decisions together."""
 
     def __init__(self, plan: Any, acting: dict[str, Any], seed: int, run_dir: Any = None) -> None:
         config = plan.config
@@ -221,9 +222,11 @@ class League:
         for unit in self.learning_units:
             self.ratings.add(unit)
         self._next_snapshot = dict.fromkeys(self.learning_units, 0)
-        #: Per (copy, seat): a module for snapshots (built once, loaded once per episode when the snapshot
-        #: changes).
-        self._snapshot_modules: dict[tuple[int, str], tuple[Any, str | None]] = {}
+        #: Per pooled snapshot (by name): the module it is loaded into, built when first drawn.
+        self._snapshot_modules: dict[str, Any] = {}
+        #: Per unit: the snapshot drawn last and how many more snapshot seats it serves (`_draw_snapshot`).
+        self.copies = int(config.envs_per_actor)
+        self._sticky: dict[str, tuple[Snapshot | None, int]] = {}
         #: Per (seat, kind): a scripted player's policy.
         self._scripted: dict[tuple[str, str], Any] = {}
         self.games: dict[str, dict[str, int]] = {u: {} for u in self.mixes}
@@ -231,8 +234,8 @@ class League:
         self._start = time.monotonic()
 
     # ------------------------------------------------------------------ episode boundaries (actor thread)
-    def start_episode(self, agent_steps: int, copy: int = 0) -> Match:
-        """Draw the match of env copy `copy`'s new episode; its `overrides` are the seats' opponent policies."""
+    def start_episode(self, agent_steps: int) -> Match:
+        """Draw the match of a new episode (in any env copy); its `overrides` are the seats' opponent policies."""
         self._maybe_snapshot(agent_steps)
         units = list(self.mixes)
         self.rng.shuffle(units)
@@ -241,12 +244,12 @@ class League:
             kind = kinds[min(int(np.searchsorted(cumulative, self.rng.random(), side="right")), len(kinds) - 1)]
             if kind == LATEST:
                 continue
-            match = self._draw(unit, kind, copy)
+            match = self._draw(unit, kind)
             if match is not None:
                 return match
         return Match(None, LATEST)
 
-    def _draw(self, unit: str, kind: str, copy: int) -> Match | None:
+    def _draw(self, unit: str, kind: str) -> Match | None:
         members = self.members[unit]
         trainee = members[int(self.rng.integers(len(members)))]
         opponents: dict[str, str] = {}
@@ -261,24 +264,33 @@ class League:
                     if seat_unit == unit:
                         return None  # no past self yet: this episode is plain self-play
                     continue  # a non-learning (or not yet snapshotted) seat keeps its own policy
-                snapshot = pool[int(self.rng.integers(len(pool)))]
-                overrides[seat] = self._snapshot_module(copy, seat, snapshot)
+                snapshot = self._draw_snapshot(seat_unit, pool)
+                overrides[seat] = self._snapshot_module(seat, snapshot)
                 opponents[seat] = snapshot.name
             else:
                 overrides[seat] = self._scripted_policy(seat, kind)
                 opponents[seat] = kind
         return Match(unit, kind, trainee, opponents, overrides)
 
-    def _snapshot_module(self, copy: int, seat: str, snapshot: Snapshot) -> Any:
-        from .learners import vector_to_policy
+    def _draw_snapshot(self, unit: str, pool: deque[Snapshot]) -> Snapshot:
+        """A snapshot of `unit`, uniformly from its pool. With several env copies a drawn snapshot serves the
+        next `envs_per_actor` snapshot seats of the unit, so the copies facing it batch their decisions
+        together (one forward, not one per copy); each snapshot stays equally likely."""
+        held, uses = self._sticky.get(unit, (None, 0))
+        if held is None or uses <= 0 or not any(s is held for s in pool):  # evicted meanwhile
+            held, uses = pool[int(self.rng.integers(len(pool)))], self.copies
+        self._sticky[unit] = (held, uses - 1)
+        return held
 
-        module, loaded = self._snapshot_modules.get((copy, seat), (None, None))
+    def _snapshot_module(self, seat: str, snapshot: Snapshot) -> Any:
+        module = self._snapshot_modules.get(snapshot.name)
         if module is None:
-            module = self.plan.agents[seat].build_policy(self.plan.config.seed + 77)
-        if loaded != snapshot.name:
+            from .learners import vector_to_policy
+
+            module = self.plan.agents[seat].build_policy(self.plan.config.seed + 77)  # any seat of its unit fits
             vector_to_policy(snapshot.vector, module)
+            self._snapshot_modules[snapshot.name] = module
         module.on_actor_steps(self.acting[seat].steps)  # explore like the trainee's current schedule
-        self._snapshot_modules[(copy, seat)] = (module, snapshot.name)
         return module
 
     def _scripted_policy(self, seat: str, kind: str) -> Any:
@@ -326,7 +338,9 @@ class League:
             self._next_snapshot[unit] = steps + self.snapshot_every
             newest = max(seats, key=lambda a: a.version)
             snapshot = Snapshot(unit, newest.version, agent_steps, newest.vector.copy())
-            self.pool.add(snapshot)
+            evicted = self.pool.add(snapshot)
+            if evicted is not None:
+                self._snapshot_modules.pop(evicted.name, None)  # a copy still playing it keeps its reference
             if snapshot.name not in self.ratings.players:
                 self.ratings.add(snapshot.name, like=unit)
 

@@ -3,7 +3,8 @@
 `LearnerDriver.try_update` is the single step both runners use, so they run the same algorithm: an off-policy
 learner updates while its update count is behind `replay_ratio * (transitions - learning_starts)` (or freely
 when there is no ratio); an on-policy learner updates once per `batch_size` transitions read in order.
-`learner_process_main` wraps the driver in a process loop with heartbeats, metrics and error reporting.
+`learner_host_main` runs one or several drivers in a process (a learner host) with per-learner heartbeats,
+metrics and error reporting; `learner_process_main` is a host of one (the Ray backend's learner actors).
 """
 
 from __future__ import annotations
@@ -210,7 +211,8 @@ class LearnerDriver:
         mean, p95 = self.lag_summary()
         cpu, rss = process_usage()
         return {"updates": self.updates, "metrics": self.last_metrics, "lag_mean": mean, "lag_p95": p95,
-                "dropped": self.buffer.dropped, "process_cpu_seconds": cpu - self._cpu_at_start, "process_peak_rss_mb": rss}
+                "dropped": self.buffer.dropped, "process_cpu_seconds": cpu - self._cpu_at_start, "process_peak_rss_mb": rss,
+                "pid": os.getpid()}
 
     def save_checkpoint(self, path: str) -> None:
         from .learners.players import save_checkpoint
@@ -226,46 +228,89 @@ def _orphaned(parent: int) -> bool:
 
 def learner_process_main(setup: LearnerSetup, messages: Any, checkpoint_every_s: float,
                          is_orphaned: Any = None) -> None:
-    """Body of a learner process (or Ray actor): update as the schedule allows until the run asks to stop.
+    """Body of a process (or Ray actor) that hosts one learner: `learner_host_main` with a host of one."""
+    learner_host_main([setup], messages, checkpoint_every_s, is_orphaned=is_orphaned)
 
-    Reports and failures go to `messages.put` as `LearnerReport` / `LearnerFailed`. Ctrl-C is the runner's to
-    handle (a terminal sends SIGINT to the whole process group), so it is ignored here. If the runner's
-    process dies (SIGKILL), this process notices within half a second (`is_orphaned`, by default: its parent
-    changed), unlinks the shared memory it knows of (its buffer and slot, the run's counters) and exits.
+
+def learner_host_main(setups: list[LearnerSetup], messages: Any, checkpoint_every_s: float, commands: Any = None,
+                      is_orphaned: Any = None) -> None:
+    """Body of a learner host process: its learners update in turn, each as its own schedule allows, until the
+    run asks to stop.
+
+    Every learner keeps its own driver (model, optimiser, buffer, slot, metrics) and its own heartbeat word.
+    Reports and failures go to `messages.put` as `LearnerReport` / `LearnerFailed`, per learner: a learner that
+    raises is reported and dropped, the others go on, and the host starts it again when `commands` (the
+    receiving end of a pipe) brings its restarted `LearnerSetup`. Ctrl-C is the runner's to handle (a terminal
+    sends SIGINT to the whole process group), so it is ignored here. If the runner's process dies (SIGKILL),
+    the host notices within half a second (`is_orphaned`, by default: its parent changed), unlinks the run's
+    shared memory and exits.
     """
     import threading
 
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGINT, signal.SIG_IGN)
-    parent = setup.parent_pid or os.getppid()
+    first = setups[0]
+    parent = first.parent_pid or os.getppid()
     if is_orphaned is None:
         def is_orphaned() -> bool:
             return _orphaned(parent)
-    stats, agent = setup.stats, setup.agent
-    stats.beat(agent)
+    stats = first.stats
+    for setup in setups:
+        stats.beat(setup.agent)
+    attached = list(setups)  # every setup received: their shared memory is closed on the way out
+    drivers: dict[str, LearnerDriver] = {}
+    idle_since: dict[str, int | None] = {}
     orphaned = is_orphaned()
+
+    def fail(unit: str, exc: BaseException) -> None:
+        drivers.pop(unit, None)
+        stats.set(unit, S.STATUS, S.CRASHED)
+        if not is_orphaned():
+            messages.put(LearnerFailed.from_exception(unit, exc))
+
+    def start(setup: LearnerSetup) -> None:
+        try:
+            drivers[setup.agent] = start_driver(setup)
+        except Exception as exc:  # noqa: BLE001 - reported per learner; the host's other learners go on
+            fail(setup.agent, exc)
+            return
+        idle_since[setup.agent] = None
+        stats.set(setup.agent, S.STATUS, S.RUNNING)
+        stats.beat(setup.agent)
+
     try:
         if orphaned:
             return
         import torch
 
-        torch.set_num_threads(setup.torch_threads)
-        driver = start_driver(setup)
-        stats.set(agent, S.STATUS, S.RUNNING)
+        torch.set_num_threads(first.torch_threads)
+        for setup in setups:
+            start(setup)
         next_report = next_checkpoint = time.monotonic()
         next_checkpoint += checkpoint_every_s if checkpoint_every_s > 0 else float("inf")
-        idle_since = None
         idle_sleep = 0.0001
         while not stats.stop_requested:
-            if driver.try_update():
+            if not drivers and commands is None:
+                break  # a host of one whose learner failed: nothing can bring it back here
+            progressed = False
+            for unit, driver in list(drivers.items()):  # one update each per pass: fair turns
+                try:
+                    updated = driver.try_update()
+                except Exception as exc:  # noqa: BLE001 - this learner is reported and restarted alone
+                    fail(unit, exc)
+                    continue
+                since = idle_since[unit]
+                if updated:
+                    progressed = True
+                    if since is not None:
+                        stats.add(unit, S.LEARNER_WAIT_NS, time.monotonic_ns() - since)
+                        idle_since[unit] = None
+                elif since is None:
+                    idle_since[unit] = time.monotonic_ns()
+            if progressed:
                 idle_sleep = 0.0001
-                if idle_since is not None:
-                    stats.add(agent, S.LEARNER_WAIT_NS, time.monotonic_ns() - idle_since)
-                    idle_since = None
             else:
-                if idle_since is None:
-                    idle_since = time.monotonic_ns()
-                # Back off while there is nothing to do, so an idle learner leaves the cores to the actor.
+                # Back off while there is nothing to do, so idle learners leave the cores to the actor.
                 time.sleep(idle_sleep)
                 idle_sleep = min(0.002, idle_sleep * 2)
             now = time.monotonic()
@@ -273,22 +318,33 @@ def learner_process_main(setup: LearnerSetup, messages: Any, checkpoint_every_s:
                 if is_orphaned():
                     orphaned = True
                     break
-                stats.beat(agent)
-                messages.put(LearnerReport(agent, driver.report()))
+                while commands is not None and commands.poll():
+                    setup = commands.recv()  # a restarted learner of this host
+                    attached.append(setup)
+                    start(setup)
+                for unit, driver in drivers.items():
+                    stats.beat(unit)
+                    messages.put(LearnerReport(unit, driver.report()))
                 next_report = now + 0.5
-            if now >= next_checkpoint and setup.checkpoint_path:
-                driver.save_checkpoint(setup.checkpoint_path)
+            if now >= next_checkpoint:
+                for driver in drivers.values():
+                    if driver.setup.checkpoint_path:
+                        driver.save_checkpoint(driver.setup.checkpoint_path)
                 next_checkpoint = now + checkpoint_every_s
-        if setup.checkpoint_path:
-            driver.save_checkpoint(setup.checkpoint_path)
+        for driver in drivers.values():
+            if driver.setup.checkpoint_path:
+                driver.save_checkpoint(driver.setup.checkpoint_path)
         if not orphaned:
-            messages.put(LearnerReport(agent, driver.report()))
-            stats.set(agent, S.STATUS, S.DONE)
+            for unit, driver in drivers.items():
+                messages.put(LearnerReport(unit, driver.report()))
+                stats.set(unit, S.STATUS, S.DONE)
     except BaseException as exc:  # noqa: BLE001 - every failure is reported to the runner, then re-raised
-        stats.set(agent, S.STATUS, S.CRASHED)
+        for unit in drivers:  # outside any one learner's update: every learner of this host failed with it
+            stats.set(unit, S.STATUS, S.CRASHED)
         orphaned = orphaned or is_orphaned()
         if not orphaned:
-            messages.put(LearnerFailed.from_exception(agent, exc))
+            for unit in drivers:
+                messages.put(LearnerFailed.from_exception(unit, exc))
         if not isinstance(exc, Exception):
             raise
     finally:
@@ -297,7 +353,10 @@ def learner_process_main(setup: LearnerSetup, messages: Any, checkpoint_every_s:
             # have lived long enough to do their part). Do not wait on the dead runner's pipe.
             if hasattr(messages, "cancel_join_thread"):
                 messages.cancel_join_thread()
-            unlink_run(run_id_of(setup.buffer.name), parent)
-        setup.buffer.close()
-        setup.slot.close()
-        stats.close()
+            unlink_run(run_id_of(first.buffer.name), parent)
+        closed: set[int] = set()
+        for setup in attached:
+            for part in (setup.buffer, setup.slot, setup.stats):
+                if id(part) not in closed:
+                    closed.add(id(part))
+                    part.close()

@@ -169,12 +169,8 @@ class RunPlan:
         self._check_yardstick()
         #: Bytes of shared memory actually created by `allocate` (0 before).
         self.shm_in_use = 0
-        self.shm_bytes = sum(
-            SharedRingBuffer.nbytes_for(p.layout, p.capacity, p.learner_cls.extras) + 2 * 4 * p.policy_floats + 4096
-            for p in self.learning
-        )
-        largest = max(self.learning, default=None,
-                      key=lambda p: SharedRingBuffer.nbytes_for(p.layout, p.capacity, p.learner_cls.extras))
+        self.shm_bytes = sum(self._buffer_bytes(p) + 2 * 4 * p.policy_floats + 4096 for p in self.learning)
+        largest = max(self.learning, default=None, key=self._buffer_bytes)
         check_fits(f"the run's buffers and slots ({len(self.learning)} learners"
                    + (f"; the largest, for {largest.agent!r}, holds {largest.capacity:,} transitions"
                       if largest is not None else "") + ")", self.shm_bytes)
@@ -276,6 +272,27 @@ class RunPlan:
         """Trajectories interleaved in the unit's buffer: one per env copy and group member."""
         return self.config.envs_per_actor * max(1, len(self.units[unit].members))
 
+    def _buffer_extras(self, unit: AgentPlan) -> dict[str, str]:
+        """The unit's buffer columns beyond the transition: its learner's extras, `member` in a group, and
+        `track` when several env copies write into it."""
+        extras = dict(unit.learner_cls.extras)
+        if unit.members:
+            extras["member"] = "int16"
+        if self.config.envs_per_actor > 1:
+            extras["track"] = "int32"
+        return extras
+
+    def _buffer_bytes(self, unit: AgentPlan) -> int:
+        return SharedRingBuffer.nbytes_for(unit.layout, unit.capacity, self._buffer_extras(unit),
+                                           obs_storage=self.config.obs_storage, tracks=self.tracks(unit.agent))
+
+    def learner_hosts(self) -> list[list[str]]:
+        """The learning units of each learner host process (RunConfig.learner_processes), dealt out in turn."""
+        units = [p.agent for p in self.learning]
+        wanted = self.config.learner_processes or usable_cores()
+        hosts = max(1, min(len(units), wanted))
+        return [units[h::hosts] for h in range(hosts)] if units else []
+
     def torch_threads(self, processes: int) -> int:
         return self.config.torch_threads or max(1, usable_cores() // max(1, processes))
 
@@ -289,13 +306,11 @@ class RunPlan:
                     self.stats.set(unit.agent, STATUS, NOT_LEARNING)
                     continue
                 label = f"a{unit.index}" if not unit.members else f"g{unit.index}"
-                extras = dict(unit.learner_cls.extras)
-                if unit.members:
-                    extras["member"] = "int16"
-                if self.config.envs_per_actor > 1:
-                    extras["track"] = "int32"
+                extras = self._buffer_extras(unit)
                 unit.buffer = SharedRingBuffer.create(unit.layout, unit.capacity, extras,
-                                                      run_id=self.run_id, label=f"buf-{label}")
+                                                      run_id=self.run_id, label=f"buf-{label}",
+                                                      obs_storage=self.config.obs_storage,
+                                                      tracks=self.tracks(unit.agent))
                 unit.slot = PolicySlot.create(unit.policy_floats, self.config.publish_mode, run_id=self.run_id,
                                               label=f"slot-{label}")
             for p in self.agents.values():

@@ -36,8 +36,10 @@ class AgentResult:
     nonfinite_transitions: int = 0
     #: CPU seconds (since its learner started) and peak resident memory of this agent's learner process
     #: (async runner only; in the sequential runner learners share the runner's process: RunResult.process_*).
+    #: Learners that share a learner host process report the same process, named by `learner_pid`.
     learner_cpu_seconds: float | None = None
     learner_peak_rss_mb: float | None = None
+    learner_pid: int | None = None
     #: Ray backend: the node its learner ran on (last incarnation) and how transitions reached it ("shm" on
     #: the actor's node, "object_store" from another); None with the other hosts.
     learner_node: str | None = None

@@ -213,6 +213,7 @@ class _Runner:
                 nonfinite_transitions=acting.nonfinite if acting else 0,
                 learner_cpu_seconds=report.get("process_cpu_seconds") if measured else None,
                 learner_peak_rss_mb=report.get("process_peak_rss_mb") if measured else None,
+                learner_pid=report.get("pid") if measured else None,
                 **(host.placement(unit) if host is not None else {}),
             )
         steps = actor.total_steps if actor else 0

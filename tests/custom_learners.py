@@ -30,12 +30,15 @@ class RecordingLearner(Learner):
 
     on_policy = True
     defaults = {"batch_size": 8, "record_dir": None, "sleep_s": 0.0, "raise_after": None, "once_file": None,
-                "kill_self_after": None}
+                "kill_self_after": None, "pid_dir": None}
 
     def __init__(self, ctx):
         super().__init__(ctx)
         self._policy = self.build_policy(ctx.layout, self.config)
         self.calls = 0
+        if self.config["pid_dir"]:  # one line per life of this learner: the process it was built in
+            with open(os.path.join(self.config["pid_dir"], f"{ctx.agent}.pids"), "a") as f:
+                f.write(f"{os.getpid()}\n")
 
     @classmethod
     def build_policy(cls, layout, config):

@@ -114,9 +114,9 @@ def test_capacity_and_memory_checks_name_the_agent_and_numbers(layout, monkeypat
         SharedRingBuffer.create(layout, 100_000)
 
 
-def _run_writer(spawn_ctx, capacity, count, obs_size=OBS):
+def _run_writer(spawn_ctx, capacity, count, obs_size=OBS, storage="twice"):
     layout = agent_layout("a", spaces.Box(-np.inf, np.inf, (obs_size,), np.float32), spaces.Discrete(5))
-    buf = SharedRingBuffer.create(layout, capacity)
+    buf = SharedRingBuffer.create(layout, capacity, obs_storage=storage)
     start = spawn_ctx.Event()
     writer = spawn_ctx.Process(target=write_numbered_transitions, args=(buf, count, layout, start))
     writer.start()
@@ -124,9 +124,11 @@ def _run_writer(spawn_ctx, capacity, count, obs_size=OBS):
 
 
 @pytest.mark.timeout(120)
-def test_samples_are_never_torn_under_a_flat_out_writer(spawn_ctx):
+@pytest.mark.parametrize("storage", ["twice", "once"])
+def test_samples_are_never_torn_under_a_flat_out_writer(spawn_ctx, storage):
+    """With "once", transition i's obs is transition i-1's next_obs frame unless i-1 ended its episode."""
     count = 30_000
-    buf, writer, start = _run_writer(spawn_ctx, capacity=32, count=count)
+    buf, writer, start = _run_writer(spawn_ctx, capacity=32, count=count, storage=storage)
     rng = np.random.default_rng(1)
     seen = set()
     try:
@@ -152,9 +154,10 @@ def test_samples_are_never_torn_under_a_flat_out_writer(spawn_ctx):
 
 
 @pytest.mark.timeout(120)
-def test_in_order_reader_counts_every_drop_exactly(spawn_ctx):
+@pytest.mark.parametrize("storage", ["twice", "once"])
+def test_in_order_reader_counts_every_drop_exactly(spawn_ctx, storage):
     count, size = 200_000, 1024
-    buf, writer, start = _run_writer(spawn_ctx, capacity=64, count=count, obs_size=size)
+    buf, writer, start = _run_writer(spawn_ctx, capacity=64, count=count, obs_size=size, storage=storage)
     returned, chunks = [], 0
     try:
         start.set()
@@ -177,3 +180,139 @@ def test_in_order_reader_counts_every_drop_exactly(spawn_ctx):
     assert all(a < b for a, b in zip(returned, returned[1:])), "transitions must come once each, in order"
     assert len(returned) + dropped == count, f"{len(returned)} returned + {dropped} dropped != {count} written"
     assert dropped > 0 and chunks > 20, "the ring was never overrun while read: the test exercised nothing"
+
+
+# ------------------------------------------------------------------------- observations stored once
+def _recorded_stream(seed: int = 0, count: int = 3000) -> list[Transition]:
+    """What an actor writes for a group of 3 agents in 2 env copies (6 tracks): interleaved turns, episode
+    ends, cuts, and agents that die mid-episode (their last transition terminates, the others go on). Every
+    observation is unique, and a transition's obs is its track's previous next_obs, as in AEC play."""
+    rng = np.random.default_rng(seed)
+    stream: list[Transition] = []
+    counter = iter(range(1, 10**9))
+
+    def frame() -> np.ndarray:
+        return np.full(8, next(counter), np.float32)
+
+    live = {track: frame() for track in range(6)}
+    while len(stream) < count:
+        track = int(rng.choice(sorted(live)))
+        obs, next_obs = live[track], frame()
+        end = rng.random()
+        terminated, truncated = end < 0.02, 0.02 <= end < 0.03  # dies or ends (2%), cut (1%)
+        stream.append(Transition(f"p{track % 3}", obs, int(rng.integers(5)), float(len(stream)), next_obs,
+                                 terminated, truncated, None, None,
+                                 {"policy_version": len(stream), "track": track}))
+        if terminated or truncated:
+            del live[track]
+            if not live or rng.random() < 0.5:  # the copy resets: its dead tracks come back with new episodes
+                for t in range(6):
+                    live.setdefault(t, frame())
+        else:
+            live[track] = next_obs
+    return stream
+
+
+def _same(a: dict | None, b: dict | None) -> bool:
+    if a is None or b is None:
+        return a is None and b is None
+    return set(a) == set(b) and all(np.array_equal(a[k], b[k]) for k in a)
+
+
+@pytest.mark.parametrize("capacity", [64, 1000])
+def test_observations_stored_once_read_like_the_old_layout(layout, capacity):
+    """A recorded stream with episode ends, cuts and dead agents: in-order chunks (with overwrites between
+    reads), drop counts and seeded samples are the same whether observations are stored once or twice, and
+    every row returned is the transition written at its index."""
+    stream = _recorded_stream()
+    extras = {"track": "int32"}
+    twice = SharedRingBuffer.create(layout, capacity, extras, obs_storage="twice")
+    once = SharedRingBuffer.create(layout, capacity, extras, obs_storage="once", tracks=6)
+    try:
+        assert once.frames and not twice.frames
+        rng = np.random.default_rng(3)
+        returned = 0
+        for i, t in enumerate(stream):
+            twice.write(t)
+            once.write(t)
+            if i % 97 == 96:  # behind now and then: rows are overwritten before they are read
+                rows = int(rng.integers(1, 80))
+                a, b = twice.read_new(max_rows=rows), once.read_new(max_rows=rows)
+                assert _same(a, b) and twice.dropped == once.dropped, f"in-order reads differ at {i}"
+                if b is not None:
+                    returned += len(b["reward"])
+                    for row, index in enumerate(b["reward"].astype(int)):
+                        assert np.array_equal(b["obs"][row], stream[index].obs)
+                        assert np.array_equal(b["next_obs"][row], stream[index].next_obs)
+            if i % 31 == 30:
+                seed = int(rng.integers(2**31))
+                a, b = twice.sample(64, np.random.default_rng(seed)), once.sample(64, np.random.default_rng(seed))
+                assert _same(a, b), f"samples differ at {i}"
+        a, b = twice.read_new(), once.read_new()
+        assert _same(a, b) and twice.dropped == once.dropped
+        returned += len(b["reward"])
+        assert returned + once.dropped == once.written == len(stream)
+        assert once.dropped > 0 or capacity > len(stream) / 4
+        # 1 frame per row, plus one per episode start (3%) and per row whose track's previous frame was too old
+        # to share (turns are drawn at random here, so a track is sometimes idle for long).
+        assert once._frames_written < 1.2 * len(stream), once._frames_written
+    finally:
+        for buf in (twice, once):
+            buf.close()
+            buf.unlink()
+
+
+def test_a_row_whose_frame_was_overwritten_is_never_returned(layout):
+    """One-decision episodes need two frames per row, more than the frame ring holds for a full ring of
+    rows: the oldest rows lose their frames first, and are skipped by samples and counted as dropped."""
+    buf = SharedRingBuffer.create(layout, 16, obs_storage="once")
+    try:
+        for i in range(16):
+            obs = np.full(8, 2 * i, np.float32)
+            buf.write(Transition("a", obs, i % 5, float(i), obs + 1, True, False, None, None, {"policy_version": i}))
+        lost = 2 * 16 - buf.frames  # frames written beyond the ring: those of the oldest rows
+        assert lost > 0
+        batch = buf.sample(400, np.random.default_rng(0))
+        index = batch["reward"].astype(int)
+        assert (index >= (lost + 1) // 2).all() and (batch["obs"][:, 0] == 2 * index).all()
+        assert (batch["next_obs"][:, 0] == 2 * index + 1).all()
+        chunk = buf.read_new()
+        assert chunk["reward"].astype(int).tolist() == list(range((lost + 1) // 2, 16))
+        assert buf.dropped == (lost + 1) // 2
+    finally:
+        buf.close()
+        buf.unlink()
+
+
+def test_stored_once_pistonball_frames_take_at_most_055_of_the_memory():
+    """Raw pistonball frames (457 x 120 x 3 bytes), 100,000 transitions, 20 pistons in one group."""
+    frame = agent_layout("piston_0", spaces.Box(0, 255, (457, 120, 3), np.uint8), spaces.Discrete(3))
+    twice = SharedRingBuffer.nbytes_for(frame, 100_000, {"member": "int16"}, obs_storage="twice", tracks=20)
+    once = SharedRingBuffer.nbytes_for(frame, 100_000, {"member": "int16"}, obs_storage="auto", tracks=20)
+    assert once / twice <= 0.55, once / twice
+
+
+def test_small_observations_stay_in_both_columns_under_auto(layout):
+    assert SharedRingBuffer.nbytes_for(layout, 1000, obs_storage="auto") == SharedRingBuffer.nbytes_for(layout, 1000)
+
+
+@pytest.mark.timeout(120)
+def test_a_run_with_observations_stored_once_feeds_learners_whole_trajectories(tmp_path):
+    """connect_four with obs_storage="once": in every in-order batch a learner gets, each row's next_obs is
+    the next row's obs unless the row ended its episode (both read back through the frame references)."""
+    from pzasync import AsyncRunner, RunConfig
+
+    learners = ("custom_learners:RecordingLearner", {"record_dir": str(tmp_path)})
+    result = AsyncRunner("pettingzoo.classic.connect_four_v3", learners,
+                         RunConfig(seed=0, obs_storage="once", buffer_capacity=64)).run(agent_steps=1500)
+    assert all(r.transitions_dropped == 0 for r in result.agents.values())
+    continued = 0
+    for agent in ("player_0", "player_1"):
+        batches = [np.load(p) for p in sorted(tmp_path.glob(f"{agent}-*.npz"))]
+        rows = {k: np.concatenate([b[k] for b in batches]) for k in ("obs", "next_obs", "terminated", "truncated")}
+        assert len(rows["obs"]) > 300
+        for i in range(len(rows["obs"]) - 1):
+            if not (rows["terminated"][i] or rows["truncated"][i]):
+                assert np.array_equal(rows["next_obs"][i], rows["obs"][i + 1]), (agent, i)
+                continued += 1
+    assert continued > 500

@@ -83,7 +83,9 @@ def test_default_train_is_self_play_in_a_league_scored_on_the_yardstick_in_80_co
 @pytest.mark.parametrize("args, message", [
     (["--backend", "ray", "--runner", "sequential"], "--backend ray: only the async runner has learners apart"),
     (["--ray-address", "auto"], "--ray-address needs --backend ray"),
-], ids=["ray-sequential", "address-without-ray"])
+    (["--runner", "sequential", "--learner-processes", "2"], "--learner-processes: learner host processes are"),
+    (["--learner-processes", "0"], "option learner_processes=0: must be an integer >= 1"),
+], ids=["ray-sequential", "address-without-ray", "hosts-sequential", "hosts-zero"])
 def test_train_refuses_backend_options_that_cannot_go_together(tmp_path, args, message):
     result = CliRunner().invoke(main, ["train", "pettingzoo.classic.tictactoe_v3", "--steps", "100",
                                        "--out", str(tmp_path), *args])

@@ -114,6 +114,50 @@ def test_matches_are_drawn_by_weight_and_opponents_installed_only_in_other_seats
     assert abs(trainees.count("player_1") / len(trainees) - 0.5) < 0.05
 
 
+def test_each_snapshot_has_one_module_shared_by_every_seat_and_dropped_on_eviction():
+    """Copies and seats that face the same snapshot get the same module (so the actor batches them together),
+    loaded with that snapshot's weights; the pool's eviction frees it."""
+    from pzasync.learners import policy_to_vector
+
+    plan = RunPlan(TTT, SMALL_DQN, RunConfig(agent_groups=GROUP, league={"players": {"snapshot": 1}},
+                                             league_snapshot_every=1, league_pool_size=2))
+    acting = {"player_1": _Seat("players"), "player_2": _Seat("players")}
+    size = policy_to_vector(plan.agents["player_1"].build_policy(0)).size
+    league = League(plan, acting, seed=0)
+    modules: dict[str, set[int]] = {}
+    for version in (1, 2, 3):
+        for a in acting.values():
+            a.version, a.steps, a.vector = version, version * 10, np.full(size, version, np.float32)
+        for _ in range(40):
+            match = league.start_episode(agent_steps=version * 20)
+            (seat, module), = match.overrides.items()
+            name = match.opponents[seat]
+            assert np.all(policy_to_vector(module) == float(name.split("@v")[1]))
+            modules.setdefault(name, set()).add(id(module))
+    assert all(len(ids) == 1 for ids in modules.values()) and set(modules) == {"players@v1", "players@v2",
+                                                                               "players@v3"}
+    assert sorted(league._snapshot_modules) == ["players@v2", "players@v3"]  # v1 was evicted with the pool
+
+
+def test_with_several_copies_a_drawn_snapshot_serves_that_many_episodes_and_all_stay_equally_likely():
+    plan = RunPlan(TTT, SMALL_DQN, RunConfig(agent_groups=GROUP, league={"players": {"snapshot": 1}},
+                                             league_snapshot_every=1, league_pool_size=4, envs_per_actor=4))
+    from pzasync.learners import policy_to_vector
+
+    acting = {"player_1": _Seat("players"), "player_2": _Seat("players")}
+    size = policy_to_vector(plan.agents["player_1"].build_policy(0)).size
+    league = League(plan, acting, seed=0)
+    for version in (1, 2, 3, 4):  # fill the pool with 4 snapshots
+        for a in acting.values():
+            a.version, a.steps, a.vector = version, version * 10, np.full(size, version, np.float32)
+        league.start_episode(agent_steps=version)
+    names = [next(iter(league.start_episode(agent_steps=99).opponents.values())) for _ in range(4000)]
+    runs = [names[i:i + 4] for i in range(0, len(names), 4)]
+    assert all(len(set(run)) == 1 for run in runs), "each draw serves the next 4 snapshot episodes"
+    counts = {n: names.count(n) for n in set(names)}
+    assert len(counts) == 4 and max(counts.values()) / min(counts.values()) < 1.3, counts
+
+
 # ---------------------------------------------------------------------------------------------- in a run
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("runner", [pytest.param(SequentialRunner, marks=pytest.mark.slow), AsyncRunner],

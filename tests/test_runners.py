@@ -128,6 +128,7 @@ def test_a_learner_that_cannot_be_built_stops_the_run_before_acting(runner):
         assert "learner of agent 'player_0' failed to start: RuntimeError: deliberate" in str(info.value)
 
 
+@pytest.mark.slow  # the default run covers a host process that dies: test_learner_hosts.py
 @pytest.mark.timeout(120)
 def test_a_learner_process_that_dies_is_restarted(tmp_path, capfd):
     marker = str(tmp_path / "died-once")

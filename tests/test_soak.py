@@ -1,4 +1,8 @@
-"""A long run keeps memory flat (slow: `pytest -m slow`; length from PZASYNC_SOAK_MINUTES, default 30)."""
+"""A long run keeps memory flat (slow: `pytest -m slow`; length from PZASYNC_SOAK_MINUTES, default 30).
+
+simple_spread with 8 agents, each its own learner (4 DQN, 4 PPO), on 2 learner host processes, checkpoints
+every minute: the summed RSS of all processes and the shared memory must stay flat after the first minute.
+"""
 
 from __future__ import annotations
 
@@ -10,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from pzasync import AsyncRunner, RunConfig
+from pzasync.environments import EnvSpec
 from pzasync.shm import SHM_DIR, list_segments
 
 
@@ -40,16 +45,21 @@ def test_long_run_keeps_rss_and_shared_memory_flat(tmp_path):
 
     watcher = threading.Thread(target=sample, daemon=True)
     watcher.start()
-    learners = {"player_0": "dqn", "player_1": ("ppo", {"batch_size": 512})}
-    config = RunConfig(seed=0, out_dir=str(tmp_path), buffer_capacity=50_000, checkpoint_every_s=60)
-    result = AsyncRunner("pettingzoo.classic.connect_four_v3", learners, config).run(seconds=60 * minutes)
+    learners = {**{f"agent_{i}": "dqn" for i in range(4)},
+                **{f"agent_{i}": ("ppo", {"batch_size": 512}) for i in range(4, 8)}}
+    config = RunConfig(seed=0, out_dir=str(tmp_path), buffer_capacity=50_000, checkpoint_every_s=60,
+                       learner_processes=2)
+    result = AsyncRunner(EnvSpec.of("mpe2.simple_spread_v3", N=8), learners, config).run(seconds=60 * minutes)
     stop.set()
     watcher.join()
-    assert result.agents["player_0"].error is None and result.agents["player_1"].error is None
+    assert all(r.error is None and r.restarts == 0 for r in result.agents.values())
+    assert len({r.learner_pid for r in result.agents.values()}) == 2, "8 learners on 2 host processes"
+    assert all(r.updates > 0 for r in result.agents.values())
     settled = [s for s in samples if s[0] - samples[0][0] >= 60]  # after the first minute (buffers filling)
     rss = [s[1] for s in settled]
     shm = {s[2] for s in samples}
-    print(f"\nsoak {minutes} min: {result.agent_steps:,} agent steps, {result.episodes:,} episodes; "
+    print(f"\nsoak {minutes} min: {result.agent_steps:,} agent steps, {result.episodes:,} episodes, "
+          f"updates {[r.updates for r in result.agents.values()]}; "
           f"RSS of all processes {min(rss):.0f}-{max(rss):.0f} MB after the first minute; "
           f"shared memory {sorted(shm)} bytes")
     assert len(shm) == 1, "shared memory in use never changes during a run"
