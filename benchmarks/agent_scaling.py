@@ -5,7 +5,7 @@
 
 For each N it runs `pzasync bench mpe2.simple_spread_v3 --env-arg N=<N> --learner dqn` with the bare loop, the
 sequential runner and the async runner at the same replay ratio (0.25), the async learners in `--hosts`
-learner host processes ("auto": the default, one per core), and writes docs/bench/hosts_n<N>.json. Then it
+learner host processes ("auto": the default, one per core beyond the actor's), and writes docs/bench/hosts_n<N>.json. Then it
 prints the scaling table and plots async/sequential wall time, start-up and peak memory of all processes
 against N (docs/bench/agent_scaling.png), beside the reports measured with one process per learner
 (docs/bench/spread_n<N>.json, written by benchmarks/run_all.sh before learner hosts existed), where present.
@@ -75,7 +75,7 @@ def plot(hosts: list[dict], separate: list[dict], path: Path) -> None:
               ("rss_async", "peak RSS, all processes (MB)")]
     for ax, (key, title) in zip(axes, panels):
         for rows, label, style in ((separate, "one process per learner", "s--"),
-                                   (hosts, "learner hosts (one per core)", "o-")):
+                                   (hosts, "learner hosts (cores - 1)", "o-")):
             if rows:
                 ax.plot([r["n"] for r in rows], [r[key] for r in rows], style, label=label)
         if key == "rss_async" and hosts:

@@ -265,7 +265,7 @@ def check_budget_options(steps: int | None, minutes: float | None) -> None:
               help="Where the actor's batched forwards run: cpu, cuda, cuda:N.")
 @click.option("--learner-processes", "learner_processes", type=int, default=None,
               help="Processes that host the async runner's learners, each updating several in turn "
-                   "[default: one per core, at most one per learning agent or group].")
+                   "[default: one per core beyond the actor's, at most one per learning agent or group].")
 def train(env_id: str, learner: str, learner_for: tuple[str, ...], env_args: tuple[str, ...],
           groups: tuple[str, ...], runner: str, publish: str, steps: int | None,
           minutes: float | None, replay_ratio: float | None, device: str, seed: int, out_dir: str,
@@ -468,7 +468,7 @@ def evaluate_cmd(run_dir: str, versus: str, episodes: int, seed: int) -> None:
 @click.option("--option", "run_options", multiple=True, metavar="KEY=VALUE",
               help="Extra RunConfig option for every runner trial, e.g. publish_every=20.")
 @click.option("--learner-processes", "learner_processes", type=int, default=None,
-              help="Learner host processes of the async trials [default: one per core, at most one per learner].")
+              help="Learner host processes of the async trials [default: one per core beyond the actor's, at most one per learner].")
 @click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None, help="Write the report here.")
 @click.option("--plot", "plot_path", type=click.Path(dir_okay=False), default=None, help="Write the PNG here.")
 def bench(env_id: str, learner: str, learner_for: tuple[str, ...], env_args: tuple[str, ...], groups: tuple[str, ...],

@@ -51,7 +51,8 @@ class RunConfig:
     #: learning units are spread over at most this many spawned processes, each updating its learners in
     #: turn, so that torch and the imports are paid once per host rather than once per learner. Every learner
     #: keeps its own model, optimiser, buffer, slot, heartbeat, restart budget and metrics. None: one host per
-    #: usable core, at most one per learning unit; a value >= the learning units gives each its own process.
+    #: usable core beyond the actor's (at least one), at most one per learning unit; a value >= the learning
+    #: units gives each its own process.
     learner_processes: int | None = None
     #: Env copies the actor steps side by side (docs/running.md, Vectorised acting). Each copy's pending
     #: decisions are grouped by acting agent and answered with one batched forward per agent; copy k gets
@@ -227,7 +228,7 @@ class RunConfig:
         if self.learner_processes is not None:
             if not isinstance(self.learner_processes, int) or isinstance(self.learner_processes, bool) \
                     or self.learner_processes < 1:
-                bad("learner_processes", "must be an integer >= 1, or None for one per usable core")
+                bad("learner_processes", "must be an integer >= 1, or None for one per usable core beyond the actor's")
             if self.backend != "shm":
                 bad("learner_processes", f"groups learners into local processes on shared memory; with "
                                          f"backend={self.backend!r} every learner unit is its own Ray actor")

@@ -287,9 +287,10 @@ class RunPlan:
                                            obs_storage=self.config.obs_storage, tracks=self.tracks(unit.agent))
 
     def learner_hosts(self) -> list[list[str]]:
-        """The learning units of each learner host process (RunConfig.learner_processes), dealt out in turn."""
+        """The learning units of each learner host process (RunConfig.learner_processes, by default one per
+        core beyond the actor's), dealt out in turn."""
         units = [p.agent for p in self.learning]
-        wanted = self.config.learner_processes or usable_cores()
+        wanted = self.config.learner_processes or max(1, usable_cores() - 1)  # a core for the actor
         hosts = max(1, min(len(units), wanted))
         return [units[h::hosts] for h in range(hosts)] if units else []
 

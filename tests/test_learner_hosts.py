@@ -82,8 +82,10 @@ def test_learning_units_are_dealt_out_to_hosts_in_turn(monkeypatch):
 
     assert hosts(learner_processes=2) == [["agent_0", "agent_2"], ["agent_1"]]
     assert hosts(learner_processes=9) == [["agent_0"], ["agent_1"], ["agent_2"]]
+    monkeypatch.setattr(plan_module, "usable_cores", lambda: 3)
+    assert hosts() == [["agent_0", "agent_2"], ["agent_1"]], "automatic: one host per core beyond the actor's"
     monkeypatch.setattr(plan_module, "usable_cores", lambda: 2)
-    assert hosts() == [["agent_0", "agent_2"], ["agent_1"]], "automatic: one host per usable core"
+    assert hosts() == [AGENTS]
     assert hosts(agent_groups={"all": ["agent_*"]}) == [["all"]]
     assert RunPlan(SPREAD, {"agent_0": "dqn", "*": "random"}, RunConfig()).learner_hosts() == [["agent_0"]]
 

@@ -70,10 +70,12 @@ def test_actor_transitions_equal_rollout(runner, tmp_path):
 
 @pytest.mark.timeout(120)
 def test_actor_keeps_stepping_while_a_learner_sleeps(tmp_path):
-    """Invariant 5 (docs/reliability.md): a learner stuck in update() for seconds does not slow the actor down."""
+    """Invariant 5 (docs/reliability.md): a learner stuck in update() for seconds does not slow the actor down.
+    Each learner in its own host process: learners that share a host take turns, so a stuck one holds up its
+    host-mates (docs/running.md, Learner hosts)."""
     learners = {"player_0": ("custom_learners:RecordingLearner", {"sleep_s": 30.0}),
                 "player_1": ("custom_learners:RecordingLearner", {})}
-    config = RunConfig(seed=0, process_timeout_s=5)
+    config = RunConfig(seed=0, process_timeout_s=5, learner_processes=2)
     result = AsyncRunner(C4, learners, config).run(agent_steps=3000)
     assert result.agent_steps == 3000 and result.agents["player_0"].agent_steps > 1000
     assert result.agents["player_0"].updates <= 1, "the sleeping learner finished no more than one update"
