@@ -40,7 +40,7 @@ SENTINEL_BYTE = 0xFF
 DEFAULT_EXTRAS: dict[str, str] = {"policy_version": "int64"}
 #: RunConfig.obs_storage values; "auto" stores observations once from this many bytes per observation.
 OBS_STORAGE: tuple[str, ...] = ("auto", "once", "twice")
-ONCE_FROM_BYTES = 1024
+ONCE_FROM_BYTES = 512
 
 
 def _is_obs(name: str) -> bool:
@@ -152,7 +152,7 @@ class SharedRingBuffer:
         tracks: int = 1,
     ) -> SharedRingBuffer:
         """Allocate the buffer for one agent, refusing (with both numbers) if /dev/shm is too small.
-        `obs_storage` "once" (or "auto" for observations of at least 1 KiB) stores each observation once;
+        `obs_storage` "once" (or "auto" for observations of at least 512 bytes) stores each observation once;
         `tracks` is how many trajectories interleave in it (RunPlan.tracks)."""
         if not isinstance(capacity, (int, np.integer)) or capacity < 2:
             raise ConfigError(f"buffer capacity for agent {layout.agent!r} must be an integer >= 2, got {capacity!r}")

@@ -32,7 +32,7 @@ class RunConfig:
     onpolicy_buffer_batches: int = 4
     #: How buffers keep observations (docs/shared-memory.md, Observations stored once): "once", each
     #: observation stored one time and `next_obs` found by reference (about half the memory); "twice", in
-    #: `obs` and again in `next_obs` of every row; "auto", once for observations of at least 1 KiB.
+    #: `obs` and again in `next_obs` of every row; "auto", once for observations of at least 512 bytes.
     obs_storage: str = "auto"
     #: Updates per agent step for off-policy learners. None: the async learner runs free, as fast as it can;
     #: the sequential runner then uses `sequential_replay_ratio`. With a value, both runners run this schedule.

@@ -286,10 +286,33 @@ def learner_host_main(setups: list[LearnerSetup], messages: Any, checkpoint_ever
         torch.set_num_threads(first.torch_threads)
         for setup in setups:
             start(setup)
-        next_report = next_checkpoint = time.monotonic()
-        next_checkpoint += checkpoint_every_s if checkpoint_every_s > 0 else float("inf")
+        clock = {"report": time.monotonic(), "checkpoint": time.monotonic() + (
+            checkpoint_every_s if checkpoint_every_s > 0 else float("inf"))}
+
+        def periodic() -> bool:
+            """Heartbeats, reports, restarted learners and checkpoints when due; False once orphaned. Called
+            after every update, so that a host whose pass over its learners is long still beats for each."""
+            now = time.monotonic()
+            if now >= clock["report"]:
+                if is_orphaned():
+                    return False
+                while commands is not None and commands.poll():
+                    setup = commands.recv()  # a restarted learner of this host
+                    attached.append(setup)
+                    start(setup)
+                for unit, driver in drivers.items():
+                    stats.beat(unit)
+                    messages.put(LearnerReport(unit, driver.report()))
+                clock["report"] = now + 0.5
+            if now >= clock["checkpoint"]:
+                for driver in drivers.values():
+                    if driver.setup.checkpoint_path:
+                        driver.save_checkpoint(driver.setup.checkpoint_path)
+                clock["checkpoint"] = now + checkpoint_every_s
+            return True
+
         idle_sleep = 0.0001
-        while not stats.stop_requested:
+        while not stats.stop_requested and not orphaned:
             if not drivers and commands is None:
                 break  # a host of one whose learner failed: nothing can bring it back here
             progressed = False
@@ -305,32 +328,21 @@ def learner_host_main(setups: list[LearnerSetup], messages: Any, checkpoint_ever
                     if since is not None:
                         stats.add(unit, S.LEARNER_WAIT_NS, time.monotonic_ns() - since)
                         idle_since[unit] = None
+                    if not periodic():
+                        orphaned = True
+                        break
                 elif since is None:
                     idle_since[unit] = time.monotonic_ns()
+            if orphaned:
+                break
             if progressed:
                 idle_sleep = 0.0001
             else:
                 # Back off while there is nothing to do, so idle learners leave the cores to the actor.
                 time.sleep(idle_sleep)
                 idle_sleep = min(0.002, idle_sleep * 2)
-            now = time.monotonic()
-            if now >= next_report:
-                if is_orphaned():
-                    orphaned = True
-                    break
-                while commands is not None and commands.poll():
-                    setup = commands.recv()  # a restarted learner of this host
-                    attached.append(setup)
-                    start(setup)
-                for unit, driver in drivers.items():
-                    stats.beat(unit)
-                    messages.put(LearnerReport(unit, driver.report()))
-                next_report = now + 0.5
-            if now >= next_checkpoint:
-                for driver in drivers.values():
-                    if driver.setup.checkpoint_path:
-                        driver.save_checkpoint(driver.setup.checkpoint_path)
-                next_checkpoint = now + checkpoint_every_s
+            if not periodic():
+                orphaned = True
         for driver in drivers.values():
             if driver.setup.checkpoint_path:
                 driver.save_checkpoint(driver.setup.checkpoint_path)
