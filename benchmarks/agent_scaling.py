@@ -1,10 +1,11 @@
 """Scaling with agents on few cores: simple_spread, every agent its own DQN, learner hosts (docs/benchmarks.md).
 
-    python benchmarks/agent_scaling.py [--agents 2,4,8,16,32] [--hosts auto] [--steps 20000] [--seeds 2]
+    python benchmarks/agent_scaling.py [--agents 2,4,8,16,32] [--hosts auto] [--steps-per-agent 2500] [--seeds 2]
     python benchmarks/agent_scaling.py --table-only       # table and plot from the reports already written
 
-For each N it runs `pzasync bench mpe2.simple_spread_v3 --env-arg N=<N> --learner dqn` with the bare loop, the
-sequential runner and the async runner at the same replay ratio (0.25), the async learners in `--hosts`
+For each N it runs `pzasync bench mpe2.simple_spread_v3 --env-arg N=<N> --learner dqn` for
+max(20,000, N x --steps-per-agent) agent steps (each agent must pass DQN's 1,000 learning starts by enough to
+have updates to overlap) with the bare loop, the sequential runner and the async runner at the same replay ratio (0.25), the async learners in `--hosts`
 learner host processes ("auto": the default, one per core beyond the actor's), and writes docs/bench/hosts_n<N>.json. Then it
 prints the scaling table and plots async/sequential wall time, start-up and peak memory of all processes
 against N (docs/bench/agent_scaling.png), beside the reports measured with one process per learner
@@ -22,7 +23,8 @@ from pathlib import Path
 BENCH = Path("docs/bench")
 
 
-def run(n: int, hosts: str, steps: int, seeds: int) -> None:
+def run(n: int, hosts: str, steps_per_agent: int, seeds: int) -> None:
+    steps = max(20_000, n * steps_per_agent)
     command = ["pzasync", "bench", "mpe2.simple_spread_v3", "--env-arg", f"N={n}", "--learner", "dqn",
                "--steps", str(steps), "--seeds", str(seeds), "--configs", "bare_policy,sequential,async_double_buffer",
                "--json", str(BENCH / f"hosts_n{n}.json")]
@@ -38,7 +40,8 @@ def row(report: dict) -> dict:
     learners = [p for t in report["trials"] if t["config"] == "async_double_buffer" for p in t["processes"]
                 if p["name"].startswith("learner")]
     trials = sum(1 for t in report["trials"] if t["config"] == "async_double_buffer")
-    return {"n": report["settings"]["env_kwargs"]["N"],
+    return {"n": report["settings"]["env_kwargs"]["N"], "steps": report["settings"]["agent_steps"],
+            "seeds": report["settings"]["seeds"],
             "bare": s["bare_policy"]["agent_steps_per_s"]["median"],
             "sequential": seq["agent_steps_per_s"]["median"], "async": asy["agent_steps_per_s"]["median"],
             "ratio": seq["agent_steps_per_s"]["median"] / asy["agent_steps_per_s"]["median"],
@@ -55,10 +58,10 @@ def load(prefix: str) -> list[dict]:
 
 
 def table(rows: list[dict]) -> str:
-    lines = ["| N agents | learner processes | bare + policies | sequential | async | async / sequential wall | "
-             "async start-up | peak RSS async / sequential | shm |", "|" + " --- |" * 9]
+    lines = ["| N agents | agent steps x seeds | learner processes | bare + policies | sequential | async | async / sequential wall | "
+             "async start-up | peak RSS async / sequential | shm |", "|" + " --- |" * 10]
     for r in rows:
-        lines.append(f"| {r['n']} | {r['learner_processes']} | {r['bare']:,.0f} | {r['sequential']:,.0f} | "
+        lines.append(f"| {r['n']} | {r['steps']:,} x {r['seeds']} | {r['learner_processes']} | {r['bare']:,.0f} | {r['sequential']:,.0f} | "
                      f"{r['async']:,.0f} | **{r['ratio']:.2f}** | {r['startup']:.1f} s | "
                      f"{r['rss_async']:,.0f} / {r['rss_sequential']:,.0f} MB | {r['shm_mb']:,.0f} MB |")
     return "\n".join(lines)
@@ -95,13 +98,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--agents", default="2,4,8,16,32")
     parser.add_argument("--hosts", default="auto", help="learner host processes: auto, or a number")
-    parser.add_argument("--steps", type=int, default=20_000)
+    parser.add_argument("--steps-per-agent", type=int, default=2_500)
     parser.add_argument("--seeds", type=int, default=2)
     parser.add_argument("--table-only", action="store_true")
     args = parser.parse_args()
     if not args.table_only:
         for n in (int(x) for x in args.agents.split(",")):
-            run(n, args.hosts, args.steps, args.seeds)
+            run(n, args.hosts, args.steps_per_agent, args.seeds)
     hosts, separate = load("hosts"), load("spread")
     if not hosts:
         sys.exit("no docs/bench/hosts_n*.json yet")
