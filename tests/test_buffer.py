@@ -304,8 +304,8 @@ def test_a_run_with_observations_stored_once_feeds_learners_whole_trajectories(t
 
     learners = ("custom_learners:RecordingLearner", {"record_dir": str(tmp_path)})
     result = AsyncRunner("pettingzoo.classic.connect_four_v3", learners,
-                         RunConfig(seed=0, obs_storage="once", buffer_capacity=64)).run(agent_steps=1500)
-    assert all(r.transitions_dropped == 0 for r in result.agents.values())
+                         RunConfig(seed=0, obs_storage="once", backpressure=True)).run(agent_steps=1500)
+    assert all(r.transitions_dropped == 0 for r in result.agents.values()), "backpressure: nothing overwritten"
     continued = 0
     for agent in ("player_0", "player_1"):
         batches = [np.load(p) for p in sorted(tmp_path.glob(f"{agent}-*.npz"))]
