@@ -29,7 +29,7 @@ def _recording(pid_dir: Path, **misbehave) -> dict[str, tuple[str, dict]]:
 def test_in_a_host_of_three_only_the_learner_that_raises_restarts(tmp_path, capfd):
     config = RunConfig(seed=0, learner_processes=1, restart_backoff_s=0.05)
     learners = _recording(tmp_path, raise_after=3, once_file=str(tmp_path / "raised-once"))
-    result = AsyncRunner(SPREAD, learners, config).run(seconds=6)
+    result = AsyncRunner(SPREAD, learners, config).run(seconds=5)
     lives = _lives(tmp_path)
     assert lives["agent_0"] == lives["agent_2"] == lives["agent_1"][:1], "one host process for all three"
     assert lives["agent_1"] == [lives["agent_0"][0]] * 2, "rebuilt once, inside the same host"
@@ -48,7 +48,7 @@ def test_in_a_host_of_three_only_the_learner_that_raises_restarts(tmp_path, capf
 def test_a_killed_host_brings_all_its_learners_back_each_counted(tmp_path, capfd):
     config = RunConfig(seed=0, learner_processes=1, restart_backoff_s=0.05)
     learners = _recording(tmp_path, kill_self_after=2, once_file=str(tmp_path / "killed-once"))
-    result = AsyncRunner(SPREAD, learners, config).run(seconds=6)
+    result = AsyncRunner(SPREAD, learners, config).run(seconds=5)
     lives = _lives(tmp_path)
     first, second = {v[0] for v in lives.values()}, {v[1] for v in lives.values()}
     assert all(len(v) == 2 for v in lives.values()) and len(first) == len(second) == 1 and first != second, \

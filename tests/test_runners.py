@@ -89,9 +89,9 @@ def test_crashed_learner_is_reported_restarted_and_the_actor_carries_on(runner, 
     marker = str(tmp_path / "crashed-once")
     learners = {"player_0": ("custom_learners:RecordingLearner", {"raise_after": 3, "once_file": marker}),
                 "player_1": ("custom_learners:RecordingLearner", {})}
-    result = runner(C4, learners, RunConfig(seed=0, restart_backoff_s=0.05)).run(seconds=10)
+    result = runner(C4, learners, RunConfig(seed=0, restart_backoff_s=0.05)).run(seconds=6)
     err = capfd.readouterr().err
-    assert result.stopped_because == "time budget reached" and result.agent_steps > 10_000
+    assert result.stopped_because == "time budget reached" and result.agent_steps > 5_000
     crashed = result.agents["player_0"]
     assert crashed.error == "RuntimeError: deliberate failure in update 4" and crashed.restarts == 1
     assert crashed.updates > 20, "the restarted learner trains on"
@@ -149,7 +149,7 @@ def test_a_hung_learner_is_killed_and_restarted(tmp_path, capfd):
     learners = {"player_0": ("custom_learners:RecordingLearner", {"sleep_s": 60.0, "once_file": marker}),
                 "player_1": "random"}
     config = RunConfig(seed=0, heartbeat_timeout_s=2.0, restart_backoff_s=0.05)
-    result = AsyncRunner(C4, learners, config).run(seconds=9)
+    result = AsyncRunner(C4, learners, config).run(seconds=7)
     hung = result.agents["player_0"]
     assert hung.restarts == 1 and "no heartbeat" in hung.error
     assert hung.updates > 5, "the restarted learner trains on"
