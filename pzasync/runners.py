@@ -7,8 +7,8 @@ parallel runners differ only in where components run:
 
 - `SequentialRunner`: `InlineHost`, each learner's updates run just before its agents' decisions, on the
   replay-ratio schedule (the baseline every speed claim is measured against);
-- `AsyncRunner`: `ProcessHost`, one spawned process per learner unit, or with `RunConfig(backend="ray")`
-  `RayHost`, one Ray actor per learner unit on any node of a cluster (docs/distributed.md).
+- `AsyncRunner`: `ProcessHost`, learner host processes (`RunConfig.learner_processes`), or with
+  `RunConfig(backend="ray")` `RayHost`, one Ray actor per learner unit on any node of a cluster (docs/distributed.md).
 
 Both return `RunResult`.
 """
@@ -346,8 +346,9 @@ class _StopOnSignal:
 
 
 class AsyncRunner(_Runner):
-    """One actor (this process) plus one learner per learning unit running beside it: a spawned local process
-    each (`RunConfig.backend="shm"`), or a Ray actor each (`backend="ray"`, docs/distributed.md)."""
+    """One actor (this process) plus one learner per learning unit running beside it: in spawned local
+    learner host processes (`RunConfig.backend="shm"`, `learner_processes`), or a Ray actor each
+    (`backend="ray"`, docs/distributed.md)."""
 
     kind = "async"
 
