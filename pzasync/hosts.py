@@ -252,9 +252,7 @@ class ProcessHost(LearnerHost):
         self.ctx = context or mp.get_context("spawn")
         self.messages: Any = self.ctx.Queue()
         #: Host index -> its learning units, its current process, and the pipe that sends it restarted learners.
-        self.hosted: list[list[str]] = [[u for u in units if u in setups]
-                                        for units in monitor.plan.learner_hosts()]
-        self.hosted = [units for units in self.hosted if units]
+        self.hosted: list[list[str]] = monitor.plan.learner_hosts()
         self.host_of = {unit: h for h, units in enumerate(self.hosted) for unit in units}
         self.processes: dict[int, Any] = {}
         self.commands: dict[int, Any] = {}

@@ -262,6 +262,26 @@ def test_observations_stored_once_read_like_the_old_layout(layout, capacity):
             buf.unlink()
 
 
+def test_rows_appended_in_chunks_share_frames_and_read_back_unchanged(layout):
+    """`write_rows` (what the Ray backend's remote learners are fed with) on a buffer that stores
+    observations once: chunks read from a two-column buffer come back the same, with frames shared."""
+    stream = _recorded_stream(seed=1, count=600)
+    source = SharedRingBuffer.create(layout, 1000, {"track": "int32"}, obs_storage="twice")
+    copy = SharedRingBuffer.create(layout, 1000, {"track": "int32"}, obs_storage="once", tracks=6)
+    try:
+        for t in stream:
+            source.write(t)
+        chunks = [source.read_new(max_rows=64) for _ in range(10)]
+        for chunk in chunks:
+            copy.write_rows(chunk)
+        assert copy.written == len(stream) and copy._frames_written < 1.2 * len(stream)
+        assert _same(copy.read_new(), {k: np.concatenate([c[k] for c in chunks]) for k in chunks[0]})
+    finally:
+        for buf in (source, copy):
+            buf.close()
+            buf.unlink()
+
+
 def test_a_row_whose_frame_was_overwritten_is_never_returned(layout):
     """One-decision episodes need two frames per row, more than the frame ring holds for a full ring of
     rows: the oldest rows lose their frames first, and are skipped by samples and counted as dropped."""

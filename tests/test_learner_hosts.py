@@ -20,17 +20,18 @@ def _lives(pid_dir: Path) -> dict[str, list[int]]:
     return {a: [int(x) for x in (pid_dir / f"{a}.pids").read_text().split()] for a in AGENTS}
 
 
-def _recording(pid_dir: Path, **misbehave) -> dict[str, tuple[str, dict]]:
-    return {a: ("custom_learners:RecordingLearner", {"pid_dir": str(pid_dir), **(misbehave if a == "agent_1" else {})})
-            for a in AGENTS}
+def _run_one_host(pid_dir: Path, **misbehave):
+    """Three RecordingLearners in one host for 5 s, agent_1 misbehaving as asked; (result, lives)."""
+    config = RunConfig(seed=0, learner_processes=1, restart_backoff_s=0.05)
+    learners = {a: ("custom_learners:RecordingLearner",
+                    {"pid_dir": str(pid_dir), **(misbehave if a == "agent_1" else {})}) for a in AGENTS}
+    result = AsyncRunner(SPREAD, learners, config).run(seconds=5)
+    return result, _lives(pid_dir)
 
 
 @pytest.mark.timeout(120)
 def test_in_a_host_of_three_only_the_learner_that_raises_restarts(tmp_path, capfd):
-    config = RunConfig(seed=0, learner_processes=1, restart_backoff_s=0.05)
-    learners = _recording(tmp_path, raise_after=3, once_file=str(tmp_path / "raised-once"))
-    result = AsyncRunner(SPREAD, learners, config).run(seconds=5)
-    lives = _lives(tmp_path)
+    result, lives = _run_one_host(tmp_path, raise_after=3, once_file=str(tmp_path / "raised-once"))
     assert lives["agent_0"] == lives["agent_2"] == lives["agent_1"][:1], "one host process for all three"
     assert lives["agent_1"] == [lives["agent_0"][0]] * 2, "rebuilt once, inside the same host"
     crashed = result.agents["agent_1"]
@@ -46,10 +47,7 @@ def test_in_a_host_of_three_only_the_learner_that_raises_restarts(tmp_path, capf
 
 @pytest.mark.timeout(120)
 def test_a_killed_host_brings_all_its_learners_back_each_counted(tmp_path, capfd):
-    config = RunConfig(seed=0, learner_processes=1, restart_backoff_s=0.05)
-    learners = _recording(tmp_path, kill_self_after=2, once_file=str(tmp_path / "killed-once"))
-    result = AsyncRunner(SPREAD, learners, config).run(seconds=5)
-    lives = _lives(tmp_path)
+    result, lives = _run_one_host(tmp_path, kill_self_after=2, once_file=str(tmp_path / "killed-once"))
     first, second = {v[0] for v in lives.values()}, {v[1] for v in lives.values()}
     assert all(len(v) == 2 for v in lives.values()) and len(first) == len(second) == 1 and first != second, \
         "every learner came back once, together in one new host"
