@@ -56,6 +56,9 @@ class ActingAgent:
     written: int = 0
     #: Trajectories interleaved in its unit's buffer (env copies x group members; RunPlan.tracks).
     tracks: int = 1
+    #: With several actors: the unit's whole source (every actor's shard), whose `written` paces a replay
+    #: ratio; `buffer` is this actor's own shard.
+    pace: Any = None
 
     def __post_init__(self) -> None:
         self.unit = self.unit or self.agent
@@ -96,6 +99,8 @@ class Actor:
         before_decision: Callable[[str], None] | None = None,
         env_name: str | None = None,
         raise_on_nonfinite: bool = False,
+        actor_index: int = 0,
+        stores_track: bool | None = None,
     ) -> None:
         from .learners import vector_to_policy
 
@@ -110,6 +115,10 @@ class Actor:
             self.n_copies, self.env = len(self.envs), self.envs[0]
             self.env_name = env_name or str(self.env)
         self.raise_on_nonfinite = raise_on_nonfinite
+        #: Which of the run's actors this is (RunConfig.actors): its tracks follow those of the actors before it.
+        self.actor_index = actor_index
+        #: Whether transitions carry `track` (several env copies, in this actor or across actors).
+        self.stores_track = self.n_copies > 1 if stores_track is None else stores_track
         self.agents = agents
         self.stats = stats
         self.replay_ratio = replay_ratio
@@ -159,7 +168,7 @@ class Actor:
                 return self.backpressure and a.buffer.unread >= a.buffer.capacity - self.n_copies
             if self.replay_ratio is None:
                 return False
-            due = target_updates(self.replay_ratio, a.buffer.written, a.learning_starts)
+            due = target_updates(self.replay_ratio, (a.pace or a.buffer).written, a.learning_starts)
             return due - stats.get(agent, S.UPDATES) > self.max_lead_updates
         if not ahead():
             return
@@ -215,8 +224,8 @@ class Actor:
             stored["policy_version"] = lead.version
             if a.member is not None:
                 stored["member"] = a.member
-            if self.n_copies > 1:
-                stored["track"] = d.copy * members + (a.member or 0)
+            if self.stores_track:
+                stored["track"] = (self.actor_index * self.n_copies + d.copy) * members + (a.member or 0)
             out[i] = (actions[j], stored)
 
     def _act_as_opponent(self, a: ActingAgent, policy: Any, decisions: list[PendingDecision], rows: list[int],
@@ -330,6 +339,47 @@ class Actor:
             self.matches[summary.copy] = None
             self.overrides[summary.copy] = {}
         on_episode(summary)
+
+
+def acting_agents(plan: Any, actor: int = 0, resumed_steps: dict[str, int] | None = None) -> dict[str, ActingAgent]:
+    """Actor `actor`'s view of every agent of a `RunPlan`: a local policy copy (one per agent group), its
+    slot, the buffer shard it writes and its schedule. Actor 0's policies are seeded as a one-actor run's."""
+    config, resumed_steps = plan.config, resumed_steps or {}
+    seed = config.seed + 100_003 * actor
+    acting: dict[str, ActingAgent] = {}
+    shared: dict[str, ActingAgent] = {}  # a group's members act with one module and one vector
+    for agent, p in plan.agents.items():
+        starts = int(p.options.get("learning_starts", p.options.get("batch_size", 64)))
+        first = shared.get(p.unit) if p.unit != agent else None
+        policy = first.policy if first is not None else p.build_policy(seed)
+        if first is None and config.actor_device != "cpu" and hasattr(policy, "to"):
+            policy = policy.to(config.actor_device)
+        a = ActingAgent(agent, p.layout, policy, p.learns, p.learner_cls.on_policy, p.slot, p.writer(actor),
+                        starts, steps=resumed_steps.get(agent, 0), unit=p.unit, member=p.member,
+                        tracks=plan.tracks(p.unit), pace=p.buffer if plan.actors > 1 else None)
+        if first is not None:
+            a.vector = first.vector
+        shared.setdefault(p.unit, a)
+        a.policy.on_actor_steps(a.steps)
+        acting[agent] = a
+    return acting
+
+
+def build_actor(plan: Any, acting: dict[str, ActingAgent], stats: RunControl, *, paced: bool, actor: int = 0,
+                before_decision: Callable[[str], None] | None = None) -> Actor:
+    """Actor `actor` of a `RunPlan`, with its env copies (stepped in its process, or by env workers).
+    `paced`: its learners run apart from it, so the opt-in waits (replay ratio, backpressure) apply."""
+    cfg = plan.config
+    if cfg.env_workers:
+        envs: Any = EnvWorkers(plan.env_spec, plan.envs_per_actor, cfg.env_workers, cfg.heartbeat_timeout_s)
+    else:
+        envs = [plan.env_spec.make() for _ in range(plan.envs_per_actor)]
+    return Actor(envs, acting, stats, replay_ratio=cfg.replay_ratio if paced else None,
+                 max_lead=cfg.max_actor_lead, backpressure=cfg.backpressure and paced,
+                 check_rewards=cfg.check_rewards, max_episode_steps=cfg.max_episode_steps,
+                 before_decision=before_decision, env_name=plan.env_spec.name,
+                 raise_on_nonfinite=cfg.nonfinite == "raise", actor_index=actor,
+                 stores_track=plan.envs_per_actor * plan.actors > 1)
 
 
 def _masks(decisions: list[PendingDecision]) -> np.ndarray | None:

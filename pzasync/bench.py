@@ -82,6 +82,9 @@ class BenchSettings:
     #: workers <= copies (module docstring).
     envs_per_actor: tuple[int, ...] = (1,)
     env_workers: tuple[int, ...] = (0,)
+    #: Actor processes (RunConfig.actors): every runner configuration runs once per value; the sequential
+    #: trials step the same actors x envs_per_actor copies in one actor.
+    actors: tuple[int, ...] = (1,)
     #: Seconds one trial may take before it is stopped and reported as failed.
     trial_timeout_s: float = 3600.0
 
@@ -110,7 +113,7 @@ class BenchSettings:
             bad("cores", f"must be between 1 and the {available} cores this process may use")
         if self.trial_timeout_s <= 0:
             bad("trial_timeout_s", "must be > 0")
-        for name, least in (("envs_per_actor", 1), ("env_workers", 0)):
+        for name, least in (("envs_per_actor", 1), ("env_workers", 0), ("actors", 1)):
             values = getattr(self, name)
             if (not isinstance(values, (tuple, list)) or not values
                     or not all(isinstance(n, int) and n >= least for n in values)):
@@ -150,25 +153,27 @@ class TrialSpec:
     settings: BenchSettings
     envs: int = 1
     workers: int = 0
+    actors: int = 1
 
     @property
     def label(self) -> str:
-        return trial_label(self.config, self.envs, self.workers)
+        return trial_label(self.config, self.envs, self.workers, self.actors)
 
 
-def trial_label(config: str, envs: int = 1, workers: int = 0) -> str:
+def trial_label(config: str, envs: int = 1, workers: int = 0, actors: int = 1) -> str:
     """A configuration's name in reports: `config`, `config@N` with N > 1 env copies per actor, `config@NwW`
-    with W env workers."""
-    if envs == 1 and workers == 0:
+    with W env workers, `config@NaM` with M actor processes (`config@4w2a2`)."""
+    if envs == 1 and workers == 0 and actors == 1:
         return config
-    return f"{config}@{envs}" + (f"w{workers}" if workers else "")
+    return f"{config}@{envs}" + (f"w{workers}" if workers else "") + (f"a{actors}" if actors != 1 else "")
 
 
-def split_label(label: str) -> tuple[str, int, int]:
-    """`trial_label`'s inverse: (configuration, env copies, env workers)."""
+def split_label(label: str) -> tuple[str, int, int, int]:
+    """`trial_label`'s inverse: (configuration, env copies, env workers, actors)."""
     config, _, rest = label.partition("@")
+    rest, _, actors = rest.partition("a")
     envs, _, workers = rest.partition("w")
-    return config, int(envs or 1), int(workers or 0)
+    return config, int(envs or 1), int(workers or 0), int(actors or 1)
 
 
 # ---------------------------------------------------------------------------------------------- reference loops
@@ -257,9 +262,9 @@ def _median_or_inf(values: list[float | None]) -> float | None:
 def summarize_trials(trials: list[dict]) -> dict[str, dict]:
     """Per configuration: medians and spreads over seeds of every figure a trial reports."""
     out: dict[str, dict] = {}
-    def order(label: str) -> tuple[int, int, int]:
-        config, envs, workers = split_label(label)
-        return CONFIGS.index(config), envs, workers
+    def order(label: str) -> tuple[int, int, int, int]:
+        config, envs, workers, actors = split_label(label)
+        return CONFIGS.index(config), actors, envs, workers
 
     for config in sorted({t["config"] for t in trials}, key=order):
         rows = [t for t in trials if t["config"] == config]
@@ -321,9 +326,9 @@ def headline(summary: dict[str, dict]) -> dict[str, Any]:
                 out["async_over_sequential_time_to_target"][mode] = ratio(ttt, seq_ttt)
     out["vector"] = {}
     for label in summary:
-        config, envs, workers = split_label(label)
+        config, envs, workers, actors = split_label(label)
         if label != config:
-            out["vector"][label] = {"envs_per_actor": envs, "env_workers": workers,
+            out["vector"][label] = {"envs_per_actor": envs, "env_workers": workers, "actors": actors,
                                     "over_bare_policy": ratio(rate(label), rate("bare_policy")),
                                     "over_bare_random": ratio(rate(label), rate("bare_random")),
                                     "over_one_env": ratio(rate(label), rate(config))}
@@ -336,7 +341,7 @@ def headline(summary: dict[str, dict]) -> dict[str, Any]:
 def _runner_config(spec: TrialSpec) -> dict[str, Any]:
     s = spec.settings
     options: dict[str, Any] = {"seed": spec.seed, "replay_ratio": s.replay_ratio, **s.run_options,
-                               "envs_per_actor": spec.envs, "env_workers": spec.workers}
+                               "envs_per_actor": spec.envs, "env_workers": spec.workers, "actors": spec.actors}
     if spec.config == "async_snapshot":
         options["publish_mode"] = "snapshot"
     elif spec.config == "async_double_buffer":
@@ -373,6 +378,9 @@ def _figures(result: Any, learning_agents: list[str]) -> dict[str, Any]:
                   "cpu_seconds": result.process_cpu_seconds,
                   "cpu_fraction": result.process_cpu_seconds / max(1e-9, acting),
                   "peak_rss_mb": result.process_peak_rss_mb}]
+    for proc in result.actor_processes:
+        processes.append({"name": f"actor {proc['actor']}", "cpu_seconds": proc["cpu_seconds"],
+                          "cpu_fraction": proc["cpu_seconds"] / max(1e-9, acting), "peak_rss_mb": proc["peak_rss_mb"]})
     hosts: dict[Any, list[tuple[str, Any]]] = {}  # learners that share a host process count it once
     for a, (r, *_members) in units.items():
         if r.learner_cpu_seconds is not None:
@@ -427,7 +435,7 @@ def run_trial(spec: TrialSpec, on_progress: Callable[[int], None] | None = None)
     s = spec.settings
     env = EnvSpec.of(s.env, **s.env_kwargs)
     trial: dict[str, Any] = {"config": spec.label, "seed": spec.seed, "envs_per_actor": spec.envs,
-                             "env_workers": spec.workers}
+                             "env_workers": spec.workers, "actors": spec.actors}
     if spec.config in BARE_CONFIGS:
         import torch
 
@@ -458,9 +466,12 @@ def run_trial(spec: TrialSpec, on_progress: Callable[[int], None] | None = None)
     if on_progress is not None:
         def watch() -> None:
             while not stop_watch.wait(0.25):
-                actor = getattr(runner, "actor", None)
-                if actor is not None:
-                    on_progress(actor.total_steps)
+                monitor = getattr(runner, "monitor", None)
+                if monitor is not None:
+                    try:
+                        on_progress(monitor.total_steps())
+                    except (AttributeError, TypeError):  # the run released its counters meanwhile
+                        return
         threading.Thread(target=watch, daemon=True, name="pzasync-bench-progress").start()
     try:
         result = runner.run(agent_steps=s.agent_steps)
@@ -564,8 +575,9 @@ def machine_info(cores: int | None = None) -> dict[str, Any]:
 
 def plan_trials(settings: BenchSettings) -> list[TrialSpec]:
     """Seed-major order: every configuration (runner ones at each `envs_per_actor`) at seed 0, then seed 1, ..."""
-    return [TrialSpec(c, seed, settings, envs, workers)
+    return [TrialSpec(c, seed, settings, envs, workers, actors)
             for seed in range(settings.seeds) for c in CONFIGS if c in settings.configs
+            for actors in ((1,) if c in BARE_CONFIGS else settings.actors)
             for envs in ((1,) if c in BARE_CONFIGS else settings.envs_per_actor)
             for workers in ((0,) if c in BARE_CONFIGS else settings.env_workers) if workers <= envs]
 
@@ -632,6 +644,7 @@ def _settings_json(settings: BenchSettings) -> dict[str, Any]:
     data["configs"] = list(settings.configs)
     data["envs_per_actor"] = list(settings.envs_per_actor)
     data["env_workers"] = list(settings.env_workers)
+    data["actors"] = list(settings.actors)
     data["learners"] = _jsonable(settings.learners)
     data["eval_every"] = settings.snapshot_every if settings.target is not None else settings.eval_every
     data["versus"] = settings.yardstick

@@ -23,9 +23,10 @@ COLORS = {"sequential": "#d62728", "async_double_buffer": "#1f77b4", "async_snap
 
 def describe(label: str) -> str:
     """A configuration label (`config` or `config@N`) in words."""
-    config, envs, workers = split_label(label)
+    config, envs, workers, actors = split_label(label)
     copies = f", {envs} env{'s' if envs != 1 else ''}" if label != config else ""
-    return LABELS[config] + copies + (f", {workers} worker{'s' if workers != 1 else ''}" if workers else "")
+    return (LABELS[config] + copies + (f", {workers} worker{'s' if workers != 1 else ''}" if workers else "")
+            + (f", {actors} actors" if actors != 1 else ""))
 
 
 def color(label: str) -> str:

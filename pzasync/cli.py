@@ -261,6 +261,9 @@ def check_budget_options(steps: int | None, minutes: float | None) -> None:
               help="Env copies the actor steps side by side, with one batched forward per agent.")
 @click.option("--env-workers", "env_workers", type=int, default=0, show_default=True,
               help="Processes that step the env copies while the actor runs inference (0: the actor steps them).")
+@click.option("--actors", type=int, default=1, show_default=True,
+              help="Actor processes, each with --envs-per-actor env copies and its own buffer shards (async runner "
+                   "on shared memory; the sequential runner steps as many copies in one actor).")
 @click.option("--actor-device", "actor_device", default="cpu", show_default=True,
               help="Where the actor's batched forwards run: cpu, cuda, cuda:N.")
 @click.option("--learner-processes", "learner_processes", type=int, default=None,
@@ -271,7 +274,7 @@ def train(env_id: str, learner: str, learner_for: tuple[str, ...], env_args: tup
           minutes: float | None, replay_ratio: float | None, device: str, seed: int, out_dir: str,
           self_play: bool | None, league: str | None, versus: str | None, eval_every: float,
           eval_episodes: int, backend: str, ray_address: str | None, envs_per_actor: int,
-          env_workers: int, actor_device: str, learner_processes: int | None) -> None:
+          env_workers: int, actors: int, actor_device: str, learner_processes: int | None) -> None:
     """Train every agent of ENV_ID (default: connect_four, both seats sharing one DQN in a self-play league).
 
     Scores the greedy policies against a yardstick player while training (eval.png) and at the end, beside an
@@ -316,7 +319,8 @@ def train(env_id: str, learner: str, learner_for: tuple[str, ...], env_args: tup
                        progress=console.is_terminal, agent_groups=agent_groups, league=league_config,
                        eval_vs=yardstick if eval_every > 0 else None, eval_every_s=eval_every or 30.0,
                        backend=backend, ray_address=ray_address, envs_per_actor=envs_per_actor,
-                       env_workers=env_workers, actor_device=actor_device, learner_processes=learner_processes)
+                       env_workers=env_workers, actors=actors, actor_device=actor_device,
+                       learner_processes=learner_processes)
     cls = AsyncRunner if runner == "async" else SequentialRunner
     check_out_dir(out_dir)
     run = cls(env, learners, config)
@@ -451,6 +455,8 @@ def evaluate_cmd(run_dir: str, versus: str, episodes: int, seed: int) -> None:
               help="Env copies per actor; every runner configuration runs at each N (e.g. 1,4,16).")
 @click.option("--env-workers", "env_workers", default="0", show_default=True, metavar="W[,W...]",
               help="Env worker processes; every runner configuration runs at each W <= N (e.g. 0,2).")
+@click.option("--actors", "actors", default="1", show_default=True, metavar="M[,M...]",
+              help="Actor processes; every runner configuration runs at each M (sequential: M x N copies in one actor).")
 @click.option("--target", type=float, default=None,
               help="Score to reach (e.g. 0.95): adds learning curves and time to target.")
 @click.option("--target-window", type=int, default=3, show_default=True,
@@ -476,7 +482,7 @@ def bench(env_id: str, learner: str, learner_for: tuple[str, ...], env_args: tup
           replay_ratio: float, seeds: int, configs: str, target: float | None, target_window: int,
           from_json: str | None, score: str, versus: str | None, eval_every: int | None, eval_episodes: int,
           cores: int | None, run_options: tuple[str, ...], json_path: str | None, plot_path: str | None,
-          envs_per_actor: str, env_workers: str, learner_processes: int | None) -> None:
+          envs_per_actor: str, env_workers: str, actors: str, learner_processes: int | None) -> None:
     """Compare AsyncRunner with SequentialRunner and the bare loops on ENV_ID, same seeds and algorithm."""
     import json
 
@@ -499,7 +505,7 @@ def bench(env_id: str, learner: str, learner_for: tuple[str, ...], env_args: tup
         target_window=target_window, score=score, versus=versus,
         eval_every=eval_every, eval_episodes=eval_episodes, cores=cores,
         envs_per_actor=_int_list(envs_per_actor, "--envs-per-actor"),
-        env_workers=_int_list(env_workers, "--env-workers"),
+        env_workers=_int_list(env_workers, "--env-workers"), actors=_int_list(actors, "--actors"),
         run_options={**parse_options(run_options, "--option"),
                      **({"agent_groups": parse_groups(groups)} if groups else {}),
                      **({"learner_processes": learner_processes} if learner_processes is not None else {})},

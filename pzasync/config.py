@@ -62,6 +62,12 @@ class RunConfig:
     #: Worker processes that step the env copies (0: the actor steps them itself). For envs whose step
     #: dominates: the workers step while the actor runs inference; at most `envs_per_actor`.
     env_workers: int = 0
+    #: Actor processes (docs/running.md, Several actors): the async runner runs this one actor in the calling
+    #: process and actors - 1 more in spawned processes, each with its own `envs_per_actor` env copies
+    #: (actor a's copy k gets seed + a * envs_per_actor + k) and its own buffer shard per learning unit, so no
+    #: buffer has two writers; learners read all shards. The sequential runner steps the same
+    #: actors * envs_per_actor copies in one actor. Not with a league or backend="ray".
+    actors: int = 1
     #: Torch device of the actor's policy copies ("cpu" or "cuda[:i]"): where its batched forwards run.
     actor_device: str = "cpu"
     #: Cut episodes after this many decisions (docs/transitions.md, rule 5); None: episodes end only when the env
@@ -237,6 +243,14 @@ class RunConfig:
         if self.env_workers > self.envs_per_actor:
             bad("env_workers", f"must be at most envs_per_actor={self.envs_per_actor}: each worker steps at least "
                                f"one env copy")
+        if not isinstance(self.actors, int) or isinstance(self.actors, bool) or self.actors < 1:
+            bad("actors", "must be an integer >= 1")
+        if self.actors > 1 and self.backend != "shm":
+            bad("actors", f"several actor processes write buffer shards in local shared memory; with "
+                          f"backend={self.backend!r} use actors=1")
+        if self.actors > 1 and self.league:
+            bad("actors", "a league keeps its snapshot pool and ratings in one actor; use actors=1 with a league, "
+                          "or more envs_per_actor")
         if not isinstance(self.actor_device, str) or not (self.actor_device == "cpu"
                                                           or self.actor_device.startswith("cuda")):
             bad("actor_device", "must be 'cpu' or 'cuda[:N]'")

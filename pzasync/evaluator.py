@@ -22,7 +22,6 @@ import traceback
 from dataclasses import dataclass
 from typing import Any
 
-from . import stats as S
 
 
 @dataclass
@@ -82,7 +81,7 @@ def evaluator_main(setup: EvaluatorSetup, rows: Any, stop: Any) -> None:
             if not all(v > 0 for v in versions.values()):
                 stop.wait(0.1)  # a learner has not published its first policy yet: look again soon
                 continue
-            agent_steps = int(setup.stats.run[S.AGENT_STEPS])
+            agent_steps = setup.stats.total_steps
             wall = started - setup.run_start
             results = evaluate_against(setup.env_spec, policies, opponents, setup.episodes,
                                        seed=setup.seed, max_episode_steps=setup.max_episode_steps)

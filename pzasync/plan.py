@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .buffer import SharedRingBuffer
+from .shards import ShardedBuffer
 from .config import RunConfig
 from .environments import EnvSpec
 from .errors import ConfigError, UserInputError
@@ -38,7 +39,8 @@ class AgentPlan:
     layout: AgentLayout
     capacity: int
     policy_floats: int
-    buffer: SharedRingBuffer | None = None
+    #: Its learner's source: the buffer, or with several actors a `ShardedBuffer` of one shard per actor.
+    buffer: SharedRingBuffer | ShardedBuffer | None = None
     slot: PolicySlot | None = None
     #: The learner unit this agent belongs to: its own name, or its group's.
     unit: str = ""
@@ -57,6 +59,12 @@ class AgentPlan:
     @property
     def learner_path(self) -> str:
         return f"{self.learner_cls.__module__}:{self.learner_cls.__qualname__}"
+
+    def writer(self, actor: int) -> SharedRingBuffer | None:
+        """The buffer (shard) actor `actor` writes this agent's transitions to."""
+        if isinstance(self.buffer, ShardedBuffer):
+            return self.buffer.shard(actor)
+        return self.buffer
 
     def seed(self, base: int) -> int:
         return base + 1009 * (self.index + 1)
@@ -128,8 +136,13 @@ class RunPlan:
     effects beyond probing the env: removing other runs' stale segments is the runner's separate step
     (`shm.remove_stale_segments`)."""
 
-    def __init__(self, env: Any, learners: Any, config: RunConfig | None = None, *, run_id: str | None = None):
+    def __init__(self, env: Any, learners: Any, config: RunConfig | None = None, *, run_id: str | None = None,
+                 one_actor: bool = False):
         self.config = (config or RunConfig()).validate()
+        #: Actor processes (RunConfig.actors) and env copies each. `one_actor` (the sequential runner) keeps
+        #: the same env copies in one actor: actors x envs_per_actor of them.
+        self.actors = 1 if one_actor else self.config.actors
+        self.envs_per_actor = self.config.envs_per_actor * (self.config.actors if one_actor else 1)
         self.env_spec = EnvSpec.of(env)
         probe = self.env_spec.make()
         try:
@@ -270,21 +283,26 @@ class RunPlan:
 
     def tracks(self, unit: str) -> int:
         """Trajectories interleaved in the unit's buffer: one per env copy and group member."""
-        return self.config.envs_per_actor * max(1, len(self.units[unit].members))
+        return self.envs_per_actor * max(1, len(self.units[unit].members))
 
     def _buffer_extras(self, unit: AgentPlan) -> dict[str, str]:
         """The unit's buffer columns beyond the transition: its learner's extras, `member` in a group, and
-        `track` when several env copies write into it."""
+        `track` when several env copies (of one actor or of several) write into it."""
         extras = dict(unit.learner_cls.extras)
         if unit.members:
             extras["member"] = "int16"
-        if self.config.envs_per_actor > 1:
+        if self.envs_per_actor * self.actors > 1:
             extras["track"] = "int32"
         return extras
 
+    def shard_capacity(self, unit: AgentPlan) -> int:
+        """Rows of each of the unit's buffer shards: its capacity split over the actors."""
+        return max(2, -(-unit.capacity // self.actors))
+
     def _buffer_bytes(self, unit: AgentPlan) -> int:
-        return SharedRingBuffer.nbytes_for(unit.layout, unit.capacity, self._buffer_extras(unit),
-                                           obs_storage=self.config.obs_storage, tracks=self.tracks(unit.agent))
+        return self.actors * SharedRingBuffer.nbytes_for(
+            unit.layout, self.shard_capacity(unit), self._buffer_extras(unit), obs_storage=self.config.obs_storage,
+            tracks=self.tracks(unit.agent))
 
     def learner_hosts(self) -> list[list[str]]:
         """The learning units of each learner host process (RunConfig.learner_processes, by default one per
@@ -301,17 +319,21 @@ class RunPlan:
         """Create every learner unit's buffer and slot and the run's counters (owned by this process)."""
         try:
             names = list(self.agents) + [g for g in self.groups]
-            self.stats = RunStats.create(self.run_id, names)
+            self.stats = RunStats.create(self.run_id, names, self.actors)
             for unit in self.units.values():
                 if not unit.learns:
                     self.stats.set(unit.agent, STATUS, NOT_LEARNING)
                     continue
                 label = f"a{unit.index}" if not unit.members else f"g{unit.index}"
                 extras = self._buffer_extras(unit)
-                unit.buffer = SharedRingBuffer.create(unit.layout, unit.capacity, extras,
-                                                      run_id=self.run_id, label=f"buf-{label}",
-                                                      obs_storage=self.config.obs_storage,
-                                                      tracks=self.tracks(unit.agent))
+                shards = []
+                unit.buffer = shards  # released with the rest if a later shard cannot be created
+                for k in range(self.actors):
+                    shards.append(SharedRingBuffer.create(
+                        unit.layout, self.shard_capacity(unit), extras, run_id=self.run_id,
+                        label=f"buf-{label}" + (f"-s{k}" if self.actors > 1 else ""),
+                        obs_storage=self.config.obs_storage, tracks=self.tracks(unit.agent)))
+                unit.buffer = shards[0] if self.actors == 1 else ShardedBuffer(shards)
                 unit.slot = PolicySlot.create(unit.policy_floats, self.config.publish_mode, run_id=self.run_id,
                                               label=f"slot-{label}")
             for p in self.agents.values():
@@ -328,7 +350,8 @@ class RunPlan:
     def release(self) -> None:
         """Close and unlink everything `allocate` created; safe to call more than once."""
         for plan in self.units.values():
-            for resource in (plan.buffer, plan.slot):
+            resources = [*plan.buffer] if isinstance(plan.buffer, list) else [plan.buffer]
+            for resource in (*resources, plan.slot):
                 if resource is not None:
                     resource.close()
                     resource.unlink()

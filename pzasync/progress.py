@@ -90,10 +90,9 @@ class RunMonitor:
         """The actor's heartbeat comes from its polls; if they stop (an env step that never returns), say so."""
         stats = self.plan.stats
         while not self._watch_stop.wait(min(1.0, timeout / 4)):
-            words = stats.run
-            if words is None:  # the counters were released: the run is over
+            if stats.run is None:  # the counters were released: the run is over
                 return
-            silent = (time.monotonic_ns() - int(words[S.ACTOR_BEAT])) / 1e9
+            silent = (time.monotonic_ns() - stats.actor_beat(0)) / 1e9
             if silent > timeout and not self._watch_stop.is_set():
                 agent = getattr(self._actor.env, "agent_selection", None)
                 print(f"pzasync: the actor has not stepped for {silent:.0f}s (stuck in the env at agent "
@@ -113,14 +112,24 @@ class RunMonitor:
             return 0.0
         return (self._acting_end or time.monotonic()) - self._acting_start
 
-    def episode(self, summary: Any) -> None:
+    def total_steps(self) -> int:
+        """Agent steps of every actor so far (0 before acting, or once the counters are released)."""
+        stats = self.plan.stats
+        if stats is None or stats.run is None:
+            return self._actor.total_steps if self._actor is not None else 0
+        return stats.total_steps
+
+    def episode(self, summary: Any, actor: int = 0) -> None:
+        """A finished episode of actor `actor` (RunConfig.actors): returns, snapshots, the episode log."""
         for agent, value in summary.returns.items():
             self.returns[agent].append(value)
-        if self.snapshot_every is not None and self._actor.total_steps >= self._next_snapshot:
+        steps = self.total_steps()
+        if actor == 0 and self.snapshot_every is not None and steps >= self._next_snapshot:
             self.take_snapshot()
         if self.run_dir is not None:
             self._episode_rows.append({"episode": summary.index, "wall_s": round(time.monotonic() - self.start, 4),
-                                       "agent_steps": self._actor.total_steps if self._actor else 0,
+                                       "agent_steps": steps,
+                                       **({"actor": actor} if self.plan.actors > 1 else {}),
                                        "returns": summary.returns, "cut_by_actor": summary.cut_by_actor,
                                        **({"match": summary.match} if summary.match is not None else {})})
 
@@ -128,12 +137,13 @@ class RunMonitor:
         """Copy every learning agent's acting policy, with the time and counts it belongs to."""
         actor, stats = self._actor, self.plan.stats
         learning = [a for a in actor.agents.values() if a.learns and a.vector is not None]
+        steps = self.total_steps()
         self.snapshots.append(PolicySnapshot(
-            agent_steps=actor.total_steps, seconds=time.monotonic() - self._acting_start,
+            agent_steps=steps, seconds=time.monotonic() - self._acting_start,
             updates={a.agent: stats.get(a.unit, S.UPDATES) for a in learning},
             versions={a.agent: a.version for a in learning},
             vectors={a.agent: a.vector.copy() for a in learning}))
-        self._next_snapshot = (actor.total_steps // self.snapshot_every + 1) * self.snapshot_every
+        self._next_snapshot = (steps // self.snapshot_every + 1) * self.snapshot_every
 
     def learner_error(self, agent: str, summary: str, trace: str) -> None:
         """Record a crashed learner; the first crash of an agent prints its traceback, later ones one line.
@@ -180,7 +190,7 @@ class RunMonitor:
         self.reports[unit] = report
         if log and self.run_dir is not None:
             row = {"wall_s": round(time.monotonic() - self.start, 4), "agent": unit,
-                   "agent_steps": self._actor.total_steps if self._actor else 0,
+                   "agent_steps": self.total_steps(),
                    "version": self.plan.stats.get(unit, S.VERSION), **report}
             self.run_dir.append("metrics.jsonl", row)
             self.run_dir.tensorboard(report["updates"], unit, report.get("metrics", {}))
@@ -218,9 +228,10 @@ class RunMonitor:
     def _table(self) -> Any:
         from rich.table import Table
 
-        steps = self._actor.total_steps if self._actor else 0
+        steps = self.total_steps()
         elapsed = max(1e-9, time.monotonic() - self._acting_start)
-        episodes = self._actor.episodes if self._actor else 0
+        stats = self.plan.stats
+        episodes = stats.total_episodes if stats is not None and stats.run is not None else 0
         table = Table(title=f"{steps:,} agent steps · {steps / elapsed:,.0f}/s · {episodes:,} episodes · "
                             f"{time.monotonic() - self.start:,.0f}s")
         latest_eval = {r["agent"]: r for r in self.evaluations}

@@ -86,6 +86,10 @@ class RunResult:
     #: actor, plus the learners in the sequential runner.
     process_cpu_seconds: float = 0.0
     process_peak_rss_mb: float = 0.0
+    #: Actor processes (RunConfig.actors; the sequential runner always has one), and the figures of those
+    #: beyond the runner's own (actor 1, 2, ...): `{"actor", "cpu_seconds", "peak_rss_mb"}` each.
+    actors: int = 1
+    actor_processes: list[dict[str, Any]] = field(default_factory=list)
     #: Bytes of shared memory the run's buffers, slots and counters occupied.
     shm_bytes: int = 0
     #: Evaluation while training (RunConfig.eval_vs): one row per agent and evaluation round.

@@ -22,9 +22,9 @@ import time
 from typing import Any
 
 from . import stats as S
-from .actor import Actor, ActingAgent
+from .actor_pool import ActorPool, split_budget
+from .actor import Actor, ActingAgent, acting_agents, build_actor
 from .config import RunConfig
-from .env_workers import EnvWorkers
 from .environments import EnvSpec
 from .errors import PzasyncError
 from .hosts import InlineHost, LearnerHost, ProcessHost
@@ -58,7 +58,7 @@ class _Runner:
         self.env = env
         self.learners = learners
         self.config = (config or RunConfig()).validate()
-        self.plan = RunPlan(env, learners, self.config)
+        self.plan = RunPlan(env, learners, self.config, one_actor=self.kind == "sequential")
         self.resume_dir: RunDirectory | None = None
         self._resumed_steps: dict[str, int] = {}
         self._resumed_updates: dict[str, int] = {}
@@ -67,6 +67,8 @@ class _Runner:
         self.actor: Actor | None = None
         self.host: LearnerHost | None = None
         self.monitor: RunMonitor | None = None
+        #: Actors 1..M-1 (RunConfig.actors), in their own processes.
+        self.actor_pool: ActorPool | None = None
 
     @classmethod
     def resume(cls, run_dir: str, **config_overrides: Any) -> _Runner:
@@ -120,23 +122,7 @@ class _Runner:
         )
 
     def _acting_agents(self) -> dict[str, ActingAgent]:
-        acting: dict[str, ActingAgent] = {}
-        shared: dict[str, ActingAgent] = {}  # a group's members act with one module and one vector
-        for agent, p in self.plan.agents.items():
-            starts = int(p.options.get("learning_starts", p.options.get("batch_size", 64)))
-            first = shared.get(p.unit) if p.unit != agent else None
-            policy = first.policy if first is not None else p.build_policy(self.config.seed)
-            if first is None and self.config.actor_device != "cpu" and hasattr(policy, "to"):
-                policy = policy.to(self.config.actor_device)
-            a = ActingAgent(agent, p.layout, policy, p.learns, p.learner_cls.on_policy,
-                            p.slot, p.buffer, starts, steps=self._resumed_steps.get(agent, 0), unit=p.unit,
-                            member=p.member, tracks=self.plan.tracks(p.unit))
-            if first is not None:
-                a.vector = first.vector
-            shared.setdefault(p.unit, a)
-            a.policy.on_actor_steps(a.steps)
-            acting[agent] = a
-        return acting
+        return acting_agents(self.plan, 0, self._resumed_steps)
 
     def _start_evaluator(self, monitor: RunMonitor, start: float) -> None:
         """Start the evaluation process (RunConfig.eval_vs) once every learning unit has published."""
@@ -157,16 +143,8 @@ class _Runner:
 
     def _actor(self, acting: dict[str, ActingAgent], host: LearnerHost, run_dir: RunDirectory | None = None) -> Actor:
         cfg = self.config
-        paced = host.paces_actor  # learners apart from the actor: the opt-in waits apply
-        if cfg.env_workers:
-            envs: Any = EnvWorkers(self.plan.env_spec, cfg.envs_per_actor, cfg.env_workers, cfg.heartbeat_timeout_s)
-        else:
-            envs = [self.plan.env_spec.make() for _ in range(cfg.envs_per_actor)]
-        self.actor = Actor(envs, acting, self.plan.stats, replay_ratio=cfg.replay_ratio if paced else None,
-                           max_lead=cfg.max_actor_lead, backpressure=cfg.backpressure and paced,
-                           check_rewards=cfg.check_rewards, max_episode_steps=cfg.max_episode_steps,
-                           before_decision=host.before_decision, env_name=self.plan.env_spec.name,
-                           raise_on_nonfinite=cfg.nonfinite == "raise")
+        self.actor = build_actor(self.plan, acting, self.plan.stats, paced=host.paces_actor,
+                                 before_decision=host.before_decision)
         if cfg.league:
             from .league import League
 
@@ -197,36 +175,39 @@ class _Runner:
             unit = p.unit  # learner-side figures belong to the agent's learner unit (itself, or its group)
             report = reports.get(unit, {})
             acting = actor.agents[agent] if actor else None
+            pool = self.actor_pool
             agents[agent] = AgentResult(
                 agent=agent, learner=p.learner_name, group=unit if unit != agent else None,
                 updates=stats.get(unit, S.UPDATES) + self._resumed_updates.get(agent, 0),
                 published_version=stats.get(unit, S.VERSION), last_metrics=report.get("metrics", {}),
                 episode_returns=monitor.returns.get(agent, []),
                 agent_steps=stats.get(agent, S.STEPS) + self._resumed_steps.get(agent, 0),
-                transitions_written=acting.written if acting else 0,
+                transitions_written=(acting.written if acting else 0) + (pool.written(agent) if pool else 0),
                 transitions_dropped=(host.transitions_dropped(unit) if host is not None
                                      else p.buffer.dropped if p.buffer is not None else 0),
                 policy_lag_mean=report.get("lag_mean", 0.0), policy_lag_p95=report.get("lag_p95", 0.0),
                 learner_wait_s=stats.get(unit, S.LEARNER_WAIT_NS) / 1e9,
                 actor_wait_s=stats.get(unit, S.ACTOR_WAIT_NS) / 1e9,
                 restarts=stats.get(unit, S.RESTARTS), error=monitor.errors.get(unit),
-                nonfinite_transitions=acting.nonfinite if acting else 0,
+                nonfinite_transitions=(acting.nonfinite if acting else 0) + (pool.nonfinite(agent) if pool else 0),
                 learner_cpu_seconds=report.get("process_cpu_seconds") if measured else None,
                 learner_peak_rss_mb=report.get("process_peak_rss_mb") if measured else None,
                 learner_pid=report.get("pid") if measured else None,
                 **(host.placement(unit) if host is not None else {}),
             )
-        steps = actor.total_steps if actor else 0
+        steps = stats.total_steps if actor else 0
+        pool = self.actor_pool
         startup, acting_time = monitor.startup_seconds(wall), max(1e-9, monitor.acting_seconds())
         result = RunResult(
             runner=self.kind, env=self.plan.env_spec.name, agent_steps=steps,
             learner_host=host.name if host is not None else "",
-            episodes=actor.episodes if actor else 0, wall_seconds=wall, startup_seconds=startup,
+            episodes=stats.total_episodes if actor else 0, actors=self.plan.actors, wall_seconds=wall, startup_seconds=startup,
             acting_seconds=acting_time,
             actor_steps_per_second=steps / acting_time, stopped_because=reason, agents=agents,
             run_dir=str(run_dir.path) if run_dir else None, config=self.config.as_dict(),
             shm_bytes=self.plan.shm_in_use, snapshots=monitor.snapshots,
             process_cpu_seconds=monitor.acting_cpu_seconds(), process_peak_rss_mb=process_usage()[1],
+            actor_processes=pool.figures() if pool else [],
             evaluations=list(monitor.evaluations),
             league=actor.league.summary() if actor is not None and actor.league is not None else None,
         )
@@ -251,8 +232,13 @@ class _Runner:
         monitor.started(actor, self.config.heartbeat_timeout_s)
         with _StopOnSignal(monitor):
             try:
+                pool = self.actor_pool
+                if pool is not None:
+                    agent_steps = split_budget(agent_steps, self.plan.actors)[0]
                 actor.run(agent_steps=agent_steps, seed=self.config.seed, keep_going=monitor.tick,
                           on_episode=monitor.episode)
+                if pool is not None:
+                    pool.wait(monitor)
             except KeyboardInterrupt:
                 monitor.request_stop("interrupted (SIGINT)")
             finally:
@@ -298,19 +284,41 @@ class _Runner:
             host.start()
             host.wait_for_first_policies()
             monitor.on_poll = host.poll
+            self._start_actors(monitor, host, agent_steps)
             actor = self._actor(self._acting_agents(), host, run_dir=run_dir)
             reason = self._act(actor, monitor, agent_steps) or reason
         finally:
             try:
+                if self.actor_pool is not None:
+                    self.actor_pool.stop(monitor)  # the writers first, then their learners
                 if host is not None:
                     monitor.on_poll = None
                     host.stop()
             finally:
                 result = self._finish(monitor, actor, start, reason, run_dir, host)
-        if host.fatal is not None:
-            host.fatal.result = result  # type: ignore[attr-defined]
-            raise host.fatal
+        for fatal in (self.actor_pool.fatal if self.actor_pool is not None else None, host.fatal):
+            if fatal is not None:
+                fatal.result = result  # type: ignore[attr-defined]
+                raise fatal
         return result
+
+    def _start_actors(self, monitor: RunMonitor, host: LearnerHost, agent_steps: int | None) -> ActorPool | None:
+        """Start actors 1..M-1 (RunConfig.actors) in their own processes; they poll with the learner host."""
+        self.actor_pool = None
+        if self.plan.actors == 1:
+            return None
+        cfg = self.config
+        pool = self.actor_pool = ActorPool(self.plan, split_budget(agent_steps, self.plan.actors), host.paces_actor,
+                                           self._resumed_steps, cfg.process_timeout_s, cfg.heartbeat_timeout_s)
+        pool.start()
+        host_poll = monitor.on_poll
+
+        def poll() -> None:
+            host_poll()
+            pool.poll(monitor)
+
+        monitor.on_poll = poll
+        return pool
 
 
 class _StopOnSignal:

@@ -112,3 +112,15 @@ def leaky_connect_four(leak: bool):
                 self.unwrapped.rewards[self.possible_agents[0]] = 1.0
 
     return Leaky(connect_four_v3.env())
+
+
+class CrashesInSecondActor(CrashingEnv):
+    """Crashes at its `crash_at`-th live step, but only in the process of actor 1 (RunConfig.actors)."""
+
+    def step(self, action):
+        import multiprocessing
+
+        if multiprocessing.current_process().name == "pzasync-actor-1":
+            super().step(action)
+        else:
+            ScriptedEnv.step(self, action)

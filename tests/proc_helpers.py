@@ -27,13 +27,13 @@ def publish_constant_vectors(slot, seconds: float, stop) -> None:
     slot.close()
 
 
-def write_numbered_transitions(buffer, count: int, layout, start_flag) -> None:
-    """Write transitions whose every field encodes the transition's logical index."""
+def write_numbered_transitions(buffer, count: int, layout, start_flag, first: int = 0) -> None:
+    """Write transitions whose every field encodes the transition's number (`first`, `first` + 1, ...)."""
     from pzasync.transitions import Transition
 
     start_flag.wait(10)
     size = layout.obs_leaves[0].shape[0]
-    for i in range(count):
+    for i in range(first, first + count):
         obs = np.full(size, i, dtype=np.float32)
         buffer.write(Transition("a", obs, i % 5, float(i), obs + 1, i % 3 == 0, i % 3 == 1, None, None,
                                 {"policy_version": i}))

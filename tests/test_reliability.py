@@ -69,8 +69,8 @@ def _alive(pid: int) -> bool:
     return status.exists() and "zombie" not in status.read_text()
 
 
-def _start_run(tmp_path, seconds: float, env_workers: int = 0) -> subprocess.Popen:
-    proc = subprocess.Popen([sys.executable, SCRIPT, str(tmp_path), str(seconds), str(env_workers)],
+def _start_run(tmp_path, seconds: float, env_workers: int = 0, actors: int = 1) -> subprocess.Popen:
+    proc = subprocess.Popen([sys.executable, SCRIPT, str(tmp_path), str(seconds), str(env_workers), str(actors)],
                             stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, cwd=str(Path(SCRIPT).parent))
     assert proc.stdout.readline().strip() == "starting"
@@ -125,16 +125,18 @@ def test_signals_stop_the_run_gracefully_and_leave_nothing(tmp_path, signals):
 
 @pytest.mark.timeout(300)
 def test_sigkill_of_the_main_process_at_random_moments_leaves_nothing(tmp_path):
-    """Kill a real run at random moments; its learners (and, in the last attempt, its env workers) must exit
-    and its shared memory must go, either unlinked by the orphaned learners or removed (and reported) by the
-    next run's clean-up."""
+    """Kill a real run at random moments; its learners (and, in the second attempt, its second actor process;
+    in the last, its env workers) must exit and its shared memory must go, either unlinked by the orphaned
+    learners and actors or removed (and reported) by the next run's clean-up."""
     rng = random.Random(7)
     cleaned_by_next_run = 0
     for attempt in range(3):
         run_dir = tmp_path / f"run{attempt}"
-        proc = _start_run(run_dir, seconds=120, env_workers=2 if attempt == 2 else 0)
+        proc = _start_run(run_dir, seconds=120, env_workers=2 if attempt == 2 else 0, actors=2 if attempt == 1 else 1)
         try:
-            time.sleep(rng.uniform(0.5, 6.0))
+            time.sleep(rng.uniform(0.5, 3.0))
+            if attempt == 1:  # kill it once its actor process runs
+                _wait_until_acting(proc, run_dir)
             children = _children(proc.pid)
             proc.kill()
             proc.wait(timeout=30)
@@ -145,6 +147,8 @@ def test_sigkill_of_the_main_process_at_random_moments_leaves_nothing(tmp_path):
         while any(_alive(c) for c in children) and time.monotonic() < deadline:
             time.sleep(0.1)
         assert not any(_alive(c) for c in children), f"attempt {attempt}: processes outlived their runner"
+        if attempt == 1:
+            assert len(children) >= 2, "the learner host and actor 1 were running"
         left = [name for name, _run, pid in list_segments() if pid == proc.pid]
         if left:
             removed = {seg.name for seg in clean_stale()}

@@ -1,0 +1,230 @@
+"""Several actor processes (RunConfig.actors): buffer shards with one writer each, learners reading across them,
+counters and results adding the actors up, failures and clean-up (docs/running.md, Several actors)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+from faulty_envs import CrashesInSecondActor
+from gymnasium import spaces
+from proc_helpers import write_numbered_transitions
+from test_buffer import check_rows, numbered
+
+from pzasync import AsyncRunner, RunConfig, SequentialRunner, SharedRingBuffer
+from pzasync.actor_pool import split_budget
+from pzasync.errors import ConfigError, EnvCrashedError
+from pzasync.shards import ShardedBuffer
+from pzasync.shm import list_segments
+from pzasync.spaces import agent_layout
+
+C4 = "pettingzoo.classic.connect_four_v3"
+
+
+def _layout(size=8):
+    return agent_layout("a", spaces.Box(-np.inf, np.inf, (size,), np.float32), spaces.Discrete(5))
+
+
+@pytest.fixture
+def shards():
+    made = [SharedRingBuffer.create(_layout(), 64) for _ in range(3)]
+    yield made
+    for s in made:
+        s.close()
+        s.unlink()
+
+
+# ----------------------------------------------------------------------------------------- the sharded source
+def test_samples_follow_what_each_shard_holds(shards):
+    """Shard 0 holds 10 rows, shard 1 holds 64 (a full ring after 200 writes), shard 2 none: draws split 10:64:0."""
+    for i in range(10):
+        shards[0].write(numbered(i))
+    for i in range(1000, 1200):
+        shards[1].write(numbered(i))
+    source = ShardedBuffer(shards)
+    rng = np.random.default_rng(0)
+    index = np.concatenate([check_rows(source.sample(256, rng), 8) for _ in range(40)])
+    from_first = (index < 10).mean()
+    assert set(index[index < 10]) <= set(range(10)) and set(index[index >= 10]) <= set(range(1136, 1200))
+    assert abs(from_first - 10 / 74) < 0.02, from_first  # 10,240 draws: the binomial sd is 0.0034
+    assert source.written == 210 and source.capacity == 64 and source.total_capacity == 192
+
+
+def test_windows_never_span_two_shards(shards):
+    for i in range(30):
+        shards[0].write(numbered(i))
+        shards[1].write(numbered(500 + i))
+    source = ShardedBuffer(shards)
+    batch, valid = source.sample_windows(200, 3, np.random.default_rng(1))
+    start = batch["reward"][:, 0]
+    for k in range(4):  # a valid position k is the start's k-th successor in the same shard
+        rows = valid[:, k]
+        assert (batch["reward"][rows, k] == start[rows] + k).all()
+    assert valid[:, 0].all() and not valid[start == 29, 1].any() and not valid[start == 529, 1].any()
+
+
+def test_in_order_reads_take_the_shards_in_turn_and_count_drops_per_shard(shards):
+    for i in range(100):  # shard 0 overwrote 36 rows before any read
+        shards[0].write(numbered(i))
+    for i in range(1000, 1010):
+        shards[2].write(numbered(i))
+    source = ShardedBuffer(shards)
+    seen = []
+    while (chunk := source.read_new(max_rows=16)) is not None:
+        seen.append(check_rows(chunk, 8).tolist())
+    assert seen[0] == list(range(36, 52)) and seen[1] == list(range(1000, 1010)), seen[:2]
+    flat = [i for c in seen for i in c]
+    assert sorted(flat) == list(range(36, 100)) + list(range(1000, 1010))
+    assert shards[0].dropped == 36 and shards[2].dropped == 0 and source.dropped == 36
+    assert source.unread == 0 and source.read_new() is None
+
+
+@pytest.mark.timeout(120)
+def test_every_transition_of_every_actor_is_read_once_in_order_or_counted_dropped(spawn_ctx):
+    """Three writer processes flat out, one shard each, and one in-order reader across them (invariant 3 with
+    shards): per shard, what it returns is strictly increasing, and returned + dropped == written."""
+    count, size, actors = 40_000, 1024, 3
+    made = [SharedRingBuffer.create(_layout(size), 64) for _ in range(actors)]
+    source = ShardedBuffer(made)
+    start = spawn_ctx.Event()
+    writers = [spawn_ctx.Process(target=write_numbered_transitions, args=(made[k], count, _layout(size), start,
+                                                                          k * 1_000_000)) for k in range(actors)]
+    returned: dict[int, list[int]] = {k: [] for k in range(actors)}
+    try:
+        for w in writers:
+            w.start()
+        start.set()
+        chunks = 0
+        while any(w.is_alive() for w in writers) or source.unread:
+            chunk = source.read_new(max_rows=48)
+            if chunk is None:
+                continue
+            index = check_rows(chunk, size)
+            shard = int(index[0]) // 1_000_000
+            assert (index // 1_000_000 == shard).all(), "a chunk mixed two shards"
+            returned[shard].extend((index % 1_000_000).tolist())
+            chunks += 1
+            if chunks % 10 == 0:
+                time.sleep(0.002)  # fall behind now and then, so that every shard overruns
+        for w in writers:
+            w.join(timeout=30)
+        for k in range(actors):
+            got = returned[k]
+            assert all(a < b for a, b in zip(got, got[1:])), f"shard {k} read out of order"
+            assert len(got) + made[k].dropped == made[k].written == count, (k, len(got), made[k].dropped)
+            assert len(got) > 100 and made[k].dropped > 0, (k, len(got), made[k].dropped)
+        assert source.dropped == sum(m.dropped for m in made)
+    finally:
+        for w in writers:
+            w.join(timeout=30)
+        source.close()
+        source.unlink()
+    assert all(w.exitcode == 0 for w in writers)
+
+
+# ----------------------------------------------------------------------------------------- options
+def test_budgets_split_exactly():
+    assert split_budget(10, 3) == [4, 3, 3] and sum(split_budget(1001, 4)) == 1001
+    assert split_budget(None, 2) == [None, None]
+
+
+@pytest.mark.parametrize("options, message", [
+    ({"actors": 0}, r"option actors=0: must be an integer >= 1"),
+    ({"actors": 2, "league": {"*": "latest=1"}}, r"option actors=2: a league keeps its snapshot pool"),
+    ({"actors": 2, "backend": "ray"}, r"option actors=2: several actor processes .* backend='ray'"),
+])
+def test_bad_actor_options_fail_before_anything_starts(options, message):
+    with pytest.raises(ConfigError, match=message):
+        RunConfig(**options).validate()
+
+
+def test_the_sequential_runner_steps_the_same_copies_in_one_actor():
+    run = SequentialRunner(C4, "dqn", RunConfig(actors=3, envs_per_actor=2))
+    assert run.plan.actors == 1 and run.plan.envs_per_actor == 6 and run.plan.tracks("player_0") == 6
+    result = run.run(agent_steps=300)
+    assert result.actors == 1 and result.agent_steps == 300
+
+
+# ----------------------------------------------------------------------------------------- whole runs
+@pytest.mark.timeout(240)
+def test_two_actors_write_their_own_shards_and_the_results_add_up(tmp_path):
+    learners = {"player_0": ("dqn", {"learning_starts": 100}), "player_1": ("ppo", {"batch_size": 64})}
+    run = AsyncRunner(C4, learners, RunConfig(seed=5, actors=2, envs_per_actor=2, out_dir=str(tmp_path),
+                                              learner_processes=1))
+    seen: dict[str, list] = {}
+    original = run._result
+
+    def result_then_look(*args, **kwargs):  # look into the shards while the run still holds them
+        for unit in ("player_0", "player_1"):
+            seen[unit] = [(s.written, s.dropped, s.read_cursor) for s in run.plan.units[unit].buffer.shards]
+        return original(*args, **kwargs)
+
+    run._result = result_then_look
+    result = run.run(agent_steps=3_000)
+    assert result.agent_steps == 3_000 and result.actors == 2 and result.stopped_because == "agent-step budget reached"
+    assert len(result.actor_processes) == 1 and result.actor_processes[0]["peak_rss_mb"] > 0
+    for agent in ("player_0", "player_1"):
+        r = result.agents[agent]
+        shards = seen[agent]
+        assert all(written > 100 for written, _d, _c in shards), shards  # both actors wrote
+        assert r.transitions_written == sum(w for w, _d, _c in shards) == r.agent_steps
+        assert r.updates > 0
+    # PPO read every transition of both shards once, or counted it dropped (what is left is at most a batch).
+    for written, dropped, cursor in seen["player_1"]:
+        assert cursor <= written and dropped <= cursor
+    assert sum(w - c for w, _d, c in seen["player_1"]) < 64 * 2 + 8
+    rows = [json.loads(line) for line in (Path(result.run_dir) / "episodes.jsonl").read_text().splitlines()]
+    assert {row["actor"] for row in rows} == {0, 1} and len(rows) == result.episodes
+    assert len(result.agents["player_0"].episode_returns) == result.episodes
+    assert not [name for name, _run, pid in list_segments() if pid == os.getpid()]
+
+
+@pytest.mark.timeout(180)
+def test_an_actor_process_whose_env_raises_stops_the_run_with_its_error():
+    run = AsyncRunner("faulty_envs:CrashesInSecondActor", ("custom_learners:RecordingLearner", {}),
+                      RunConfig(seed=0, actors=2, learner_processes=1))
+    with pytest.raises(EnvCrashedError) as info:
+        run.run(agent_steps=1_000_000)
+    message = str(info.value)
+    assert message.startswith("actor 1: env ") and "physics exploded at live step 200" in message, message
+    assert isinstance(info.value, ValueError), "caught as the env's own exception type too"
+    assert "Traceback" in str(info.value.__cause__)
+    assert not [name for name, _run, pid in list_segments() if pid == os.getpid()]
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(180)
+def test_an_actor_process_that_dies_is_reported_and_nothing_leaks():
+    run = AsyncRunner(C4, "dqn", RunConfig(seed=0, actors=2, learner_processes=1))
+    killed = {}
+
+    def kill_actor_one():
+        pool = run.actor_pool
+        if pool is not None and not killed and run.plan.stats is not None and run.plan.stats.total_steps > 2_000:
+            process = pool.processes[1]
+            os.kill(process.pid, signal.SIGKILL)
+            killed["pid"] = process.pid
+
+    import threading
+
+    stop = threading.Event()
+
+    def watch():
+        while not stop.wait(0.05):
+            kill_actor_one()
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    try:
+        with pytest.raises(EnvCrashedError, match=r"actor process 1 \(pid \d+\) died \(exit code -9\)"):
+            run.run(seconds=120)
+    finally:
+        stop.set()
+        watcher.join()
+    assert killed
+    assert not [name for name, _run, pid in list_segments() if pid == os.getpid()]
