@@ -11,7 +11,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from faulty_envs import CrashesInSecondActor
 from gymnasium import spaces
 from proc_helpers import write_numbered_transitions
 from test_buffer import check_rows, numbered
