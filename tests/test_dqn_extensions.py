@@ -347,6 +347,23 @@ def test_auto_torso_follows_the_rule_and_cnn_or_mlp_override_it(monkeypatch):
         Encoder(VEC, "cnn")
 
 
+@pytest.mark.parametrize("shape", [(6, 7, 2), (3, 3, 2), (5, 9, 3)], ids=["connect_four", "tictactoe", "5x9x3"])
+def test_the_board_encoder_computes_exactly_its_convolution(shape):
+    """The encoder gathers patches and multiplies (cheaper than conv2d on small boards); the result must be
+    the Conv2d's own, in its (filter, row, column) order, followed by the raw cells: forward and gradients."""
+    torch.manual_seed(0)
+    encoder = BoardEncoder(spaces.Box(0, 1, shape, np.float32))
+    x = torch.rand(5, *shape)
+    conv = encoder.conv  # the Conv2d -> ReLU -> Flatten it holds its parameters in
+    expected = torch.cat([conv(x.permute(0, 3, 1, 2)), x.reshape(5, -1)], dim=1)
+    got = encoder(x)
+    assert got.shape == (5, encoder.out_dim) and torch.allclose(got, expected, atol=1e-5)
+    weight = conv[0].weight
+    grad_got = torch.autograd.grad((got * torch.arange(got.shape[1])).sum(), weight)[0]
+    grad_expected = torch.autograd.grad((expected * torch.arange(got.shape[1])).sum(), weight)[0]
+    assert torch.allclose(grad_got, grad_expected, rtol=1e-4, atol=1e-3)
+
+
 def test_board_cnn_keeps_every_cell_and_its_policy_vector_round_trips():
     enc = BoardEncoder(BOARD.obs_space)
     assert enc.out_dim == networks.BOARD_CHANNELS * 3 * 4 + 6 * 7 * 2  # 4x4 kernel placements, then raw cells

@@ -90,14 +90,18 @@ def _wait_until_acting(proc, tmp_path, timeout=60.0) -> None:
 @pytest.mark.timeout(180)
 @pytest.mark.parametrize("signals", [[signal.SIGINT], pytest.param([signal.SIGTERM], marks=pytest.mark.slow),
                                      pytest.param([signal.SIGINT, signal.SIGINT], marks=pytest.mark.slow)],
-                         ids=["SIGINT with env workers", "SIGTERM", "SIGINT-twice"])
+                         ids=["SIGINT with 2 actors and env workers", "SIGTERM", "SIGINT-twice"])
 def test_signals_stop_the_run_gracefully_and_leave_nothing(tmp_path, signals):
-    """SIGTERM and a first SIGINT go through the same handler; the SIGINT run steps 4 env copies in 2 env
-    workers, which ignore the signal and are closed by the stopping actor."""
-    proc = _start_run(tmp_path, seconds=120, env_workers=2 if signals == [signal.SIGINT] else 0)
+    """SIGTERM and a first SIGINT go through the same handler; the SIGINT run has 2 actors, each stepping 4
+    env copies in 2 env workers: the second actor and the workers ignore the signal, the second actor stops
+    at the run's stop flag, and each actor closes its workers."""
+    first = signals == [signal.SIGINT]
+    proc = _start_run(tmp_path, seconds=120, env_workers=2 if first else 0, actors=2 if first else 1)
     try:
         _wait_until_acting(proc, tmp_path)
         children = _children(proc.pid)
+        if first:
+            children += [c for child in children for c in _children(child)]  # the second actor's env workers
         assert len(children) >= 2, "two learner processes (and multiprocessing's resource tracker)"
         sent = time.monotonic()
         for i, sig in enumerate(signals):

@@ -146,10 +146,20 @@ class BoardEncoder(nn.Module):
         kh, kw = min(BOARD_KERNEL, h), min(BOARD_KERNEL, w)
         self.conv = nn.Sequential(nn.Conv2d(c, BOARD_CHANNELS, (kh, kw)), nn.ReLU(), nn.Flatten())
         self.out_dim = BOARD_CHANNELS * (h - kh + 1) * (w - kw + 1) + h * w * c
+        # The convolution is computed as one matmul over gathered patches: for boards this small, conv2d's
+        # per-call set-up dominates (docs/learners.md, the torso table). Row p of
+        # `patches` lists placement p's cells in the flattened HWC board, in the (channel, row, column)
+        # order of the conv weight, so the parameters (and checkpoints) are those of the Conv2d.
+        ho, wo = h - kh + 1, w - kw + 1
+        index = [[((r + i) * w + (q + j)) * c + ch for ch in range(c) for i in range(kh) for j in range(kw)]
+                 for r in range(ho) for q in range(wo)]
+        self.register_buffer("patches", torch.as_tensor(index, dtype=torch.int64), persistent=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x = x.float() * self.scale
-        return torch.cat([self.conv(x.permute(0, 3, 1, 2)), x.reshape(x.shape[0], -1)], dim=1)
+        flat = x.reshape(x.shape[0], -1).float() * self.scale
+        conv = self.conv[0]
+        lines = nn.functional.linear(flat[:, self.patches], conv.weight.flatten(1), conv.bias)  # (B, place, filters)
+        return torch.cat([torch.relu(lines).transpose(1, 2).flatten(1), flat], dim=1)
 
 
 #: BoardEncoder: filters per kernel placement, and the kernel's side (a line of four on connect four).
