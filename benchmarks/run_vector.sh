@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Vectorised acting (docs/benchmarks.md, "Vectorised acting"): env copies per actor and env workers against
+# Vectorised acting (docs/benchmarks.md, "Vectorised acting"): env copies per actor, actor processes and env workers against
 # the single-env references, on connect_four and pistonball; the peers' vectorised collectors; and time to
-# target against the one-ply player with 16 env copies against one. About 45 minutes on 2 cores.
+# target against the one-ply player with 16 env copies against one. About 52 minutes on 2 cores.
 # PEERS_PYTHON: a virtualenv with tianshou 2.0.1, stable-baselines3, supersuit, mpe2 and pzasync (default
 # /tmp/peers/bin/python; the peer rows are skipped without it).
 set -euo pipefail
@@ -9,6 +9,8 @@ cd "$(dirname "$0")/.."
 PEERS_PYTHON=${PEERS_PYTHON:-/tmp/peers/bin/python}
 pzasync bench --steps 20000 --seeds 3 --configs bare_random,bare_policy,async_idle --envs-per-actor 1,4,16,64 \
     --env-workers 0,1 --json docs/bench/vector_c4.json --plot docs/bench/vector_c4.png
+pzasync bench --steps 20000 --seeds 5 --configs bare_random,bare_policy,async_idle --envs-per-actor 1,16,64 \
+    --actors 1,2 --json docs/bench/actors_c4.json --plot docs/bench/actors_c4.png
 PYTHONPATH=. pzasync bench examples.pistonball_shared:make_env --env-arg continuous=False --group "pistons=piston_*" \
     --learner-for pistons=dqn --steps 8000 --seeds 3 --configs bare_random,bare_policy,async_idle \
     --envs-per-actor 1,16 --env-workers 0,1,2 --json docs/bench/vector_pistonball.json \

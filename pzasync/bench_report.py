@@ -104,10 +104,11 @@ def headline_lines(report: dict[str, Any]) -> list[str]:
         lines.append(f"async ({mode}) / sequential, median time to target: "
                      + (f"{value:.2f}x" if value is not None else "n/a (a median seed did not reach it)"))
     for label, v in (h.get("vector") or {}).items():
-        if v.get("over_bare_policy") is not None:
-            lines.append(f"{describe(label)} / single-env bare loop with the same policies: "
-                         f"{v['over_bare_policy']:.2f}x; / env alone: {v['over_bare_random']:.2f}x"
-                         + (f"; / one env copy: {v['over_one_env']:.2f}x" if v.get("over_one_env") else ""))
+        parts = [f"{what}: {v[key]:.2f}x" for key, what in (
+            ("over_bare_policy", "single-env bare loop with the same policies"), ("over_bare_random", "env alone"),
+            ("over_one_env", "one env copy")) if v.get(key) is not None]
+        if parts:
+            lines.append(f"{describe(label)} / " + "; / ".join(parts))
     free = h.get("async_free_updates_per_agent_step")
     if free:
         lines.append("* async free running is a different algorithm: it reached "

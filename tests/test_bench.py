@@ -218,3 +218,25 @@ def test_vector_configurations_are_labelled_and_held_against_the_single_env_refe
     assert plot_report(report, str(tmp_path / "bench.png"))
     with pytest.raises(ConfigError, match="envs_per_actor"):
         BenchSettings(env=C4, run_options={"envs_per_actor": 4}).validate()
+
+
+def test_actor_counts_are_a_trial_dimension_with_labels_that_round_trip():
+    """--actors M[,M...]: every runner configuration runs per M (labelled aM), bare loops once; a vector row
+    whose env-alone reference did not run still prints."""
+    from pzasync.bench import split_label, trial_label
+    from pzasync.bench_report import describe, headline_lines
+
+    settings = BenchSettings(env=C4, learners=VS_RANDOM, agent_steps=300, seeds=1, envs_per_actor=(1, 16),
+                             actors=(1, 2), configs=("bare_policy", "async_idle"))
+    labels = [s.label for s in plan_trials(settings)]
+    assert labels == ["bare_policy", "async_idle", "async_idle@16", "async_idle@1a2", "async_idle@16a2"]
+    for label in labels + ["async_idle@16w2a3"]:
+        assert trial_label(*split_label(label)) == label
+    assert split_label("async_idle@16w2a3") == ("async_idle", 16, 2, 3)
+    assert describe("async_idle@16w2a3").endswith("16 envs, 2 workers, 3 actors")
+    report = {"summary": {}, "headline": {"vector": {"async_idle@1a2": {"over_bare_policy": 1.5, "over_bare_random": None,
+                                                         "over_one_env": 1.2}}}}
+    assert headline_lines(report) == [f"{describe('async_idle@1a2')} / single-env bare loop with the same "
+                                      f"policies: 1.50x; / one env copy: 1.20x"]
+    with pytest.raises(ConfigError, match="bench option actors"):
+        BenchSettings(env=C4, actors=(0,)).validate()
