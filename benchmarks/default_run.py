@@ -28,6 +28,7 @@ def main() -> None:
     parser.add_argument("--league", default=DEFAULT_TRAIN["league"], help="opponent mix of the group, '' for none")
     parser.add_argument("--no-group", action="store_true", help="one learner per seat instead of a shared one")
     parser.add_argument("--minutes", type=float, default=DEFAULT_TRAIN["minutes"])
+    parser.add_argument("--envs-per-actor", type=int, default=DEFAULT_TRAIN["envs_per_actor"])
     parser.add_argument("--runner", choices=["async", "sequential"], default="async")
     parser.add_argument("--replay-ratio", type=float, default=None)
     parser.add_argument("--vs", default=None, help="comma-free list separated by '/', e.g. 'one_ply/random'")
@@ -52,7 +53,8 @@ def main() -> None:
         league = {u: args.league for u in ([unit] if unit else agents)}
     yardsticks = (args.vs or default_yardstick(args.env)).split("/")
     config = RunConfig(seed=args.seed, out_dir="runs/default_run", agent_groups=groups, league=league,
-                       replay_ratio=args.replay_ratio, eval_vs=yardsticks[0], eval_every_s=30.0, **options)
+                       replay_ratio=args.replay_ratio, eval_vs=yardsticks[0], eval_every_s=30.0,
+                       **{"envs_per_actor": args.envs_per_actor, **options})
     learner = parse_learner_spec(args.learner)
     runner_cls = AsyncRunner if args.runner == "async" else SequentialRunner
     start = time.monotonic()
@@ -60,7 +62,8 @@ def main() -> None:
     wall = time.monotonic() - start
     policies = load_run_policies(result.run_dir)
     row = {"env": args.env, "learner": args.learner, "league": args.league, "group": bool(groups),
-           "runner": args.runner, "minutes": args.minutes, "seed": args.seed, "options": options,
+           "runner": args.runner, "minutes": args.minutes, "seed": args.seed,
+           "options": {"envs_per_actor": args.envs_per_actor, **options},
            "agent_steps": result.agent_steps, "wall_s": round(wall, 1),
            "updates": {a: r.updates for a, r in result.agents.items()}, "run_dir": result.run_dir, "scores": {}}
     print(f"{result.agent_steps:,} agent steps in {wall:.0f}s; updates {row['updates']}; run {result.run_dir}")

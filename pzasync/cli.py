@@ -29,6 +29,7 @@ DEFAULT_TRAIN: dict[str, Any] = {
     "learner": "dqn,gamma=0.9",
     "league": "latest=0.5;snapshot=0.5",
     "minutes": 5.0,
+    "envs_per_actor": 8,
 }
 
 
@@ -257,8 +258,9 @@ def check_budget_options(steps: int | None, minutes: float | None) -> None:
                    "(pip install 'pzasync[ray]'; docs/distributed.md).")
 @click.option("--ray-address", "ray_address", default=None, metavar="ADDRESS",
               help="With --backend ray: the cluster to join ('auto', 'HOST:6379'); default: a local Ray instance.")
-@click.option("--envs-per-actor", "envs_per_actor", type=int, default=1, show_default=True,
-              help="Env copies the actor steps side by side, with one batched forward per agent.")
+@click.option("--envs-per-actor", "envs_per_actor", type=int, default=None,
+              help="Env copies the actor steps side by side, with one batched forward per agent "
+                   f"[default: {DEFAULT_TRAIN['envs_per_actor']} in self-play, 1 otherwise].")
 @click.option("--env-workers", "env_workers", type=int, default=0, show_default=True,
               help="Processes that step the env copies while the actor runs inference (0: the actor steps them).")
 @click.option("--actors", type=int, default=1, show_default=True,
@@ -273,7 +275,7 @@ def train(env_id: str, learner: str, learner_for: tuple[str, ...], env_args: tup
           groups: tuple[str, ...], runner: str, publish: str, steps: int | None,
           minutes: float | None, replay_ratio: float | None, device: str, seed: int, out_dir: str,
           self_play: bool | None, league: str | None, versus: str | None, eval_every: float,
-          eval_episodes: int, backend: str, ray_address: str | None, envs_per_actor: int,
+          eval_episodes: int, backend: str, ray_address: str | None, envs_per_actor: int | None,
           env_workers: int, actors: int, actor_device: str, learner_processes: int | None) -> None:
     """Train every agent of ENV_ID (default: connect_four, both seats sharing one DQN in a self-play league).
 
@@ -313,6 +315,8 @@ def train(env_id: str, learner: str, learner_for: tuple[str, ...], env_args: tup
             league = DEFAULT_TRAIN["league"]
     if learner is None:
         learner = DEFAULT_TRAIN["learner"] if self_play else "dqn"
+    if envs_per_actor is None:
+        envs_per_actor = DEFAULT_TRAIN["envs_per_actor"] if self_play else 1
     learners = learners_from_options(learner, learner_for)
     league_config = {"*": league} if league is not None and league != "none" else {}
     config = RunConfig(seed=seed, publish_mode=publish, replay_ratio=replay_ratio, device=device, out_dir=out_dir,
@@ -326,7 +330,9 @@ def train(env_id: str, learner: str, learner_for: tuple[str, ...], env_args: tup
     run = cls(env, learners, config)
     console.print(f"training {env.name} with the {runner} runner: " + ", ".join(
         f"{a}={p.learner_name}" + (f" (group {p.unit})" if p.unit != a else "") for a, p in run.plan.agents.items())
-        + (f"; league {league}" if league_config else "") + f"; scored against {yardstick}", highlight=False)
+        + (f"; league {league}" if league_config else "")
+        + (f"; {envs_per_actor} env copies" if envs_per_actor > 1 else "") + f"; scored against {yardstick}",
+        highlight=False)
     result = run.run(agent_steps=steps, seconds=minutes * 60 if minutes is not None else None)
     scores: dict[str, dict[str, Any]] = {}
     if eval_episodes > 0 and result.run_dir:

@@ -78,6 +78,8 @@ def test_default_train_is_self_play_in_a_league_scored_on_the_yardstick_in_80_co
     episodes = [json.loads(line) for line in (run_dir / "episodes.jsonl").read_text().splitlines()]
     assert {e["match"]["kind"] for e in episodes} <= {"latest", "snapshot"}
     assert (run_dir / "checkpoints" / "players.pt").exists()
+    assert json.loads((run_dir / "run.json").read_text())["config"]["envs_per_actor"] == 8, "self-play's copies"
+    assert "8 env copies" in words
 
 
 @pytest.mark.parametrize("args, message", [
