@@ -331,7 +331,8 @@ def train(env_id: str, learner: str, learner_for: tuple[str, ...], env_args: tup
     console.print(f"training {env.name} with the {runner} runner: " + ", ".join(
         f"{a}={p.learner_name}" + (f" (group {p.unit})" if p.unit != a else "") for a, p in run.plan.agents.items())
         + (f"; league {league}" if league_config else "")
-        + (f"; {envs_per_actor} env copies" if envs_per_actor > 1 else "") + f"; scored against {yardstick}",
+        + (f"; {envs_per_actor} env copies" if envs_per_actor > 1 else "")
+        + (f" per actor, {actors} actor processes" if actors > 1 else "") + f"; scored against {yardstick}",
         highlight=False)
     result = run.run(agent_steps=steps, seconds=minutes * 60 if minutes is not None else None)
     scores: dict[str, dict[str, Any]] = {}
