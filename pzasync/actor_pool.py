@@ -69,7 +69,7 @@ class ActorFailed:
 
 def actor_process_main(setup: ActorSetup, conn: Any) -> None:
     """Body of actor process `setup.index`: act until its budget or the run's stop flag, then report."""
-    if threading_is_main():
+    if _in_main_thread():
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the runner's; it stops us with the stop flag
     from .actor import acting_agents, build_actor
     from .results import process_usage
@@ -131,7 +131,7 @@ def actor_process_main(setup: ActorSetup, conn: Any) -> None:
         conn.close()
 
 
-def threading_is_main() -> bool:
+def _in_main_thread() -> bool:
     import threading
 
     return threading.current_thread() is threading.main_thread()
