@@ -23,7 +23,6 @@ from dataclasses import dataclass
 from typing import Any
 
 
-
 @dataclass
 class EvaluatorSetup:
     """Everything the evaluator process needs, picklable."""

@@ -326,13 +326,7 @@ class RunPlan:
                     continue
                 label = f"a{unit.index}" if not unit.members else f"g{unit.index}"
                 extras = self._buffer_extras(unit)
-                shards = []
-                unit.buffer = shards  # released with the rest if a later shard cannot be created
-                for k in range(self.actors):
-                    shards.append(SharedRingBuffer.create(
-                        unit.layout, self.shard_capacity(unit), extras, run_id=self.run_id,
-                        label=f"buf-{label}" + (f"-s{k}" if self.actors > 1 else ""),
-                        obs_storage=self.config.obs_storage, tracks=self.tracks(unit.agent)))
+                shards = self._create_shards(unit, extras, f"buf-{label}")
                 unit.buffer = shards[0] if self.actors == 1 else ShardedBuffer(shards)
                 unit.slot = PolicySlot.create(unit.policy_floats, self.config.publish_mode, run_id=self.run_id,
                                               label=f"slot-{label}")
@@ -347,11 +341,26 @@ class RunPlan:
             self.release()
             raise
 
+    def _create_shards(self, unit: AgentPlan, extras: dict[str, str], label: str) -> list[SharedRingBuffer]:
+        """The unit's buffer, one shard per actor; if one cannot be created, those already made are removed."""
+        shards: list[SharedRingBuffer] = []
+        try:
+            for k in range(self.actors):
+                shards.append(SharedRingBuffer.create(
+                    unit.layout, self.shard_capacity(unit), extras, run_id=self.run_id,
+                    label=label + (f"-s{k}" if self.actors > 1 else ""), obs_storage=self.config.obs_storage,
+                    tracks=self.tracks(unit.agent)))
+        except BaseException:
+            for shard in shards:
+                shard.close()
+                shard.unlink()
+            raise
+        return shards
+
     def release(self) -> None:
         """Close and unlink everything `allocate` created; safe to call more than once."""
         for plan in self.units.values():
-            resources = [*plan.buffer] if isinstance(plan.buffer, list) else [plan.buffer]
-            for resource in (*resources, plan.slot):
+            for resource in (plan.buffer, plan.slot):
                 if resource is not None:
                     resource.close()
                     resource.unlink()

@@ -112,10 +112,15 @@ class RunMonitor:
             return 0.0
         return (self._acting_end or time.monotonic()) - self._acting_start
 
-    def total_steps(self) -> int:
-        """Agent steps of every actor so far (0 before acting, or once the counters are released)."""
+    def _live_stats(self) -> Any:
+        """The run's counters, or None once they are released."""
         stats = self.plan.stats
-        if stats is None or stats.run is None:
+        return None if stats is None or stats.run is None else stats
+
+    def total_steps(self) -> int:
+        """Agent steps of every actor so far (actor 0's alone once the counters are released)."""
+        stats = self._live_stats()
+        if stats is None:
             return self._actor.total_steps if self._actor is not None else 0
         return stats.total_steps
 
@@ -230,8 +235,8 @@ class RunMonitor:
 
         steps = self.total_steps()
         elapsed = max(1e-9, time.monotonic() - self._acting_start)
-        stats = self.plan.stats
-        episodes = stats.total_episodes if stats is not None and stats.run is not None else 0
+        live = self._live_stats()
+        episodes = live.total_episodes if live is not None else 0
         table = Table(title=f"{steps:,} agent steps · {steps / elapsed:,.0f}/s · {episodes:,} episodes · "
                             f"{time.monotonic() - self.start:,.0f}s")
         latest_eval = {r["agent"]: r for r in self.evaluations}

@@ -169,13 +169,13 @@ class _Runner:
     def _result(self, monitor: RunMonitor, actor: Actor | None, wall: float, reason: str,
                 run_dir: RunDirectory | None, reports: dict[str, dict], host: LearnerHost | None) -> RunResult:
         stats = self.plan.stats
+        pool = self.actor_pool
         measured = host is not None and host.measures_processes
         agents = {}
         for agent, p in self.plan.agents.items():
             unit = p.unit  # learner-side figures belong to the agent's learner unit (itself, or its group)
             report = reports.get(unit, {})
             acting = actor.agents[agent] if actor else None
-            pool = self.actor_pool
             agents[agent] = AgentResult(
                 agent=agent, learner=p.learner_name, group=unit if unit != agent else None,
                 updates=stats.get(unit, S.UPDATES) + self._resumed_updates.get(agent, 0),
@@ -196,7 +196,6 @@ class _Runner:
                 **(host.placement(unit) if host is not None else {}),
             )
         steps = stats.total_steps if actor else 0
-        pool = self.actor_pool
         startup, acting_time = monitor.startup_seconds(wall), max(1e-9, monitor.acting_seconds())
         result = RunResult(
             runner=self.kind, env=self.plan.env_spec.name, agent_steps=steps,
