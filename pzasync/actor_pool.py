@@ -1,7 +1,8 @@
 """Several actor processes (RunConfig.actors): actor 0 runs in the runner's process, actors 1..M-1 here.
 
 Each extra actor is a spawned process that rebuilds its own env copies and policy copies from the run's
-plan, reads the same policy slots as every other actor and writes its own buffer shard per learning unit
+plan, says it is ready and waits for the runner's go, so that every actor starts acting at once (an actor
+that started late would act alone at the end, skewing the budget split and every rate measured), then reads the same policy slots as every other actor and writes its own buffer shard per learning unit
 (shards.py), so every buffer keeps one writer. It counts its steps and episodes in its own words of the
 run's counters (stats.py) and sends its finished episodes to the runner in batches, for the returns, the
 episode log and the live display. The runner's monitor polls the pool with the learner host.
@@ -49,6 +50,13 @@ class ActorSetup:
 
 
 @dataclass
+class ActorReady:
+    """An actor has built its env copies and policies and waits for the runner's go."""
+
+    index: int
+
+
+@dataclass
 class ActorDone:
     """An actor's closing figures: transitions written and non-finite ones per agent, CPU and memory."""
 
@@ -68,7 +76,8 @@ class ActorFailed:
 
 
 def actor_process_main(setup: ActorSetup, conn: Any) -> None:
-    """Body of actor process `setup.index`: act until its budget or the run's stop flag, then report."""
+    """Body of actor process `setup.index`: build, wait for the runner's go (a word of the run's counters), act
+    until its budget or the run's stop flag, then report."""
     if _in_main_thread():
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the runner's; it stops us with the stop flag
     from .actor import acting_agents, build_actor
@@ -105,6 +114,19 @@ def actor_process_main(setup: ActorSetup, conn: Any) -> None:
     try:
         acting = acting_agents(plan, k, setup.resumed_steps)
         actor = build_actor(plan, acting, stats, paced=setup.paced, actor=k)
+        stats.beat()
+        conn.send(ActorReady(k))
+        checked = time.monotonic()
+        while not stats.go and not stats.stop_requested:
+            time.sleep(0.001)
+            if time.monotonic() - checked > 0.5:
+                checked = time.monotonic()
+                if os.getppid() != setup.parent_pid:
+                    orphaned["yes"] = True
+                    break
+        if orphaned["yes"]:
+            unlink_run(plan.run_id)
+            return
         stats.beat()
         actor.run(agent_steps=setup.agent_steps, seed=plan.config.seed + k * plan.envs_per_actor,
                   keep_going=keep_going, on_episode=episodes.append)
@@ -150,6 +172,8 @@ class ActorPool:
                        for k in range(1, plan.actors)]
         self.processes: dict[int, Any] = {}
         self.conns: dict[int, Any] = {}
+        #: Actors that have built everything and wait for the go (`start_acting`).
+        self.ready: set[int] = set()
         #: Closing figures of the actors that finished.
         self.done: dict[int, ActorDone] = {}
         #: The error that ends the run (an actor's env raised, or an actor process died).
@@ -185,8 +209,28 @@ class ActorPool:
                     f"finished; its env copies' episodes in progress are lost"))
             self._check_beat(k)
 
+    def start_acting(self, monitor: Any) -> None:
+        """Wait until every actor process is ready (or one failed, or `timeout_s` passed), then let them all
+        act: the caller's actor 0 starts at the same moment."""
+        deadline = time.monotonic() + self.timeout_s
+        try:
+            while len(self.ready) < len(self.processes) and self.fatal is None:
+                self.poll(monitor)
+                if time.monotonic() > deadline:
+                    late = sorted(set(self.processes) - self.ready)
+                    self._fail(monitor, PzasyncError(
+                        f"actor process(es) {late} did not finish building their env copies and policies within "
+                        f"{self.timeout_s:g}s (RunConfig.process_timeout_s)"))
+                    break
+                if len(self.ready) < len(self.processes):
+                    time.sleep(0.005)
+        finally:
+            self.plan.stats.let_actors_go()
+
     def _handle(self, k: int, message: Any, monitor: Any) -> None:
-        if isinstance(message, ActorDone):
+        if isinstance(message, ActorReady):
+            self.ready.add(k)
+        elif isinstance(message, ActorDone):
             self.done[k] = message
         elif isinstance(message, ActorFailed):
             print(f"pzasync: actor {k} failed:\n{message.traceback}", file=sys.stderr)

@@ -228,6 +228,8 @@ class _Runner:
 
     def _act(self, actor: Actor, monitor: RunMonitor, agent_steps: int | None) -> str | None:
         """Run the actor until its budget, a time limit, Ctrl-C or SIGTERM; returns why it stopped early."""
+        if self.actor_pool is not None:
+            self.actor_pool.start_acting(monitor)  # every actor built: they all start now
         monitor.started(actor, self.config.heartbeat_timeout_s)
         with _StopOnSignal(monitor):
             try:

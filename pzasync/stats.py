@@ -12,8 +12,8 @@ import time
 
 from .shm import ArraySpec, Segment, carve, packed_size
 
-# Run-wide word: the stop flag (written by the main process).
-STOP = 2
+# Run-wide words, written by the main process: the stop flag, and the go that starts every actor at once.
+STOP, GO = 2, 4
 # Each actor's own words (`actor_words`): its agent steps, finished episodes and heartbeat.
 AGENT_STEPS, EPISODES, ACTOR_BEAT = 0, 1, 3
 _RUN_WORDS = 8
@@ -96,6 +96,14 @@ class RunStats:
     @property
     def stop_requested(self) -> bool:
         return bool(self.run[STOP])
+
+    def let_actors_go(self) -> None:
+        """Every actor process is ready (RunConfig.actors): they may start acting."""
+        self.run[GO] = 1
+
+    @property
+    def go(self) -> bool:
+        return bool(self.run[GO])
 
     def beat(self, agent: str | None = None) -> None:
         """Record that a process is alive (this actor when agent is None)."""

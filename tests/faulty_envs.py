@@ -124,3 +124,36 @@ class CrashesInSecondActor(CrashingEnv):
             super().step(action)
         else:
             ScriptedEnv.step(self, action)
+
+
+class SlowToBuildInActorProcesses(ScriptedEnv):
+    """The scripted env, whose construction takes `build_s` seconds in an actor process (RunConfig.actors, not
+    actor 0). On close it writes, into `log_dir`, when its process made its first and last live step."""
+
+    def __init__(self, log_dir: str, build_s: float = 1.5) -> None:
+        import multiprocessing
+        import time
+
+        super().__init__()
+        self.log_dir, self.steps_at = log_dir, []
+        if multiprocessing.current_process().name.startswith("pzasync-actor-"):
+            time.sleep(build_s)
+
+    def step(self, action):
+        import time
+
+        if action is not None:
+            now = time.time()
+            self.steps_at = [self.steps_at[0] if self.steps_at else now, now]
+        super().step(action)
+
+    def close(self):
+        import json
+        import multiprocessing
+        import os
+
+        if self.steps_at:
+            with open(os.path.join(self.log_dir, f"{os.getpid()}-{id(self)}.json"), "w") as f:
+                json.dump({"process": multiprocessing.current_process().name, "first": self.steps_at[0],
+                           "last": self.steps_at[-1]}, f)
+        super().close()

@@ -184,6 +184,27 @@ def test_two_actors_write_their_own_shards_and_the_results_add_up(tmp_path):
 
 
 @pytest.mark.timeout(180)
+def test_actors_start_acting_together_however_long_one_takes_to_build(tmp_path):
+    """Actor 1's env takes 1.5 s to build; actor 0's would be long done with its share of the budget by then.
+    The runner's go makes them act at the same time: actor 1's first step comes before actor 0's last."""
+    from pzasync.environments import EnvSpec
+
+    env = EnvSpec.of("faulty_envs:SlowToBuildInActorProcesses", log_dir=str(tmp_path))
+    result = AsyncRunner(env, ("custom_learners:RecordingLearner", {}),
+                         RunConfig(seed=0, actors=2, learner_processes=1)).run(agent_steps=4_000)
+    assert result.agent_steps == 4_000
+    spans = {}
+    for path in tmp_path.glob("*.json"):
+        record = json.loads(path.read_text())
+        spans[record["process"]] = (record["first"], record["last"])
+    assert set(spans) == {"MainProcess", "pzasync-actor-1"}, spans
+    assert spans["pzasync-actor-1"][0] < spans["MainProcess"][1], (
+        f"actor 1 started {spans['pzasync-actor-1'][0] - spans['MainProcess'][1]:.2f}s after actor 0 finished")
+    assert result.startup_seconds >= 1.5, "the wait for actor 1 belongs to the start-up, not to acting"
+    assert not [name for name, _run, pid in list_segments() if pid == os.getpid()]
+
+
+@pytest.mark.timeout(180)
 def test_an_actor_process_whose_env_raises_stops_the_run_with_its_error():
     run = AsyncRunner("faulty_envs:CrashesInSecondActor", ("custom_learners:RecordingLearner", {}),
                       RunConfig(seed=0, actors=2, learner_processes=1))
