@@ -14,7 +14,8 @@ the one-ply player's own bitboard code:
 - **handed a win**: its move (neither a win nor a forced block) made a cell playable on which the opponent
   completes a four.
 
-Prints one row per seat: games, win/draw/loss, and each count per game.
+Prints one row per seat: games, win/draw/loss, and each count per game. For a Q-network (DQN) also the mean
+Q-value of the winning move where it was missed and where it was taken, and of the move chosen instead.
 """
 
 from __future__ import annotations
@@ -23,18 +24,27 @@ import argparse
 import json
 
 import numpy as np
+import torch
 
 from pzasync.evaluate import load_run_policies, play, player_actor, resolve_player
+from pzasync.learners.dqn import QNetwork
+from pzasync.learners.networks import obs_tensors
 from pzasync.learners.scripted import ConnectFour
 
 
-def audit(policy, layout, tally: dict[str, int]):
-    """An act function playing `policy` greedily and counting its mistakes into `tally`."""
+def audit(policy, layout, tally: dict[str, int], values: dict[str, list[float]]):
+    """An act function playing `policy` greedily and counting its mistakes into `tally` (and, for a
+    Q-network, the Q-values at immediate wins into `values`)."""
     game = ConnectFour
 
     def act(agent, obs, mask):
-        actions, _ = policy.act(layout.batch([obs]), None if mask is None else mask[None], False)
+        batch = layout.batch([obs])
+        actions, _ = policy.act(batch, None if mask is None else mask[None], False)
         action = int(actions[0])
+        q = None
+        if isinstance(policy, QNetwork):
+            with torch.no_grad():
+                q = policy(obs_tensors(batch, layout)).numpy()[0]
         board = obs["obs"] if isinstance(obs, dict) else obs
         me, opp = game.from_obs(board)
         legal = [int(a) for a in np.flatnonzero(mask)] if mask is not None else list(range(7))
@@ -44,6 +54,13 @@ def audit(policy, layout, tally: dict[str, int]):
         tally["decisions"] += 1
         if wins:
             tally["missed_win"] += action not in wins
+            if q is not None:
+                best = float(max(q[a] for a in wins))
+                if action in wins:
+                    values["q_win_where_taken"].append(best)
+                else:
+                    values["q_win_where_missed"].append(best)
+                    values["q_chosen_where_missed"].append(float(q[action]))
         elif len(blocks) == 1:
             tally["missed_block"] += action != blocks[0]
         elif len(blocks) >= 2:
@@ -70,7 +87,9 @@ def main() -> None:
     for i, seat in enumerate(agents):
         policy, layout = policies[seat]
         tally = dict.fromkeys(("decisions", "missed_win", "missed_block", "faced_double_threat", "handed_win"), 0)
-        actors = {seat: audit(policy, layout, tally)}
+        values: dict[str, list[float]] = {"q_win_where_taken": [], "q_win_where_missed": [],
+                                          "q_chosen_where_missed": []}
+        actors = {seat: audit(policy, layout, tally, values)}
         for other in agents:
             if other != seat:
                 cls, options = resolve_player("one_ply", other, policies[other][1])
@@ -80,7 +99,8 @@ def main() -> None:
         losses = sum(g.returns[seat] < 0 for g in games)
         row = {"seat": seat, "games": len(games), "win": wins / len(games), "loss": losses / len(games),
                **{k: v for k, v in tally.items()},
-               **{f"{k}_per_game": round(v / len(games), 3) for k, v in tally.items() if k != "decisions"}}
+               **{f"{k}_per_game": round(v / len(games), 3) for k, v in tally.items() if k != "decisions"},
+               **{f"mean_{k}": round(float(np.mean(v)), 3) for k, v in values.items() if v}}
         rows.append(row)
         print(json.dumps(row))
 

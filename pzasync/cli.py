@@ -23,10 +23,11 @@ DEFAULT_ENV = "pzasync.envs.forage"
 DEFAULT_TRAIN_ENV = "pettingzoo.classic.connect_four_v3"
 #: What a bare `pzasync train` runs (chosen by measurement: docs/benchmarks.md, "The default run"): both seats
 #: share one learner through an agent group and play a league of their latest and past selves; a separate
-#: evaluator scores them against the one-ply player, which they never train against.
+#: evaluator scores them against the one-ply player, which they never train against. `epsilon_end=0.2` keeps
+#: both seats exploring, so the buffer holds the off-self-play positions a yardstick's moves produce.
 DEFAULT_TRAIN: dict[str, Any] = {
     "env": DEFAULT_TRAIN_ENV,
-    "learner": "dqn,gamma=0.9",
+    "learner": "dqn,gamma=0.9,epsilon_end=0.2",
     "league": "latest=0.5;snapshot=0.5",
     "minutes": 5.0,
     "envs_per_actor": 8,
