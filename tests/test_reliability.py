@@ -93,10 +93,10 @@ def _wait_until_acting(proc, tmp_path, timeout=60.0) -> None:
                          ids=["SIGINT with 2 actors and env workers", "SIGTERM", "SIGINT-twice"])
 def test_signals_stop_the_run_gracefully_and_leave_nothing(tmp_path, signals):
     """SIGTERM and a first SIGINT go through the same handler; the SIGINT run has 2 actors, each stepping 4
-    env copies in 2 env workers: the second actor and the workers ignore the signal, the second actor stops
-    at the run's stop flag, and each actor closes its workers."""
+    env copies (two groups) in an env worker: the second actor and the workers ignore the signal, the second
+    actor stops at the run's stop flag, and each actor closes its worker."""
     first = signals == [signal.SIGINT]
-    proc = _start_run(tmp_path, seconds=120, env_workers=2 if first else 0, actors=2 if first else 1)
+    proc = _start_run(tmp_path, seconds=120, env_workers=1 if first else 0, actors=2 if first else 1)
     try:
         _wait_until_acting(proc, tmp_path)
         children = _children(proc.pid)
