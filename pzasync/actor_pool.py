@@ -2,8 +2,9 @@
 
 Each extra actor is a spawned process that rebuilds its own env copies and policy copies from the run's
 plan, says it is ready and waits for the runner's go, so that every actor starts acting at once (an actor
-that started late would act alone at the end, skewing the budget split and every rate measured), then reads the same policy slots as every other actor and writes its own buffer shard per learning unit
-(shards.py), so every buffer keeps one writer. It counts its steps and episodes in its own words of the
+that started late would act alone at the end, skewing the budget split and every rate measured). It reads
+the same policy slots as every other actor and writes its own buffer shard per learning unit (shards.py),
+so every buffer keeps one writer. It counts its steps and episodes in its own words of the
 run's counters (stats.py) and sends its finished episodes to the runner in batches, for the returns, the
 episode log and the live display. The runner's monitor polls the pool with the learner host.
 
@@ -47,6 +48,10 @@ class ActorSetup:
     parent_pid: int
     resumed_steps: dict[str, int] = dataclasses.field(default_factory=dict)
     send_every_s: float = 0.25
+
+    def orphaned(self) -> bool:
+        """Whether the runner's process is gone (this process was adopted by another)."""
+        return os.getppid() != self.parent_pid
 
 
 @dataclass
@@ -101,7 +106,7 @@ def actor_process_main(setup: ActorSetup, conn: Any) -> None:
         if now >= clock["send"]:
             clock["send"] = now + setup.send_every_s
             stats.beat()
-            if os.getppid() != setup.parent_pid:
+            if setup.orphaned():
                 orphaned["yes"] = True
                 return False
             if episodes:
@@ -121,7 +126,7 @@ def actor_process_main(setup: ActorSetup, conn: Any) -> None:
             time.sleep(0.001)
             if time.monotonic() - checked > 0.5:
                 checked = time.monotonic()
-                if os.getppid() != setup.parent_pid:
+                if setup.orphaned():
                     orphaned["yes"] = True
                     break
         if orphaned["yes"]:
@@ -139,7 +144,7 @@ def actor_process_main(setup: ActorSetup, conn: Any) -> None:
         conn.send(ActorDone(k, {a: x.written for a, x in acting.items()},
                             {a: x.nonfinite for a, x in acting.items()}, cpu - cpu_at_start, rss))
     except BaseException as exc:  # noqa: BLE001 - everything is reported to the runner, which decides
-        if os.getppid() != setup.parent_pid:
+        if setup.orphaned():
             unlink_run(plan.run_id)
             return
         cause = exc.__cause__ if isinstance(exc, EnvCrashedError) and exc.__cause__ is not None else exc
@@ -168,6 +173,8 @@ class ActorPool:
         self.timeout_s = timeout_s
         self.heartbeat_timeout_s = heartbeat_timeout_s
         self.ctx = mp.get_context("spawn")
+        #: Each actor's share of the agent-step budget (`split_budget`); actor 0, the runner's, takes budgets[0].
+        self.budgets = budgets
         self.setups = [ActorSetup(k, plan, budgets[k], paced, os.getpid(), dict(resumed_steps))
                        for k in range(1, plan.actors)]
         self.processes: dict[int, Any] = {}

@@ -235,7 +235,7 @@ class _Runner:
             try:
                 pool = self.actor_pool
                 if pool is not None:
-                    agent_steps = split_budget(agent_steps, self.plan.actors)[0]
+                    agent_steps = pool.budgets[0]
                 actor.run(agent_steps=agent_steps, seed=self.config.seed, keep_going=monitor.tick,
                           on_episode=monitor.episode)
                 if pool is not None:
