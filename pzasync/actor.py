@@ -142,6 +142,8 @@ class Actor:
         #: Per env copy: this episode's league match, and the seats it gives another policy (not recorded).
         self.matches: list[Any] = [None] * self.n_copies
         self.overrides: list[dict[str, Any]] = [{} for _ in range(self.n_copies)]
+        #: Copies whose decision `align` held back last round (answered this round whatever their group).
+        self._held: set[int] = set()
 
     # ------------------------------------------------------------------------------------------ per round
     def refresh(self, a: ActingAgent) -> None:
@@ -183,9 +185,7 @@ class Actor:
         league opponent standing in for one."""
         groups: dict[tuple[int, int], list[int]] = {}
         for i, d in enumerate(pending):
-            override = self.overrides[d.copy].get(d.agent)
-            key = (id(self.agents[d.agent].policy), 0) if override is None else (0, id(override))
-            groups.setdefault(key, []).append(i)
+            groups.setdefault(self._acting_policy(d), []).append(i)
         out: list[Any] = [None] * len(pending)
         for (_own, opponent), rows in groups.items():
             decisions = [pending[i] for i in rows]
@@ -196,6 +196,34 @@ class Actor:
             else:
                 self._act_as_self(decisions, rows, out)
         return out
+
+    def _acting_policy(self, d: PendingDecision) -> tuple[int, int]:
+        """Which policy answers a decision: (the seat's own module, 0) or (0, the league opponent's module)."""
+        override = self.overrides[d.copy].get(d.agent)
+        return (id(self.agents[d.agent].policy), 0) if override is None else (0, id(override))
+
+    def align(self, pending: list[PendingDecision]) -> tuple[list[PendingDecision], list[PendingDecision]]:
+        """Split a round into the decisions answered now and those held back for one round.
+
+        Copies drift out of phase (episodes end at different turns), so a round of N copies splits over the
+        agents' policies into several small forwards. Answering only the largest group, plus any decision
+        already held once, brings the held copies back in phase: in a two-player game the held copies and
+        the answered ones are at the same seat next round. A held copy waits one round at most, so no agent
+        starves; per copy nothing changes, since its env is not stepped while it waits."""
+        groups: dict[tuple[int, int], list[PendingDecision]] = {}
+        for d in pending:
+            groups.setdefault(self._acting_policy(d), []).append(d)
+        if len(groups) < 2:
+            self._held = set()
+            return pending, []
+        largest = max(groups.values(), key=len)
+        now: list[PendingDecision] = []
+        held: list[PendingDecision] = []
+        for decisions in groups.values():
+            due = decisions is largest or any(d.copy in self._held for d in decisions)
+            (now if due else held).extend(decisions)
+        self._held = {d.copy for d in held}
+        return now, held
 
     def _act_as_self(self, decisions: list[PendingDecision], rows: list[int], out: list) -> None:
         """Decisions of agents that act with one policy module (an agent, or members of its group)."""
@@ -277,6 +305,10 @@ class Actor:
             return (agent_steps is not None and self.total_steps - start_steps >= agent_steps) or not keep_going()
 
         copies = self._copies(seed, lambda summary: self._episode_done(summary, on_episode))
+        # Copies stepped here are brought into phase (`align`); env workers step a group while the actor
+        # answers another, and a worker's group is answered whole.
+        aligning = isinstance(copies, LocalCopies) and self.n_copies > 1
+        self._held = set()
         try:
             # Rounds per group of copies (all of them in this process; one worker's with env workers, so the
             # actor answers one worker while the others step).
@@ -291,9 +323,10 @@ class Actor:
                 elif agent_steps is not None:  # a round never takes more decisions than the budget has left
                     left = agent_steps - (self.total_steps - start_steps)
                     cut, pending = [d.copy for d in pending[left:]], pending[:left]
+                pending, held = self.align(pending) if aligning and pending else (pending, [])
                 answers = self.decide(pending) if pending else []
-                copies.submit(group, [(d, action, extras) for d, (action, extras) in zip(pending, answers)], cut,
-                              not out_of_budget())
+                answered = [(d, action, extras) for d, (action, extras) in zip(pending, answers)]
+                copies.submit(group, answered, cut, not out_of_budget(), held)
             copies.finish()
             return self.total_steps - start_steps
         except (PzasyncError, KeyboardInterrupt):

@@ -87,9 +87,11 @@ class LocalCopies:
         """Bring every copy to its first pending decision."""
         self._ready = [d for s in self.steppers.values() if (d := self._next(s, may_reset)) is not None]
 
-    def submit(self, group: int, answered: list[Answer], cut: list[int], may_reset: bool) -> None:
-        """Answer the group's pending decisions (and cut the copies in `cut`)."""
-        self._ready = self.step(answered, cut, may_reset)
+    def submit(self, group: int, answered: list[Answer], cut: list[int], may_reset: bool,
+               held: list[PendingDecision] = ()) -> None:
+        """Answer the group's pending decisions (and cut the copies in `cut`); `held` ones, not answered this
+        round (Actor.align), are offered again first."""
+        self._ready = list(held) + self.step(answered, cut, may_reset)
 
     def next_ready(self) -> tuple[int, list[PendingDecision]] | None:
         """The next group with an answer outstanding and its new pending decisions; None when none is."""
@@ -276,8 +278,12 @@ class WorkerCopies:
         for g in range(len(self.members)):
             self._send(g, ("start", g, may_reset))
 
-    def submit(self, group: int, answered: list[Answer], cut: list[int], may_reset: bool) -> None:
-        """Send the group's actions to its worker and return at once: it steps while the actor serves others."""
+    def submit(self, group: int, answered: list[Answer], cut: list[int], may_reset: bool,
+               held: list[PendingDecision] = ()) -> None:
+        """Send the group's actions to its worker and return at once: it steps while the actor serves others.
+        A worker's group is answered whole, so nothing can be `held`."""
+        if held:
+            raise ValueError(f"env worker group {group}: {len(held)} decisions held back; a group is answered whole")
         self._send(group, ("step", group, [(d.copy, action, extras) for d, action, extras in answered], cut,
                            may_reset))
 

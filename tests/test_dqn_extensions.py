@@ -15,7 +15,7 @@ from pzasync import RunConfig, SequentialRunner, SharedRingBuffer
 from pzasync.errors import ConfigError
 from pzasync.learners import LearnerContext, policy_to_vector, vector_to_policy
 from pzasync.learners import networks
-from pzasync.learners.dqn import DQNLearner, DuelingHead, nstep_window
+from pzasync.learners.dqn import DQNLearner, DuelingHead, mirror_batch, nstep_window
 from pzasync.learners.networks import BoardEncoder, Encoder, FlatEncoder, ImageEncoder, auto_torso
 from pzasync.learners.ppo import PPOLearner
 from pzasync.spaces import agent_layout
@@ -391,3 +391,74 @@ def test_board_cnn_keeps_every_cell_and_its_policy_vector_round_trips():
              "next_action_mask": mask, "policy_version": np.zeros(5, np.int64)}
     before = policy_to_vector(learner.q)
     assert np.isfinite(learner.update(batch)["loss"]) and not np.array_equal(before, policy_to_vector(learner.q))
+
+
+def test_mirror_flips_half_the_rows_boards_actions_and_masks_together():
+    n = 400
+    obs = np.zeros((n, 6, 7, 2), np.int8)
+    obs[:, 5, 0, 0] = 1  # a piece in the bottom-left corner
+    mask = np.zeros((n, 7), np.int8)
+    mask[:, :2] = 1  # columns 0 and 1 legal
+    original = obs.copy()
+    batch = {"obs": obs, "next_obs": obs.copy(), "action": np.full(n, 1, np.int64), "action_mask": mask,
+             "next_action_mask": mask.copy(), "reward": np.arange(n, dtype=np.float32)}
+    out = mirror_batch(batch, np.random.default_rng(0))
+    flipped = out["action"] == 5
+    assert 150 < flipped.sum() < 250  # about half, drawn per row
+    assert set(out["action"][~flipped]) == {1}
+    for key in ("obs", "next_obs"):
+        assert (out[key][flipped, 5, 6, 0] == 1).all() and (out[key][flipped, 5, 0, 0] == 0).all()
+        assert (out[key][~flipped] == obs[~flipped]).all()
+    for key in ("action_mask", "next_action_mask"):
+        assert (out[key][flipped] == mask[0, ::-1]).all() and (out[key][~flipped] == mask[0]).all()
+    assert (out["reward"] == batch["reward"]).all()
+    assert (batch["obs"] == original).all() and (batch["action"] == 1).all()  # the sampled batch is not changed
+
+
+def test_connect_four_played_mirrored_is_the_mirror_image_of_the_game():
+    """What makes mirror=True sound on connect_four_v3: playing column 6 - c wherever one game plays c gives
+    mirrored observations and masks, and the same rewards, turn by turn."""
+    from pettingzoo.classic import connect_four_v3
+
+    rng = np.random.default_rng(1)
+    plain, mirrored = connect_four_v3.env(), connect_four_v3.env()
+    turns = 0
+    for episode in range(20):
+        plain.reset(seed=episode)
+        mirrored.reset(seed=episode)
+        for agent, other in zip(plain.agent_iter(), mirrored.agent_iter()):
+            assert agent == other
+            obs, reward, terminated, truncated, _ = plain.last()
+            m_obs, m_reward, m_terminated, m_truncated, _ = mirrored.last()
+            one = {"obs": obs["observation"][None], "next_obs": obs["observation"][None], "action": np.zeros(1),
+                   "action_mask": obs["action_mask"][None]}
+            image = mirror_batch(one, _always_mirror())
+            assert (image["obs"][0] == m_obs["observation"]).all()
+            assert (image["action_mask"][0] == m_obs["action_mask"]).all()
+            assert (reward, terminated, truncated) == (m_reward, m_terminated, m_truncated)
+            if terminated or truncated:
+                plain.step(None)
+                mirrored.step(None)
+                continue
+            column = int(rng.choice(np.flatnonzero(obs["action_mask"])))
+            plain.step(column)
+            mirrored.step(6 - column)
+            turns += 1
+    assert turns > 200
+
+
+def _always_mirror():
+    class Heads:
+        def random(self, n):
+            return np.zeros(n)  # every row < 0.5: mirrored
+    return Heads()
+
+
+def test_mirror_is_refused_where_actions_are_not_the_board_columns():
+    ttt = agent_layout("player_1", spaces.Box(0, 1, (3, 3, 2), np.int8), spaces.Discrete(9), info_mask=True)
+    with pytest.raises(ConfigError, match=r"'player_1'.*mirror=True.*Discrete\(9\)"):
+        dqn(ttt, mirror=True)
+    with pytest.raises(ConfigError, match="mirror"):
+        dqn(BOARD, mirror="yes")
+    learner = dqn(BOARD, mirror=True, batch_size=8)
+    assert learner.config["mirror"] is True

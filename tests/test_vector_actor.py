@@ -57,6 +57,17 @@ class HashedPolicy(Policy):
         return np.array(actions, np.int64), {}
 
 
+class RandomLegal:
+    """A uniformly random legal action per row, counted into the wrapped policy's `batch_sizes`."""
+
+    def __init__(self, policy, seed: int = 0):
+        self.policy, self.rng = policy, np.random.default_rng(seed)
+
+    def __call__(self, obs, mask, explore):
+        self.policy.batch_sizes.append(len(mask))
+        return np.array([self.rng.choice(np.flatnonzero(m)) for m in mask], np.int64), {}
+
+
 class ListWriter:
     """A TransitionWriter that keeps what it is given."""
 
@@ -148,6 +159,37 @@ def test_each_copy_equals_an_independent_rollout_with_seed_plus_k(env_id, copies
     assert max(max(a.policy.batch_sizes) for a in actor.agents.values()) == 1 or per_group > 1
     if per_group >= 2:
         assert max(max(a.policy.batch_sizes) for a in actor.agents.values()) > 1
+
+
+def test_copies_drift_out_of_phase_and_are_brought_back_without_waiting_more_than_a_round():
+    """connect_four's episodes end on either seat, so 16 copies split between the two players' policies and a
+    round would need two half-size forwards. The actor answers the larger group and holds the other back one
+    round, after which both groups face the same seat: the forwards stay nearly full, and no copy waits twice."""
+    def mean_batch(actor) -> float:
+        sizes = [n for a in actor.agents.values() for n in a.policy.batch_sizes]
+        return sum(sizes) / len(sizes)
+
+    def random_players(actor):  # hashed choices would play 16 identical games, never out of phase
+        for a in actor.agents.values():
+            a.policy.act = RandomLegal(a.policy)
+        return actor
+
+    actor = random_players(vector_actor("pettingzoo.classic.connect_four_v3", 16)[0])
+    rounds = []
+    align = actor.align
+    actor.align = lambda pending: rounds.append(align(pending)) or rounds[-1]
+    actor.run(agent_steps=4000, seed=5, keep_going=lambda: True, on_episode=lambda s: None)
+    assert mean_batch(actor) >= 14, mean_batch(actor)
+    held_rounds = 0
+    for (_, held), (now, _) in zip(rounds, rounds[1:]):
+        held_rounds += bool(held)
+        assert {d.copy for d in held} <= {d.copy for d in now}  # answered the very next round
+    assert held_rounds >= 20  # episodes did end out of phase
+
+    unaligned = random_players(vector_actor("pettingzoo.classic.connect_four_v3", 16)[0])
+    unaligned.align = lambda pending: (pending, [])
+    unaligned.run(agent_steps=4000, seed=5, keep_going=lambda: True, on_episode=lambda s: None)
+    assert mean_batch(unaligned) < 11  # what the alignment is worth
 
 
 def test_rewards_are_conserved_per_copy():
