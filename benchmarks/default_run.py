@@ -17,14 +17,14 @@ import json
 import time
 
 from pzasync import AsyncRunner, RunConfig, SequentialRunner
-from pzasync.cli import DEFAULT_TRAIN, parse_learner_spec
+from pzasync.cli import DEFAULT_TRAIN, default_train_learner, parse_learner_spec
 from pzasync.evaluate import default_yardstick, evaluate_against, load_run_policies, untrained_baseline
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--env", default=DEFAULT_TRAIN["env"])
-    parser.add_argument("--learner", default=DEFAULT_TRAIN["learner"])
+    parser.add_argument("--learner", default=None, help="learner spec (default: what `pzasync train` uses for --env)")
     parser.add_argument("--league", default=DEFAULT_TRAIN["league"], help="opponent mix of the group, '' for none")
     parser.add_argument("--no-group", action="store_true", help="one learner per seat instead of a shared one")
     parser.add_argument("--minutes", type=float, default=DEFAULT_TRAIN["minutes"])
@@ -37,6 +37,7 @@ def main() -> None:
     parser.add_argument("--option", action="append", default=[], help="RunConfig KEY=VALUE")
     parser.add_argument("--json", default=None)
     args = parser.parse_args()
+    args.learner = args.learner or default_train_learner(args.env)
 
     import ast
 

@@ -27,7 +27,7 @@ import traceback
 from dataclasses import dataclass
 from typing import Any
 
-from .errors import EnvCrashedError, PzasyncError, error_type_path, remote_error
+from .errors import EnvCrashedError, PzasyncError, error_type_path, remote_error, report_unclean_exit
 
 
 def split_budget(agent_steps: int | None, actors: int) -> list[int | None]:
@@ -281,6 +281,7 @@ class ActorPool:
         if self.plan.stats is not None:
             self.plan.stats.request_stop()
         deadline = time.monotonic() + self.timeout_s
+        killed = set()
         for k, process in self.processes.items():
             while process.is_alive() and time.monotonic() < deadline:
                 if monitor is not None:
@@ -288,9 +289,13 @@ class ActorPool:
                 process.join(timeout=0.05)
             if process.is_alive():
                 process.kill()
+                killed.add(k)
                 process.join(timeout=5)
         if monitor is not None:
             self.poll(monitor)
+        for k, process in self.processes.items():
+            if k in self.done and k not in killed and self.fatal is None:
+                report_unclean_exit(f"actor process {k}", process)
         for conn in self.conns.values():
             conn.close()
         self.conns = {}

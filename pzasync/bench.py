@@ -38,7 +38,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from .errors import ConfigError, PzasyncError
+from .errors import ConfigError, PzasyncError, report_unclean_exit
 
 SCHEMA_VERSION = 2
 BARE_CONFIGS = ("bare_random", "bare_policy")
@@ -498,6 +498,12 @@ def _trial_process_main(spec: TrialSpec, conn: Any, steps: Any) -> None:
             conn.send(("error", PzasyncError(f"{type(exc).__name__}: {exc}"), traceback.format_exc()))
     finally:
         conn.close()
+    # The report is sent and the runner has released everything it made. Leave without the interpreter's
+    # teardown: in about one async trial in seven that teardown hit a C++ `std::terminate` ("terminate called
+    # without an active exception", SIGABRT) after the work was done (docs/benchmarks.md, "Known noise at exit").
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 def run_trial_in_fresh_process(spec: TrialSpec, on_progress: Callable[[int], None] | None = None) -> dict:
@@ -535,6 +541,8 @@ def run_trial_in_fresh_process(spec: TrialSpec, on_progress: Callable[[int], Non
             proc.kill()
             proc.join()
         receiver.close()
+    if status != "error":
+        report_unclean_exit(f"bench trial {spec.label} (seed {spec.seed})", proc)
     if status == "error":
         exc, trace = payload
         if hasattr(exc, "add_note"):

@@ -32,6 +32,17 @@ DEFAULT_TRAIN: dict[str, Any] = {
     "minutes": 5.0,
     "envs_per_actor": 8,
 }
+#: Self-play envs whose board plays the same mirrored left to right, one action per column: there the default
+#: learner also trains on mirror images (`mirror=True`, measured in docs/benchmarks.md, "Mirror images").
+MIRROR_SYMMETRIC_ENVS = ("pettingzoo.classic.connect_four_v3",)
+
+
+def default_train_learner(env_name: str) -> str:
+    """The self-play learner spec for an env: DEFAULT_TRAIN's, with `mirror=True` where the board allows it."""
+    from .evaluate import same_env
+
+    mirrored = any(same_env(env_name, name) for name in MIRROR_SYMMETRIC_ENVS)
+    return DEFAULT_TRAIN["learner"] + (",mirror=True" if mirrored else "")
 
 
 class FriendlyGroup(click.Group):
@@ -221,7 +232,8 @@ def check_budget_options(steps: int | None, minutes: float | None) -> None:
 @click.argument("env_id", default=DEFAULT_TRAIN_ENV)
 @click.option("--learner", "learner", default=None,
               help="Learner for every agent: NAME[,KEY=VALUE...], e.g. 'ppo,lr=3e-4' or 'mypkg.mod:MyLearner'. "
-                   f"Default: {DEFAULT_TRAIN['learner']!r} in self-play (see --self-play), 'dqn' otherwise.")
+                   f"Default: {DEFAULT_TRAIN['learner']!r} in self-play (see --self-play), with ',mirror=True' on "
+                   "connect_four; 'dqn' otherwise.")
 @click.option("--learner-for", "learner_for", multiple=True, metavar="AGENT=SPEC",
               help="Learner for one agent, overriding --learner (repeatable).")
 @click.option("--env-arg", "env_args", multiple=True, metavar="KEY=VALUE", help="Env keyword argument, e.g. N=4.")
@@ -315,7 +327,7 @@ def train(env_id: str, learner: str, learner_for: tuple[str, ...], env_args: tup
         if league is None:
             league = DEFAULT_TRAIN["league"]
     if learner is None:
-        learner = DEFAULT_TRAIN["learner"] if self_play else "dqn"
+        learner = default_train_learner(env.name) if self_play else "dqn"
     if envs_per_actor is None:
         envs_per_actor = DEFAULT_TRAIN["envs_per_actor"] if self_play else 1
     learners = learners_from_options(learner, learner_for)
@@ -331,6 +343,7 @@ def train(env_id: str, learner: str, learner_for: tuple[str, ...], env_args: tup
     run = cls(env, learners, config)
     console.print(f"training {env.name} with the {runner} runner: " + ", ".join(
         f"{a}={p.learner_name}" + (f" (group {p.unit})" if p.unit != a else "") for a, p in run.plan.agents.items())
+        + (f"; learner {learner}" if not learner_for else "")
         + (f"; league {league}" if league_config else "")
         + (f"; {envs_per_actor} env copies" if envs_per_actor > 1 else "")
         + (f" per actor, {actors} actor processes" if actors > 1 else "") + f"; scored against {yardstick}",

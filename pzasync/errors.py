@@ -7,6 +7,8 @@ a traceback. The others report failures of the runtime itself.
 
 from __future__ import annotations
 
+import signal
+
 
 class PzasyncError(Exception):
     """Base class of all pzasync errors."""
@@ -116,3 +118,26 @@ def learner_error(type_path: str, message: str, traceback_text: str, note: str) 
     (`remote_error` with LearnerCrashedError)."""
     return remote_error(LearnerCrashedError, type_path, f"{note}; last failure: {message}",  # type: ignore
                         traceback_text)
+
+
+def exit_description(exitcode: int | None) -> str:
+    """How a child process ended, for messages: 'exit code 1', 'signal SIGABRT', or 'no exit code yet'."""
+    if exitcode is None:
+        return "no exit code yet"
+    if exitcode < 0:
+        try:
+            return f"signal {signal.Signals(-exitcode).name}"
+        except ValueError:
+            return f"signal {-exitcode}"
+    return f"exit code {exitcode}"
+
+
+def report_unclean_exit(what: str, process: object) -> None:
+    """Say on stderr that a child process whose work was complete did not exit cleanly (a C++ runtime's
+    `std::terminate` at exit, say): its results stand, but the line names which process it was."""
+    exitcode = getattr(process, "exitcode", None)
+    if exitcode not in (0, None):
+        import sys
+
+        print(f"pzasync: {what} (pid {getattr(process, 'pid', '?')}) ended with {exit_description(exitcode)} "
+              f"after finishing its work; its results are kept", file=sys.stderr)

@@ -29,13 +29,16 @@ YARDSTICKS: dict[str, str] = {"pettingzoo.classic.connect_four_v3": "one_ply",
                               "pettingzoo.classic.tictactoe_v3": "perfect"}
 
 
+def same_env(env_name: str, env_id: str) -> bool:
+    """Whether an env id in module or registry form names the env `env_id` (its last dotted part compared)."""
+    def short(name: str) -> str:
+        return name.rsplit(".", 1)[-1].rsplit("/", 1)[-1].replace("-", "_")
+    return short(env_name) == short(env_id)
+
+
 def default_yardstick(env_name: str) -> str:
     """The yardstick player for an env id (module or registry form), 'random' if it has none."""
-    short = env_name.rsplit(".", 1)[-1].rsplit("/", 1)[-1].replace("-", "_")
-    for name, player in YARDSTICKS.items():
-        if short == name.rsplit(".", 1)[-1]:
-            return player
-    return "random"
+    return next((player for name, player in YARDSTICKS.items() if same_env(env_name, name)), "random")
 
 
 ActFn = Callable[[str, Any, "np.ndarray | None"], Any]

@@ -22,6 +22,8 @@ import traceback
 from dataclasses import dataclass
 from typing import Any
 
+from .errors import report_unclean_exit
+
 
 @dataclass
 class EvaluatorSetup:
@@ -155,6 +157,8 @@ class Evaluator:
         if self.process.is_alive():
             self.process.kill()
             self.process.join(5)
+        elif self.error is None:
+            report_unclean_exit("the evaluator process", self.process)
         new += self.collect()
         self.rows.close()
         self.rows.join_thread()

@@ -24,7 +24,7 @@ import time
 from typing import Any, Callable
 
 from . import stats as S
-from .errors import LearnerCrashedError, LearnerStartupError, learner_error
+from .errors import LearnerCrashedError, LearnerStartupError, learner_error, report_unclean_exit
 from .learner_loop import (LearnerDriver, LearnerFailed, LearnerReport, LearnerSetup, learner_host_main,
                            restarted, start_driver)
 
@@ -355,11 +355,14 @@ class ProcessHost(LearnerHost):
         """Ask every learner to stop (they write final checkpoints), join with timeouts, collect reports."""
         self.stats.request_stop()
         deadline = time.monotonic() + self.config.process_timeout_s
-        for process in self.processes.values():
+        for host, process in self.processes.items():
             process.join(timeout=max(0.1, deadline - time.monotonic()))
-            if process.is_alive():
-                process.terminate()
-                process.join(timeout=5)
+            if not process.is_alive():
+                if all(self.stats.get(u, S.STATUS) == S.DONE and u not in self.failing for u in self.hosted[host]):
+                    report_unclean_exit(f"learner host process {host} ({', '.join(self.hosted[host])})", process)
+                continue
+            process.terminate()
+            process.join(timeout=5)
             if process.is_alive():
                 process.kill()
                 process.join(timeout=5)

@@ -92,3 +92,14 @@ def test_train_refuses_backend_options_that_cannot_go_together(tmp_path, args, m
     result = CliRunner().invoke(main, ["train", "pettingzoo.classic.tictactoe_v3", "--steps", "100",
                                        "--out", str(tmp_path), *args])
     assert result.exit_code == 2 and message in result.output and "Traceback" not in result.output
+
+
+def test_the_self_play_default_learns_from_mirror_images_only_where_the_board_is_symmetric():
+    """connect_four plays the same mirrored and its actions are columns; tictactoe's actions are cells, and
+    `mirror` would refuse it, so its default must not ask for it."""
+    from pzasync.cli import DEFAULT_TRAIN, default_train_learner, parse_learner_spec
+
+    for env_id in ("pettingzoo.classic.connect_four_v3", "connect_four_v3"):
+        assert parse_learner_spec(default_train_learner(env_id))[1]["mirror"] is True, env_id
+    assert default_train_learner("pettingzoo.classic.tictactoe_v3") == DEFAULT_TRAIN["learner"]
+    assert "mirror" not in parse_learner_spec(default_train_learner("pettingzoo.classic.tictactoe_v3"))[1]

@@ -205,3 +205,22 @@ def test_non_finite_observations_are_counted_or_raise(runner):
     with pytest.raises(NonFiniteError, match=r"agent 'p0': NaN or inf in a transition"):
         runner(lambda: NaNEnv(), ("custom_learners:RecordingLearner", {}),
                RunConfig(seed=0, nonfinite="raise")).run(agent_steps=600)
+
+
+def test_a_child_that_aborts_after_its_work_is_named_on_stderr(capfd):
+    """A C++ runtime's `std::terminate` at a child's exit prints an anonymous line; pzasync names the process
+    and its signal, and says nothing about a child that exited cleanly."""
+    import multiprocessing as mp
+
+    from pzasync.errors import report_unclean_exit
+
+    ctx = mp.get_context("spawn")
+    aborting, clean = ctx.Process(target=os.abort), ctx.Process(target=int)
+    for process in (aborting, clean):
+        process.start()
+        process.join(30)
+    report_unclean_exit("actor process 1", aborting)
+    report_unclean_exit("actor process 2", clean)
+    err = capfd.readouterr().err
+    assert f"actor process 1 (pid {aborting.pid}) ended with signal SIGABRT after finishing its work" in err
+    assert "actor process 2" not in err
