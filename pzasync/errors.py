@@ -8,6 +8,8 @@ a traceback. The others report failures of the runtime itself.
 from __future__ import annotations
 
 import signal
+import sys
+from multiprocessing.process import BaseProcess
 
 
 class PzasyncError(Exception):
@@ -132,12 +134,9 @@ def exit_description(exitcode: int | None) -> str:
     return f"exit code {exitcode}"
 
 
-def report_unclean_exit(what: str, process: object) -> None:
+def report_unclean_exit(what: str, process: BaseProcess) -> None:
     """Say on stderr that a child process whose work was complete did not exit cleanly (a C++ runtime's
     `std::terminate` at exit, say): its results stand, but the line names which process it was."""
-    exitcode = getattr(process, "exitcode", None)
-    if exitcode not in (0, None):
-        import sys
-
-        print(f"pzasync: {what} (pid {getattr(process, 'pid', '?')}) ended with {exit_description(exitcode)} "
+    if process.exitcode not in (0, None):
+        print(f"pzasync: {what} (pid {process.pid}) ended with {exit_description(process.exitcode)} "
               f"after finishing its work; its results are kept", file=sys.stderr)
