@@ -14,6 +14,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from .bench import CONFIGS, SCORES
+from .config import AUTO, AUTO_ENVS_PER_ACTOR
 from .errors import UserInputError
 
 console = Console()
@@ -30,7 +31,7 @@ DEFAULT_TRAIN: dict[str, Any] = {
     "learner": "dqn,gamma=0.9,epsilon_end=0.2",
     "league": "latest=0.5;snapshot=0.5",
     "minutes": 5.0,
-    "envs_per_actor": 8,
+    "envs_per_actor": AUTO_ENVS_PER_ACTOR,
 }
 #: Self-play envs whose board plays the same mirrored left to right, one action per column: there the default
 #: learner also trains on mirror images (`mirror=True`, measured in docs/benchmarks.md, "Mirror images").
@@ -43,6 +44,23 @@ def default_train_learner(env_name: str) -> str:
 
     mirrored = any(same_env(env_name, name) for name in MIRROR_SYMMETRIC_ENVS)
     return DEFAULT_TRAIN["learner"] + (",mirror=True" if mirrored else "")
+
+
+class IntOrAuto(click.ParamType):
+    """A count, or "auto" (RunConfig's `AUTO`: the plan picks it from the core count)."""
+
+    name = "N|auto"
+
+    def convert(self, value: Any, param: Any, ctx: Any) -> int | str:
+        if isinstance(value, int) or value == AUTO:
+            return value
+        try:
+            return int(value)
+        except ValueError:
+            self.fail(f"{value!r} is neither an integer nor 'auto'", param, ctx)
+
+
+INT_OR_AUTO = IntOrAuto()
 
 
 class FriendlyGroup(click.Group):
@@ -271,14 +289,16 @@ def check_budget_options(steps: int | None, minutes: float | None) -> None:
                    "(pip install 'pzasync[ray]'; docs/distributed.md).")
 @click.option("--ray-address", "ray_address", default=None, metavar="ADDRESS",
               help="With --backend ray: the cluster to join ('auto', 'HOST:6379'); default: a local Ray instance.")
-@click.option("--envs-per-actor", "envs_per_actor", type=int, default=None,
+@click.option("--envs-per-actor", "envs_per_actor", type=INT_OR_AUTO, default=None, metavar="N|auto",
               help="Env copies the actor steps side by side, with one batched forward per agent "
                    f"[default: {DEFAULT_TRAIN['envs_per_actor']} in self-play, 1 otherwise].")
-@click.option("--env-workers", "env_workers", type=int, default=0, show_default=True,
-              help="Processes that step the env copies while the actor runs inference (0: the actor steps them).")
-@click.option("--actors", type=int, default=1, show_default=True,
+@click.option("--env-workers", "env_workers", type=INT_OR_AUTO, default=0, show_default=True, metavar="N|auto",
+              help="Processes that step the env copies while the actor runs inference (0: the actor steps them; "
+                   "auto: the cores left, for an env whose step is slow enough to pay).")
+@click.option("--actors", type=INT_OR_AUTO, default=1, show_default=True, metavar="N|auto",
               help="Actor processes, each with --envs-per-actor env copies and its own buffer shards (async runner "
-                   "on shared memory; the sequential runner steps as many copies in one actor).")
+                   "on shared memory; the sequential runner steps as many copies in one actor; auto: one per "
+                   "core not taken by learners and the evaluator).")
 @click.option("--actor-device", "actor_device", default="cpu", show_default=True,
               help="Where the actor's batched forwards run: cpu, cuda, cuda:N.")
 @click.option("--learner-processes", "learner_processes", type=int, default=None,
@@ -288,8 +308,8 @@ def train(env_id: str, learner: str, learner_for: tuple[str, ...], env_args: tup
           groups: tuple[str, ...], runner: str, publish: str, steps: int | None,
           minutes: float | None, replay_ratio: float | None, device: str, seed: int, out_dir: str,
           self_play: bool | None, league: str | None, versus: str | None, eval_every: float,
-          eval_episodes: int, backend: str, ray_address: str | None, envs_per_actor: int | None,
-          env_workers: int, actors: int, actor_device: str, learner_processes: int | None) -> None:
+          eval_episodes: int, backend: str, ray_address: str | None, envs_per_actor: int | str | None,
+          env_workers: int | str, actors: int | str, actor_device: str, learner_processes: int | None) -> None:
     """Train every agent of ENV_ID (default: connect_four, both seats sharing one DQN in a self-play league).
 
     Scores the greedy policies against a yardstick player while training (eval.png) and at the end, beside an
@@ -345,9 +365,12 @@ def train(env_id: str, learner: str, learner_for: tuple[str, ...], env_args: tup
         f"{a}={p.learner_name}" + (f" (group {p.unit})" if p.unit != a else "") for a, p in run.plan.agents.items())
         + (f"; learner {learner}" if not learner_for else "")
         + (f"; league {league}" if league_config else "")
-        + (f"; {envs_per_actor} env copies" if envs_per_actor > 1 else "")
-        + (f" per actor, {actors} actor processes" if actors > 1 else "") + f"; scored against {yardstick}",
-        highlight=False)
+        + (f"; {run.plan.envs_per_actor} env copies" if run.plan.envs_per_actor > 1 else "")
+        + (f" per actor, {run.plan.actors} actor processes" if run.plan.actors > 1 else "")
+        + (f", {run.plan.config.env_workers} env workers" if run.plan.config.env_workers else "")
+        + f"; scored against {yardstick}", highlight=False)
+    for option, choice in run.plan.auto.items():
+        console.print(f"  {option}=auto: {choice}", highlight=False)
     result = run.run(agent_steps=steps, seconds=minutes * 60 if minutes is not None else None)
     scores: dict[str, dict[str, Any]] = {}
     if eval_episodes > 0 and result.run_dir:

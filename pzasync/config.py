@@ -10,6 +10,14 @@ from typing import Any
 from .errors import ConfigError
 from .slots import MODES
 
+#: The value of `envs_per_actor`, `env_workers` and `actors` that asks the plan to pick from the core count
+#: (plan.resolve_auto).
+AUTO = "auto"
+#: RunConfig(envs_per_actor="auto"), and `pzasync train`'s self-play: the copies chosen by measurement
+#: (docs/benchmarks.md, "Why 8 copies"). Env copies amortise forwards on one core, so their number does not
+#: follow the core count.
+AUTO_ENVS_PER_ACTOR = 8
+
 #: RunConfig.backend values.
 BACKENDS: tuple[str, ...] = ("shm", "ray")
 #: RunConfig.ray_transport values.
@@ -57,17 +65,19 @@ class RunConfig:
     #: Env copies the actor steps side by side (docs/running.md, Vectorised acting). Each copy's pending
     #: decisions are grouped by acting agent and answered with one batched forward per agent; copy k gets
     #: seed + k at its first reset. Transitions then carry `track` (which copy, and group member, they
-    #: continue) so learners keep each copy's trajectories apart.
-    envs_per_actor: int = 1
+    #: continue) so learners keep each copy's trajectories apart. "auto": AUTO_ENVS_PER_ACTOR.
+    envs_per_actor: int | str = 1
     #: Worker processes that step the env copies (0: the actor steps them itself). For envs whose step
-    #: dominates: the workers step while the actor runs inference; at most `envs_per_actor`.
-    env_workers: int = 0
+    #: dominates: the workers step while the actor runs inference; at most `envs_per_actor`. "auto": the
+    #: cores left over, for an env whose step is slow enough to pay (plan.resolve_auto).
+    env_workers: int | str = 0
     #: Actor processes (docs/running.md, Several actors): the async runner runs this one actor in the calling
     #: process and actors - 1 more in spawned processes, each with its own `envs_per_actor` env copies
     #: (actor a's copy k gets seed + a * envs_per_actor + k) and its own buffer shard per learning unit, so no
     #: buffer has two writers; learners read all shards. The sequential runner steps the same
-    #: actors * envs_per_actor copies in one actor. Not with a league or backend="ray".
-    actors: int = 1
+    #: actors * envs_per_actor copies in one actor. Not with a league or backend="ray". "auto": one per
+    #: usable core not taken by learner hosts or the evaluator (plan.resolve_auto).
+    actors: int | str = 1
     #: Torch device of the actor's policy copies ("cpu" or "cuda[:i]"): where its batched forwards run.
     actor_device: str = "cpu"
     #: Cut episodes after this many decisions (docs/transitions.md, rule 5); None: episodes end only when the env
@@ -155,6 +165,8 @@ class RunConfig:
         for name in ("publish_every", "buffer_capacity", "onpolicy_buffer_batches", "max_actor_lead",
                      "league_pool_size", "league_snapshot_every", "eval_episodes", "envs_per_actor"):
             value = getattr(self, name)
+            if name == "envs_per_actor" and value == AUTO:
+                continue
             if not isinstance(value, int) or value < 1:
                 bad(name, "must be an integer >= 1")
         if self.buffer_capacity < 2:
@@ -238,19 +250,21 @@ class RunConfig:
             if self.backend != "shm":
                 bad("learner_processes", f"groups learners into local processes on shared memory; with "
                                          f"backend={self.backend!r} every learner unit is its own Ray actor")
-        if not isinstance(self.env_workers, int) or isinstance(self.env_workers, bool) or self.env_workers < 0:
-            bad("env_workers", "must be an integer >= 0 (0: the actor steps its env copies itself)")
-        if self.env_workers > self.envs_per_actor:
+        if self.env_workers != AUTO and (not isinstance(self.env_workers, int) or isinstance(self.env_workers, bool)
+                                         or self.env_workers < 0):
+            bad("env_workers", "must be an integer >= 0 (0: the actor steps its env copies itself) or 'auto'")
+        if AUTO not in (self.env_workers, self.envs_per_actor) and self.env_workers > self.envs_per_actor:
             bad("env_workers", f"must be at most envs_per_actor={self.envs_per_actor}: each worker steps at least "
                                f"one env copy")
-        if not isinstance(self.actors, int) or isinstance(self.actors, bool) or self.actors < 1:
-            bad("actors", "must be an integer >= 1")
-        if self.actors > 1 and self.backend != "shm":
-            bad("actors", f"several actor processes write buffer shards in local shared memory; with "
-                          f"backend={self.backend!r} use actors=1")
-        if self.actors > 1 and self.league:
-            bad("actors", "a league keeps its snapshot pool and ratings in one actor; use actors=1 with a league, "
-                          "or more envs_per_actor")
+        if self.actors != AUTO:
+            if not isinstance(self.actors, int) or isinstance(self.actors, bool) or self.actors < 1:
+                bad("actors", "must be an integer >= 1 or 'auto'")
+            if self.actors > 1 and self.backend != "shm":
+                bad("actors", f"several actor processes write buffer shards in local shared memory; with "
+                              f"backend={self.backend!r} use actors=1")
+            if self.actors > 1 and self.league:
+                bad("actors", "a league keeps its snapshot pool and ratings in one actor; use actors=1 with a "
+                              "league, or more envs_per_actor")
         if not isinstance(self.actor_device, str) or not (self.actor_device == "cpu"
                                                           or self.actor_device.startswith("cuda")):
             bad("actor_device", "must be 'cpu' or 'cuda[:N]'")

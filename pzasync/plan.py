@@ -87,6 +87,68 @@ def usable_cores() -> int:
     return os.cpu_count() or 1
 
 
+#: RunConfig(env_workers="auto") gives workers only to an env whose step takes at least this long (timed on
+#: a probe copy): on connect_four (0.08 ms a step) moving a step through a worker costs more than the
+#: step; pistonball through SuperSuit (0.8 ms) is env-dominated (docs/benchmarks.md, "Vectorised acting").
+AUTO_WORKER_MIN_STEP_S = 0.5e-3
+
+
+def resolve_auto(config: RunConfig, plan: RunPlan, *, one_actor: bool) -> RunConfig:
+    """`config` with every "auto" among `actors`, `envs_per_actor` and `env_workers` replaced by a number
+    from the usable cores; `plan.auto` records each choice with its reason (printed by `pzasync train`).
+
+    Cores go first to the learner hosts (RunPlan.learner_hosts) and the evaluator (when `eval_vs` is set),
+    then one to each actor, then to env workers:
+
+    - `actors`: one per core left (at least 1). 1 where several actors cannot run: the sequential runner,
+      a league, or backend="ray".
+    - `envs_per_actor`: AUTO_ENVS_PER_ACTOR.
+    - `env_workers`: the cores still left (at most one per copy), if the env's step takes at least
+      AUTO_WORKER_MIN_STEP_S; else 0.
+    """
+    from dataclasses import replace
+
+    from .config import AUTO, AUTO_ENVS_PER_ACTOR
+
+    if AUTO not in (config.actors, config.envs_per_actor, config.env_workers):
+        return config
+    cores = usable_cores()
+    # Ray: one actor per learning unit (on this node or another; counted here).
+    learner_cores = (0 if one_actor else len(plan.learning) if config.backend != "shm"
+                     else len(plan.learner_hosts(config)))
+    evaluator = 1 if config.eval_vs else 0
+    left = cores - learner_cores - evaluator
+    taken = f"{cores} usable cores, {learner_cores} for learner hosts" + (", 1 for the evaluator" if evaluator else "")
+    changes: dict[str, int] = {}
+    if config.envs_per_actor == AUTO:
+        changes["envs_per_actor"] = AUTO_ENVS_PER_ACTOR
+        plan.auto["envs_per_actor"] = f"{AUTO_ENVS_PER_ACTOR} (pzasync train's measured choice)"
+    copies = changes.get("envs_per_actor", config.envs_per_actor)
+    actors = config.actors
+    if actors == AUTO:
+        why_one = ("the sequential runner" if one_actor else "a league" if config.league
+                   else f"backend={config.backend!r}" if config.backend != "shm" else None)
+        actors = 1 if why_one else max(1, left)
+        plan.auto["actors"] = f"{actors} (1 with {why_one})" if why_one else f"{actors} ({taken})"
+        changes["actors"] = actors
+    if config.env_workers == AUTO:
+        acting = 1 if one_actor else actors
+        spare = left - acting
+        workers = 0
+        if spare < 1:
+            why = f"no core left ({taken}, {acting} for the actor{'s' if acting > 1 else ''})"
+        else:
+            step_s = plan.env_step_seconds()
+            slow = step_s >= AUTO_WORKER_MIN_STEP_S
+            workers = min(copies, spare) if slow else 0
+            why = (f"an env step takes {step_s * 1e3:.2f} ms, "
+                   + (f"{spare} cores left" if slow else f"under {AUTO_WORKER_MIN_STEP_S * 1e3:g} ms: "
+                                                         f"workers would not pay"))
+        plan.auto["env_workers"] = f"{workers} ({why})"
+        changes["env_workers"] = workers
+    return replace(config, **changes).validate()
+
+
 def resolve_groups(groups: dict[str, list[str]], agents: list[str]) -> dict[str, list[str]]:
     """Expand `RunConfig.agent_groups` patterns against the env's agents: group -> members in env order."""
     taken: dict[str, str] = {}
@@ -139,10 +201,6 @@ class RunPlan:
     def __init__(self, env: Any, learners: Any, config: RunConfig | None = None, *, run_id: str | None = None,
                  one_actor: bool = False):
         self.config = (config or RunConfig()).validate()
-        #: Actor processes (RunConfig.actors) and env copies each. `one_actor` (the sequential runner) keeps
-        #: the same env copies in one actor: actors x envs_per_actor of them.
-        self.actors = 1 if one_actor else self.config.actors
-        self.envs_per_actor = self.config.envs_per_actor * (self.config.actors if one_actor else 1)
         self.env_spec = EnvSpec.of(env)
         probe = self.env_spec.make()
         try:
@@ -178,6 +236,13 @@ class RunPlan:
         self._check_backend()
         #: The learner units that learn: one learner process (async) or driver (sequential) each.
         self.learning = [p for p in self.units.values() if p.learns]
+        #: What the "auto" options (RunConfig.actors, envs_per_actor, env_workers) became, and why.
+        self.auto: dict[str, str] = {}
+        self.config = resolve_auto(self.config, self, one_actor=one_actor)
+        #: Actor processes (RunConfig.actors) and env copies each. `one_actor` (the sequential runner) keeps
+        #: the same env copies in one actor: actors x envs_per_actor of them.
+        self.actors = 1 if one_actor else self.config.actors
+        self.envs_per_actor = self.config.envs_per_actor * (self.config.actors if one_actor else 1)
         self._check_league()
         self._check_yardstick()
         #: Bytes of shared memory actually created by `allocate` (0 before).
@@ -304,13 +369,46 @@ class RunPlan:
             unit.layout, self.shard_capacity(unit), self._buffer_extras(unit), obs_storage=self.config.obs_storage,
             tracks=self.tracks(unit.agent))
 
-    def learner_hosts(self) -> list[list[str]]:
+    def learner_hosts(self, config: RunConfig | None = None) -> list[list[str]]:
         """The learning units of each learner host process (RunConfig.learner_processes, by default one per
         core beyond the actor's), dealt out in turn."""
         units = [p.agent for p in self.learning]
-        wanted = self.config.learner_processes or max(1, usable_cores() - 1)  # a core for the actor
+        config = config or self.config
+        wanted = config.learner_processes or max(1, usable_cores() - 1)  # a core for the actor
         hosts = max(1, min(len(units), wanted))
         return [units[h::hosts] for h in range(hosts)] if units else []
+
+    def env_step_seconds(self, steps: int = 200, budget_s: float = 1.0) -> float:
+        """Mean seconds of one agent step on a fresh copy, random legal actions (for env_workers="auto"): the
+        mean, since a parallel env converted to AEC runs its whole step at one agent's turn of each cycle."""
+        import time
+
+        import numpy as np
+
+        env, times = self.env_spec.make(), []
+        try:
+            env.reset(seed=self.config.seed)
+            rng, start = np.random.default_rng(self.config.seed), time.perf_counter()
+            while len(times) < steps and time.perf_counter() - start < budget_s:
+                if not env.agents:
+                    env.reset()
+                    continue
+                agent = env.agent_selection
+                observation, _, terminated, truncated, info = env.last()
+                if terminated or truncated:
+                    action = None
+                else:
+                    layout = self.agents[agent].layout
+                    _, mask = layout.split(observation, info)
+                    space = layout.action_space
+                    action = (int(rng.choice(np.flatnonzero(mask)) + getattr(space, "start", 0))
+                              if mask is not None and mask.any() else space.sample())
+                tick = time.perf_counter()
+                env.step(action)
+                times.append(time.perf_counter() - tick)
+        finally:
+            env.close()
+        return float(np.mean(times)) if times else 0.0
 
     def torch_threads(self, processes: int) -> int:
         return self.config.torch_threads or max(1, usable_cores() // max(1, processes))

@@ -59,6 +59,7 @@ class _Runner:
         self.learners = learners
         self.config = (config or RunConfig()).validate()
         self.plan = RunPlan(env, learners, self.config, one_actor=self.kind == "sequential")
+        self.config = self.plan.config  # with any "auto" option resolved (plan.resolve_auto)
         self.resume_dir: RunDirectory | None = None
         self._resumed_steps: dict[str, int] = {}
         self._resumed_updates: dict[str, int] = {}

@@ -142,6 +142,73 @@ def test_bad_actor_options_fail_before_anything_starts(options, message):
         RunConfig(**options).validate()
 
 
+def slow_connect_four():
+    """connect_four whose every step takes 2 ms more (an env-dominated case for env_workers="auto")."""
+    import time
+
+    from pettingzoo.classic import connect_four_v3
+    from pettingzoo.utils import BaseWrapper
+
+    class Slow(BaseWrapper):
+        def step(self, action):
+            time.sleep(0.002)
+            super().step(action)
+
+    return Slow(connect_four_v3.env())
+
+
+def test_auto_options_share_out_the_cores_learners_first(monkeypatch):
+    """actors="auto": the cores the learner hosts and the evaluator leave; env_workers="auto": what is still
+    left, only for an env slow enough; 1 actor where several cannot run; every choice says why."""
+    from pzasync import plan as plan_module
+    from pzasync.plan import RunPlan
+
+    monkeypatch.setattr(plan_module, "usable_cores", lambda: 8)
+    auto = {"actors": "auto", "envs_per_actor": "auto", "env_workers": "auto"}
+    independent = RunPlan(C4, "dqn", RunConfig(**auto))  # two learning units: two learner hosts
+    assert (independent.actors, independent.envs_per_actor, independent.config.env_workers) == (6, 8, 0)
+    assert independent.config.actors == 6 and "2 for learner hosts" in independent.auto["actors"]
+    assert "no core left" in independent.auto["env_workers"]
+    with_evaluator = RunPlan(C4, {"player_0": "dqn", "player_1": "random"}, RunConfig(**auto, eval_vs="random"))
+    assert with_evaluator.actors == 6 and "1 for the evaluator" in with_evaluator.auto["actors"]  # 8 - 1 - 1
+    league = RunPlan(C4, "dqn", RunConfig(**auto, league={"*": "latest=1"}))
+    assert league.actors == 1 and league.auto["actors"] == "1 (1 with a league)"
+    # One actor, 5 cores left: workers only where a step is slow enough to pay.
+    fast = RunPlan(C4, "dqn", RunConfig(actors=1, envs_per_actor=4, env_workers="auto"))
+    assert fast.config.env_workers == 0 and "workers would not pay" in fast.auto["env_workers"]
+    slow = RunPlan(slow_connect_four, "dqn", RunConfig(actors=1, envs_per_actor=4, env_workers="auto"))
+    assert slow.config.env_workers == 4 and "5 cores left" in slow.auto["env_workers"]  # at most one per copy
+    sequential = SequentialRunner(C4, "dqn", RunConfig(**auto))
+    assert sequential.plan.actors == 1 and sequential.plan.envs_per_actor == 8
+    assert sequential.config.actors == 1 and "sequential runner" in sequential.plan.auto["actors"]
+    monkeypatch.setattr(plan_module, "usable_cores", lambda: 2)  # this machine: a core each
+    assert RunPlan(C4, "dqn", RunConfig(**auto, learner_processes=1)).actors == 1
+
+
+@pytest.mark.parametrize("options, message", [
+    ({"actors": "many"}, r"option actors='many': must be an integer >= 1 or 'auto'"),
+    ({"env_workers": "auto!"}, r"option env_workers='auto!': must be an integer >= 0 .* or 'auto'"),
+    ({"envs_per_actor": "8"}, r"option envs_per_actor='8': must be an integer >= 1"),
+])
+def test_bad_auto_options_are_named(options, message):
+    with pytest.raises(ConfigError, match=message):
+        RunConfig(**options).validate()
+
+
+@pytest.mark.timeout(180)
+def test_an_auto_actor_count_runs_that_many_actors(monkeypatch, tmp_path):
+    from pzasync import plan as plan_module
+
+    monkeypatch.setattr(plan_module, "usable_cores", lambda: 3)  # one learner host: 2 cores for actors
+    run = AsyncRunner(C4, {"player_0": ("dqn", {"learning_starts": 100}), "player_1": "random"},
+                      RunConfig(seed=1, actors="auto", out_dir=str(tmp_path)))
+    result = run.run(agent_steps=1_000)
+    assert result.actors == 2 and result.agent_steps == 1_000
+    saved = json.loads((Path(result.run_dir) / "run.json").read_text())["config"]
+    assert saved["actors"] == 2  # the run directory records the number, not "auto"
+    assert not [name for name, _run, pid in list_segments() if pid == os.getpid()]
+
+
 def test_the_sequential_runner_steps_the_same_copies_in_one_actor():
     run = SequentialRunner(C4, "dqn", RunConfig(actors=3, envs_per_actor=2))
     assert run.plan.actors == 1 and run.plan.envs_per_actor == 6 and run.plan.tracks("player_0") == 6

@@ -37,10 +37,12 @@ def test_train_then_eval_on_a_tiny_budget(tmp_path):
     result = runner.invoke(main, ["train", "pettingzoo.classic.tictactoe_v3", "--steps", "1500", "--runner",
                                   "sequential", "--learner", "dqn,learning_starts=200", "--learner-for",
                                   "player_2=random", "--out", str(tmp_path), "--eval-episodes", "30",
-                                  "--eval-every", "0"],
+                                  "--eval-every", "0", "--actors", "auto", "--env-workers", "auto"],
                            env={"COLUMNS": "250"})
     assert result.exit_code == 0, result.output
     assert "1,500 agent steps" in result.output and "player_1" in result.output
+    assert "actors=auto: 1 (1 with the sequential runner)" in result.output  # each auto choice, with why
+    assert "env_workers=auto: 0 (" in result.output
     assert "perfect" in result.output and "untrained" in result.output and "random" in result.output
     (run_dir,) = list(tmp_path.iterdir())
     assert (run_dir / "returns.png").exists() and (run_dir / "checkpoints" / "player_1.pt").exists()
@@ -87,7 +89,8 @@ def test_default_train_is_self_play_in_a_league_scored_on_the_yardstick_in_80_co
     (["--ray-address", "auto"], "--ray-address needs --backend ray"),
     (["--runner", "sequential", "--learner-processes", "2"], "--learner-processes: learner host processes are"),
     (["--learner-processes", "0"], "option learner_processes=0: must be an integer >= 1"),
-], ids=["ray-sequential", "address-without-ray", "hosts-sequential", "hosts-zero"])
+    (["--actors", "many"], "'many' is neither an integer nor 'auto'"),
+], ids=["ray-sequential", "address-without-ray", "hosts-sequential", "hosts-zero", "actors-word"])
 def test_train_refuses_backend_options_that_cannot_go_together(tmp_path, args, message):
     result = CliRunner().invoke(main, ["train", "pettingzoo.classic.tictactoe_v3", "--steps", "100",
                                        "--out", str(tmp_path), *args])

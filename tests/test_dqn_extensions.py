@@ -3,6 +3,7 @@ the dueling head, soft and hard target updates, and the convolutional board tors
 
 from __future__ import annotations
 
+import copy
 import time
 
 import numpy as np
@@ -249,6 +250,34 @@ def test_one_step_is_exactly_the_old_one_step_target():
         buf.unlink()
 
 
+def test_clipped_double_bootstraps_from_the_lower_of_the_two_networks_values():
+    """clipped_double: the online network still picks the next action; its value is the smaller of the
+    target's and the online network's, so it is never above plain double DQN's and equals the online value
+    where the online network is the lower one."""
+    plain, clipped = dqn(gamma=0.9), dqn(gamma=0.9, clipped_double=True)
+    torch.manual_seed(5)
+    with torch.no_grad():  # two unrelated networks: each is the lower one on some rows
+        for net in (plain.q, plain.target):
+            for p in net.parameters():
+                p.copy_(torch.randn_like(p) * 0.3)
+    clipped.q.load_state_dict(plain.q.state_dict())
+    clipped.target.load_state_dict(plain.target.state_dict())
+    rng = np.random.default_rng(3)
+    batch = {"next_obs": rng.normal(size=(64, 4)).astype(np.float32), "reward": rng.normal(size=64).astype(np.float32),
+             "terminated": np.arange(64) % 7 == 6, "next_action_mask": rng.random((64, 3)) < 0.7}
+    batch["next_action_mask"][:, 0] = True
+    with torch.no_grad():
+        nxt = {"obs": torch.as_tensor(batch["next_obs"])}
+        online, target = plain.q(nxt), plain.target(nxt)
+        best = online.masked_fill(~torch.as_tensor(batch["next_action_mask"]), -1e9).argmax(1, keepdim=True)
+        lower = torch.minimum(online.gather(1, best), target.gather(1, best)).squeeze(1)
+        alive = 1 - torch.as_tensor(batch["terminated"]).float()
+        by_hand = torch.as_tensor(batch["reward"]) + 0.9 * alive * lower
+    got, double = clipped.compute_targets(batch), plain.compute_targets(batch)
+    torch.testing.assert_close(got, by_hand, rtol=0, atol=1e-6)
+    assert (got <= double + 1e-6).all() and (got < double - 1e-4).any() and (got == double).any()
+
+
 def test_runners_sample_through_the_learner_hook():
     config = RunConfig(seed=0, agent_groups={"both": ["p*"]}, sequential_replay_ratio=0.5)
     learners = {"both": ("dqn", {"n_step": 3, "learning_starts": 16, "batch_size": 8, "hidden": [8]})}
@@ -315,7 +344,8 @@ def test_hard_target_update_copies_only_every_interval():
 
 @pytest.mark.parametrize("options, key", [({"n_step": 0}, "n_step"), ({"target_tau": 0.0}, "target_tau"),
                                           ({"target_tau": 1.5}, "target_tau"), ({"torso": "resnet"}, "torso"),
-                                          ({"dueling": "yes"}, "dueling")])
+                                          ({"dueling": "yes"}, "dueling"),
+                                          ({"clipped_double": 1}, "clipped_double")])
 def test_bad_extension_options_are_refused_naming_them(options, key):
     with pytest.raises(ConfigError, match=key):
         dqn(**options)
@@ -462,3 +492,29 @@ def test_mirror_is_refused_where_actions_are_not_the_board_columns():
         dqn(BOARD, mirror="yes")
     learner = dqn(BOARD, mirror=True, batch_size=8)
     assert learner.config["mirror"] is True
+
+
+@pytest.mark.parametrize("learner_cls, layout", [(DQNLearner, BOARD), (PPOLearner, VEC)])
+def test_fused_adam_takes_the_plain_adam_steps_and_resumes_old_optimiser_state(learner_cls, layout):
+    """networks.adam (torch's fused kernel) moves the parameters as plain Adam does, step after step, and a
+    checkpoint whose optimiser state was saved by plain Adam loads and keeps stepping the same way."""
+    learner = learner_cls(LearnerContext(layout.agent, layout, {}, "cpu", 0))
+    params = [p for p in learner.policy.parameters()]
+    plain_params = [p.detach().clone().requires_grad_(True) for p in params]
+    initial = [p.detach().clone() for p in params]
+    plain = torch.optim.Adam(plain_params, lr=1e-3)
+    fused = networks.adam(params, 1e-3)
+    assert fused.defaults["fused"] is True and learner.optimizer.defaults["fused"] is True
+    rng = torch.Generator().manual_seed(0)
+    for step in range(6):
+        if step == 3:  # the plain optimiser's state, as an old checkpoint holds it, into a new fused one
+            fused = networks.adam(params, 1e-3)
+            fused.load_state_dict(copy.deepcopy(plain.state_dict()))  # a checkpoint holds its own tensors
+        grads = [torch.randn(p.shape, generator=rng) for p in params]
+        for p, q, g in zip(params, plain_params, grads):
+            p.grad, q.grad = g.clone(), g.clone()
+        fused.step()
+        plain.step()
+        for p, q in zip(params, plain_params):
+            torch.testing.assert_close(p, q, rtol=1e-5, atol=1e-6)
+    assert min((p - p0).abs().max().item() for p, p0 in zip(params, initial)) > 1e-3  # every tensor moved

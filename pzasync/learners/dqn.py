@@ -23,7 +23,7 @@ from torch import nn
 from ..errors import UnsupportedSpaceError
 from ..spaces import AgentLayout
 from .base import Batch, Learner, LearnerContext, Option, Policy, trajectory_ids
-from .networks import ACTIVATIONS, TORSOS, Encoder, explore_uniformly, masked_logits, mlp, obs_tensors
+from .networks import ACTIVATIONS, TORSOS, Encoder, explore_uniformly, adam, masked_logits, mlp, obs_tensors
 
 
 def check_options(agent: str, config: dict[str, Any]) -> None:
@@ -46,8 +46,9 @@ def check_options(agent: str, config: dict[str, Any]) -> None:
         bad("target_tau", "must be a number in (0, 1]")
     if config.get("torso", "auto") not in TORSOS:
         bad("torso", f"must be one of {list(TORSOS)}")
-    if not isinstance(config.get("mirror", False), (bool, np.bool_)):
-        bad("mirror", "must be True or False")
+    for key in ("mirror", "clipped_double"):
+        if not isinstance(config.get(key, False), (bool, np.bool_)):
+            bad(key, "must be True or False")
 
 
 def check_mirror(layout: AgentLayout) -> None:
@@ -232,6 +233,8 @@ class DQNLearner(Learner):
         "n_step": 1, "dueling": False, "target_tau": 1.0, "torso": "auto",
         # Train on left-right mirror images of half of each batch (board games played by column).
         "mirror": False,
+        # Bootstrap from min(target, online) value of the chosen next action (against overestimation).
+        "clipped_double": False,
     }
 
     #: Checked by `Learner.validate_config` (with the base's batch_size >= 1 and learning_starts >= 0).
@@ -242,7 +245,7 @@ class DQNLearner(Learner):
         "max_grad_norm": Option(float, gt=0), "hidden": Option(list, item=Option(int, ge=1)),
         "activation": Option(str, choices=tuple(ACTIVATIONS)), "double": Option(bool),
         "n_step": Option(int, ge=1), "dueling": Option(bool), "target_tau": Option(float, gt=0, le=1),
-        "torso": Option(str, choices=TORSOS), "mirror": Option(bool),
+        "torso": Option(str, choices=TORSOS), "mirror": Option(bool), "clipped_double": Option(bool),
     }
 
     def __init__(self, ctx: LearnerContext) -> None:
@@ -252,7 +255,7 @@ class DQNLearner(Learner):
         self.q = self.build_policy(ctx.layout, self.config).to(self.device)
         self.target = copy.deepcopy(self.q)
         self.target.requires_grad_(False)
-        self.optimizer = torch.optim.Adam(self.q.parameters(), lr=float(self.config["lr"]))
+        self.optimizer = adam(self.q.parameters(), float(self.config["lr"]))
         self.updates = 0
         self.n_step = int(self.config["n_step"])
         self.tau = float(self.config["target_tau"])
@@ -297,6 +300,8 @@ class DQNLearner(Learner):
             chooser = self.q(next_obs) if self.config["double"] else target_q
             best = masked_logits(chooser, next_mask).argmax(dim=1, keepdim=True)
             next_q = target_q.gather(1, best).squeeze(1)
+            if self.config.get("clipped_double", False):  # the lower of the two networks' values of that action
+                next_q = torch.minimum(next_q, chooser.gather(1, best).squeeze(1))
             if next_mask is not None:
                 next_q = next_q * torch.as_tensor(np.any(next_mask, axis=1), device=dev, dtype=torch.float32)
             reward = torch.as_tensor(batch["reward"], device=dev, dtype=torch.float32)

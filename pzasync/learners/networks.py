@@ -263,6 +263,13 @@ def check_activation(agent: str, name: Any) -> None:
         raise ConfigError(f"agent {agent!r}: activation must be one of {sorted(ACTIVATIONS)}, got {name!r}")
 
 
+def adam(parameters: Any, lr: float, **options: Any) -> torch.optim.Adam:
+    """Adam with torch's fused kernel: one pass over all parameters instead of about ten small ops per
+    tensor. The learners' networks are small, so per-op overhead is most of a step (0.47 against about
+    0.15 ms per DQN update on the connect four network, one CPU thread; docs/learners.md)."""
+    return torch.optim.Adam(parameters, lr=lr, fused=True, **options)
+
+
 def masked_logits(logits: torch.Tensor, mask: Any) -> torch.Tensor:
     """Illegal actions get a very negative logit: never chosen, and no NaN even if a row has no legal action."""
     if mask is None:

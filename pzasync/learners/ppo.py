@@ -20,7 +20,7 @@ from torch import nn
 from ..errors import UnsupportedSpaceError
 from ..spaces import AgentLayout
 from .base import Batch, Learner, LearnerContext, Option, Policy, trajectory_ids
-from .networks import ACTIVATIONS, TORSOS, Encoder, masked_logits, mlp, obs_tensors
+from .networks import ACTIVATIONS, TORSOS, Encoder, adam, masked_logits, mlp, obs_tensors
 
 Dist = torch.distributions.Distribution
 _HALF_LOG_2PI = 0.5 * float(np.log(2 * np.pi))
@@ -130,7 +130,7 @@ class PPOLearner(Learner):
         torch.manual_seed(ctx.seed)
         self.device = torch.device(ctx.device)
         self.net = self.build_policy(ctx.layout, self.config).to(self.device)
-        self.optimizer = torch.optim.Adam(self.net.parameters(), lr=float(self.config["lr"]), eps=1e-5)
+        self.optimizer = adam(self.net.parameters(), float(self.config["lr"]), eps=1e-5)
         self.rng = np.random.default_rng(ctx.seed)
 
     @classmethod
