@@ -359,6 +359,16 @@ class SharedRingBuffer:
                 batch[name][bad] = values
         raise PzasyncError(f"buffer {self.name!r}: could not sample untorn rows in {max_attempts} attempts")
 
+    def gather_logical(self, logical: np.ndarray) -> tuple[dict[str, np.ndarray], np.ndarray]:
+        """The rows holding the given logical transitions (indices into everything written), for samplers
+        that choose rows themselves (DQN's prioritized replay). Returns `(batch, valid)`: a row is valid only
+        if it held exactly that transition, complete, before and after the copy; invalid rows (not written
+        yet, being written, overwritten by a later lap) must not be used."""
+        logical = np.asarray(logical, dtype=np.int64)
+        before, batch, after = self._gather(logical % self.capacity)
+        expected = 2 * logical + 2
+        return batch, (before == expected) & (after == expected)
+
     def sample_windows(
         self, batch_size: int, window: int, rng: np.random.Generator, max_attempts: int = 1000
     ) -> tuple[dict[str, np.ndarray], np.ndarray]:

@@ -518,3 +518,99 @@ def test_fused_adam_takes_the_plain_adam_steps_and_resumes_old_optimiser_state(l
         for p, q in zip(params, plain_params):
             torch.testing.assert_close(p, q, rtol=1e-5, atol=1e-6)
     assert min((p - p0).abs().max().item() for p, p0 in zip(params, initial)) > 1e-3  # every tensor moved
+
+
+# ------------------------------------------------------------------------------- prioritized replay
+def test_prioritized_replay_draws_rows_by_priority_and_weights_them_back():
+    """Rows are drawn in proportion to their priority, and each row's loss weight is (N P)^-beta over the
+    batch's largest; new rows enter with the top priority; a row the actor overwrote takes its new row's."""
+    from pzasync.learners.prioritized import ALPHA, BETA, EPSILON, PrioritizedReplay
+
+    buf = SharedRingBuffer.create(VEC, 8)
+    try:
+        for i in range(8):
+            write(buf, i, i + 1, 0.0)
+        replay = PrioritizedReplay(buf.capacity)
+        rng = np.random.default_rng(0)
+        first = replay.sample(buf, 4, rng)
+        assert (replay.priority == 1.0).all() and (first["weight"] == 1.0).all()  # all new: uniform
+        errors = np.array([0.0, 1.0, 3.0, 0.0, 0.0, 0.0, 0.0, 7.0])
+        replay.update(np.arange(8), errors, buf.written)
+        expected = (errors + EPSILON) ** ALPHA
+        np.testing.assert_allclose(replay.priority, expected)
+        counts = np.zeros(8)
+        for _ in range(400):
+            batch = replay.sample(buf, 50, rng)
+            np.add.at(counts, batch["logical"], 1)
+            assert np.array_equal(batch["obs"][:, 0].astype(int), batch["logical"])  # row i holds obs i
+            probability = expected[batch["logical"]] / expected.sum()
+            weight = (8 * probability) ** -BETA
+            np.testing.assert_allclose(batch["weight"], weight / weight.max(), rtol=1e-5)
+        np.testing.assert_allclose(counts / counts.sum(), expected / expected.sum(), atol=0.01)
+        top = replay.top
+        assert top == pytest.approx((7.0 + EPSILON) ** ALPHA)
+        write(buf, 100, 101, 0.0)  # logical 8 overwrites row 0 (priority ~0: never drawn until now)
+        batch = replay.sample(buf, 2000, rng)
+        assert replay.priority[0] == top and 8 in batch["logical"] and 0 not in batch["logical"]
+        assert (batch["obs"][batch["logical"] == 8, 0] == 100).all()
+        replay.update(np.array([0, 8]), np.array([5.0, 2.0]), buf.written)  # logical 0 is gone: untouched
+        assert replay.priority[0] == pytest.approx((2.0 + EPSILON) ** ALPHA)
+    finally:
+        buf.close()
+        buf.unlink()
+
+
+def test_gather_logical_marks_rows_a_later_lap_overwrote():
+    buf = SharedRingBuffer.create(VEC, 4)
+    try:
+        for i in range(6):
+            write(buf, i, i + 1, 0.0)
+        batch, valid = buf.gather_logical(np.array([0, 1, 2, 5, 6]))
+        assert valid.tolist() == [False, False, True, True, False]  # 0, 1 overwritten by 4, 5; 6 not written
+        assert batch["obs"][2:4, 0].tolist() == [2, 5]
+    finally:
+        buf.close()
+        buf.unlink()
+
+
+def test_a_prioritized_dqn_update_sets_the_replayed_rows_priorities_from_their_errors():
+    from pzasync.learners.prioritized import ALPHA, EPSILON
+
+    buf = SharedRingBuffer.create(VEC, 64)
+    try:
+        rng = np.random.default_rng(1)
+        for i in range(40):
+            write(buf, i, i + 1, rng.normal(), terminated=i % 5 == 4)
+        learner = dqn(prioritized=True, batch_size=16, gamma=0.9)
+        batch = learner.sample(buf, np.random.default_rng(0))
+        assert {"weight", "logical"} <= set(batch) and len(batch["logical"]) == 16
+        with torch.no_grad():
+            target = learner.compute_targets(batch)
+            index = torch.as_tensor(batch["action"]).reshape(-1, 1)
+            q = learner.q({"obs": torch.as_tensor(batch["obs"])}).gather(1, index).squeeze(1)
+        learner.update(batch)
+        rows = batch["logical"] % 64
+        np.testing.assert_allclose(learner.replay.priority[rows], (np.abs((target - q).numpy()) + EPSILON) ** ALPHA,
+                                   rtol=1e-5)
+        untouched = np.setdiff1d(np.arange(40), batch["logical"])
+        assert (learner.replay.priority[untouched] == 1.0).all()
+    finally:
+        buf.close()
+        buf.unlink()
+
+
+def test_prioritized_replay_is_refused_where_it_cannot_work():
+    with pytest.raises(ConfigError, match=r"prioritized.*one-step targets only"):
+        dqn(prioritized=True, n_step=3)
+    from pzasync.shards import ShardedBuffer
+
+    shards = [SharedRingBuffer.create(VEC, 8) for _ in range(2)]
+    try:
+        for shard in shards:
+            write(shard, 1, 2, 0.0)
+        with pytest.raises(ConfigError, match=r"prioritized=True needs the learner to read one buffer"):
+            dqn(prioritized=True).sample(ShardedBuffer(shards), np.random.default_rng(0))
+    finally:
+        for shard in shards:
+            shard.close()
+            shard.unlink()

@@ -6,8 +6,9 @@ Targets bootstrap through truncation, never through termination, and only over l
 
 Options beyond the basics: `n_step` returns (sampled as windows of consecutive buffer rows, followed along one
 agent's trajectory: see `nstep_batch`), a `dueling` head, soft (`target_tau` < 1) or hard target updates,
-the observation `torso` ("auto", "mlp", "cnn"; see networks.leaf_kind), and `mirror`: left-right mirror
-images of sampled transitions, for board games whose actions are the board's columns (`mirror_batch`).
+the observation `torso` ("auto", "mlp", "cnn"; see networks.leaf_kind), `mirror`: left-right mirror
+images of sampled transitions, for board games whose actions are the board's columns (`mirror_batch`),
+`clipped_double` targets and `prioritized` replay (prioritized.py).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from ..errors import UnsupportedSpaceError
 from ..spaces import AgentLayout
 from .base import Batch, Learner, LearnerContext, Option, Policy, trajectory_ids
 from .networks import ACTIVATIONS, TORSOS, Encoder, explore_uniformly, adam, masked_logits, mlp, obs_tensors
+from .prioritized import PrioritizedReplay
 
 
 def check_options(agent: str, config: dict[str, Any]) -> None:
@@ -46,9 +48,11 @@ def check_options(agent: str, config: dict[str, Any]) -> None:
         bad("target_tau", "must be a number in (0, 1]")
     if config.get("torso", "auto") not in TORSOS:
         bad("torso", f"must be one of {list(TORSOS)}")
-    for key in ("mirror", "clipped_double"):
+    for key in ("mirror", "clipped_double", "prioritized"):
         if not isinstance(config.get(key, False), (bool, np.bool_)):
             bad(key, "must be True or False")
+    if config.get("prioritized", False) and n != 1:
+        bad("prioritized", "works with one-step targets only (n_step=1)")
 
 
 def check_mirror(layout: AgentLayout) -> None:
@@ -235,6 +239,8 @@ class DQNLearner(Learner):
         "mirror": False,
         # Bootstrap from min(target, online) value of the chosen next action (against overestimation).
         "clipped_double": False,
+        # Replay rows in proportion to their last TD error (learners/prioritized.py); one-step targets only.
+        "prioritized": False,
     }
 
     #: Checked by `Learner.validate_config` (with the base's batch_size >= 1 and learning_starts >= 0).
@@ -246,6 +252,7 @@ class DQNLearner(Learner):
         "activation": Option(str, choices=tuple(ACTIVATIONS)), "double": Option(bool),
         "n_step": Option(int, ge=1), "dueling": Option(bool), "target_tau": Option(float, gt=0, le=1),
         "torso": Option(str, choices=TORSOS), "mirror": Option(bool), "clipped_double": Option(bool),
+        "prioritized": Option(bool),
     }
 
     def __init__(self, ctx: LearnerContext) -> None:
@@ -261,6 +268,9 @@ class DQNLearner(Learner):
         self.tau = float(self.config["target_tau"])
         #: Buffer rows read after each sampled row for n-step returns (0 when n_step is 1).
         self.window = nstep_window(self.n_step, ctx.tracks)
+        #: With `prioritized`: the rows' priorities (built at the first sample, when the buffer is known).
+        self.replay: PrioritizedReplay | None = None
+        self._buffer: Any = None
 
     @classmethod
     def check_spaces(cls, layout: AgentLayout) -> None:
@@ -279,15 +289,27 @@ class DQNLearner(Learner):
         return self.q
 
     def sample(self, buffer: Any, rng: np.random.Generator) -> Batch:
-        """One-step rows (`buffer.sample`) or, with n_step > 1, n-step transitions from windows of rows; with
-        `mirror`, half of them mirrored."""
-        if self.n_step == 1:
+        """One-step rows (`buffer.sample`, or drawn by priority with `prioritized`) or, with n_step > 1,
+        n-step transitions from windows of rows; with `mirror`, half of them mirrored."""
+        if self.config["prioritized"]:
+            batch = self._sample_prioritized(buffer, rng)
+        elif self.n_step == 1:
             batch = buffer.sample(self.batch_size, rng)
         else:
             window, valid = buffer.sample_windows(self.batch_size, min(self.window, buffer.capacity - 1), rng)
             keys = [name for name in window if name == "obs" or name.startswith("obs/")]
             batch = nstep_batch(window, valid, self.n_step, float(self.config["gamma"]), keys, self.ctx.tracks > 1)
         return mirror_batch(batch, rng, self.q.start) if self.config["mirror"] else batch
+
+    def _sample_prioritized(self, buffer: Any, rng: np.random.Generator) -> Batch:
+        if not hasattr(buffer, "gather_logical"):
+            from ..errors import ConfigError
+
+            raise ConfigError(f"agent {self.ctx.agent!r}: DQN option prioritized=True needs the learner to read one "
+                              f"buffer (one actor, shared memory); this learner reads a {type(buffer).__name__}")
+        if self.replay is None:
+            self.replay, self._buffer = PrioritizedReplay(buffer.capacity), buffer
+        return self.replay.sample(buffer, self.batch_size, rng)
 
     def compute_targets(self, batch: Batch) -> torch.Tensor:
         """r + gamma * Q_target(s', argmax over legal a' of Q_online(s', a')), with no bootstrap after a
@@ -316,13 +338,19 @@ class DQNLearner(Learner):
         if self.q.start:
             index = index - self.q.start
         q = self.q(obs_tensors(batch, self.ctx.layout, "obs", self.device)).gather(1, index).squeeze(1)
-        loss = nn.functional.smooth_l1_loss(q, target)
+        if "weight" in batch:  # prioritized replay: importance-sampling weights per row
+            weight = torch.as_tensor(batch["weight"], device=self.device)
+            loss = (weight * nn.functional.smooth_l1_loss(q, target, reduction="none")).mean()
+        else:
+            loss = nn.functional.smooth_l1_loss(q, target)
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
         grad_norm = nn.utils.clip_grad_norm_(self.q.parameters(), float(self.config["max_grad_norm"]))
         self.optimizer.step()
         self.updates += 1
         self.update_target()
+        if self.replay is not None and "logical" in batch:
+            self.replay.update(batch["logical"], (target - q.detach()).cpu().numpy(), int(self._buffer.written))
         metrics = {"loss": float(loss.detach()), "q_mean": float(q.detach().mean()),
                    "target_mean": float(target.mean()), "grad_norm": float(grad_norm)}
         if "nstep" in batch:
