@@ -115,7 +115,7 @@ def resolve_auto(config: RunConfig, plan: RunPlan, *, one_actor: bool) -> RunCon
     cores = usable_cores()
     # Ray: one actor per learning unit (on this node or another; counted here).
     learner_cores = (0 if one_actor else len(plan.learning) if config.backend != "shm"
-                     else len(plan.learner_hosts(config)))
+                     else len(plan.learner_hosts()))
     evaluator = 1 if config.eval_vs else 0
     left = cores - learner_cores - evaluator
     taken = f"{cores} usable cores, {learner_cores} for learner hosts" + (", 1 for the evaluator" if evaluator else "")
@@ -369,12 +369,11 @@ class RunPlan:
             unit.layout, self.shard_capacity(unit), self._buffer_extras(unit), obs_storage=self.config.obs_storage,
             tracks=self.tracks(unit.agent))
 
-    def learner_hosts(self, config: RunConfig | None = None) -> list[list[str]]:
+    def learner_hosts(self) -> list[list[str]]:
         """The learning units of each learner host process (RunConfig.learner_processes, by default one per
         core beyond the actor's), dealt out in turn."""
         units = [p.agent for p in self.learning]
-        config = config or self.config
-        wanted = config.learner_processes or max(1, usable_cores() - 1)  # a core for the actor
+        wanted = self.config.learner_processes or max(1, usable_cores() - 1)  # a core for the actor
         hosts = max(1, min(len(units), wanted))
         return [units[h::hosts] for h in range(hosts)] if units else []
 

@@ -530,17 +530,17 @@ def test_prioritized_replay_draws_rows_by_priority_and_weights_them_back():
     try:
         for i in range(8):
             write(buf, i, i + 1, 0.0)
-        replay = PrioritizedReplay(buf.capacity)
+        replay = PrioritizedReplay(buf)
         rng = np.random.default_rng(0)
-        first = replay.sample(buf, 4, rng)
+        first = replay.sample(4, rng)
         assert (replay.priority == 1.0).all() and (first["weight"] == 1.0).all()  # all new: uniform
         errors = np.array([0.0, 1.0, 3.0, 0.0, 0.0, 0.0, 0.0, 7.0])
-        replay.update(np.arange(8), errors, buf.written)
+        replay.update(np.arange(8), errors)
         expected = (errors + EPSILON) ** ALPHA
         np.testing.assert_allclose(replay.priority, expected)
         counts = np.zeros(8)
         for _ in range(400):
-            batch = replay.sample(buf, 50, rng)
+            batch = replay.sample(50, rng)
             np.add.at(counts, batch["logical"], 1)
             assert np.array_equal(batch["obs"][:, 0].astype(int), batch["logical"])  # row i holds obs i
             probability = expected[batch["logical"]] / expected.sum()
@@ -550,10 +550,10 @@ def test_prioritized_replay_draws_rows_by_priority_and_weights_them_back():
         top = replay.top
         assert top == pytest.approx((7.0 + EPSILON) ** ALPHA)
         write(buf, 100, 101, 0.0)  # logical 8 overwrites row 0 (priority ~0: never drawn until now)
-        batch = replay.sample(buf, 2000, rng)
+        batch = replay.sample(2000, rng)
         assert replay.priority[0] == top and 8 in batch["logical"] and 0 not in batch["logical"]
         assert (batch["obs"][batch["logical"] == 8, 0] == 100).all()
-        replay.update(np.array([0, 8]), np.array([5.0, 2.0]), buf.written)  # logical 0 is gone: untouched
+        replay.update(np.array([0, 8]), np.array([5.0, 2.0]))  # logical 0 is gone: untouched
         assert replay.priority[0] == pytest.approx((2.0 + EPSILON) ** ALPHA)
     finally:
         buf.close()

@@ -270,7 +270,6 @@ class DQNLearner(Learner):
         self.window = nstep_window(self.n_step, ctx.tracks)
         #: With `prioritized`: the rows' priorities (built at the first sample, when the buffer is known).
         self.replay: PrioritizedReplay | None = None
-        self._buffer: Any = None
 
     @classmethod
     def check_spaces(cls, layout: AgentLayout) -> None:
@@ -308,8 +307,8 @@ class DQNLearner(Learner):
             raise ConfigError(f"agent {self.ctx.agent!r}: DQN option prioritized=True needs the learner to read one "
                               f"buffer (one actor, shared memory); this learner reads a {type(buffer).__name__}")
         if self.replay is None:
-            self.replay, self._buffer = PrioritizedReplay(buffer.capacity), buffer
-        return self.replay.sample(buffer, self.batch_size, rng)
+            self.replay = PrioritizedReplay(buffer)
+        return self.replay.sample(self.batch_size, rng)
 
     def compute_targets(self, batch: Batch) -> torch.Tensor:
         """r + gamma * Q_target(s', argmax over legal a' of Q_online(s', a')), with no bootstrap after a
@@ -322,7 +321,7 @@ class DQNLearner(Learner):
             chooser = self.q(next_obs) if self.config["double"] else target_q
             best = masked_logits(chooser, next_mask).argmax(dim=1, keepdim=True)
             next_q = target_q.gather(1, best).squeeze(1)
-            if self.config.get("clipped_double", False):  # the lower of the two networks' values of that action
+            if self.config["clipped_double"]:  # the lower of the two networks' values of that action
                 next_q = torch.minimum(next_q, chooser.gather(1, best).squeeze(1))
             if next_mask is not None:
                 next_q = next_q * torch.as_tensor(np.any(next_mask, axis=1), device=dev, dtype=torch.float32)
@@ -350,7 +349,7 @@ class DQNLearner(Learner):
         self.updates += 1
         self.update_target()
         if self.replay is not None and "logical" in batch:
-            self.replay.update(batch["logical"], (target - q.detach()).cpu().numpy(), int(self._buffer.written))
+            self.replay.update(batch["logical"], (target - q.detach()).cpu().numpy())
         metrics = {"loss": float(loss.detach()), "q_mean": float(q.detach().mean()),
                    "target_mean": float(target.mean()), "grad_norm": float(grad_norm)}
         if "nstep" in batch:

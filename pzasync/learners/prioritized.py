@@ -26,8 +26,9 @@ ALPHA, BETA, EPSILON = 0.6, 0.4, 1e-3
 class PrioritizedReplay:
     """Which rows of one `SharedRingBuffer` to replay next, and with what loss weights."""
 
-    def __init__(self, capacity: int) -> None:
-        self.capacity = int(capacity)
+    def __init__(self, buffer: Any) -> None:
+        self.buffer = buffer
+        self.capacity = int(buffer.capacity)
         self.priority = np.zeros(self.capacity, np.float64)
         self.top = 1.0
         #: Logical transitions written when rows last got their priority.
@@ -41,10 +42,10 @@ class PrioritizedReplay:
             self.priority[rows] = self.top
         self.seen = written
 
-    def sample(self, buffer: Any, batch_size: int, rng: np.random.Generator) -> dict[str, np.ndarray]:
+    def sample(self, batch_size: int, rng: np.random.Generator) -> dict[str, np.ndarray]:
         """A batch drawn by priority, with `weight` (importance-sampling loss weights) and `logical` (which
         transitions, for `update`)."""
-        written = int(buffer.written)
+        written = int(self.buffer.written)
         self._admit_new_rows(written)
         oldest = max(0, written - self.capacity)
         cumulative = np.cumsum(self.priority)
@@ -53,7 +54,7 @@ class PrioritizedReplay:
                           self.capacity - 1)
         # Row r holds the newest logical transition t < written with t % capacity == r.
         logical = written - 1 - ((written - 1 - rows) % self.capacity)
-        batch, valid = buffer.gather_logical(logical)
+        batch, valid = self.buffer.gather_logical(logical)
         weight = (min(written - oldest, self.capacity) * self.priority[rows] / total) ** -BETA
         # A row the actor overwrote while it was copied is dropped (a batch may come out a row or two short).
         keep = np.flatnonzero(valid)
@@ -63,10 +64,10 @@ class PrioritizedReplay:
         batch["logical"] = logical[keep]
         return batch
 
-    def update(self, logical: np.ndarray, td_error: np.ndarray, written: int) -> None:
+    def update(self, logical: np.ndarray, td_error: np.ndarray) -> None:
         """Set the replayed rows' priorities from their TD errors (rows overwritten since are left alone:
         they get the top priority as new rows)."""
-        current = logical >= written - self.capacity
+        current = logical >= int(self.buffer.written) - self.capacity
         rows = logical[current] % self.capacity
         priority = (np.abs(td_error[current]) + EPSILON) ** ALPHA
         self.priority[rows] = priority
