@@ -275,6 +275,9 @@ def check_budget_options(steps: int | None, minutes: float | None) -> None:
               help=f"Opponent mix of every learning agent or group, drawn per episode: KIND=WEIGHT joined by ';', "
                    f"kinds 'latest', 'snapshot' or a player such as 'negamax,depth=2' (docs/league.md). 'none' for "
                    f"no league. Self-play default: {DEFAULT_TRAIN['league']!r}.")
+@click.option("--league-trainee", "league_trainee", multiple=True, metavar="SEAT=WEIGHT",
+              help="How often SEAT is the one that trains in a league game against a snapshot or player, "
+                   "relative to the unit's other seats (1 each unless given; repeatable).")
 @click.option("--vs", "versus", default=None, metavar="PLAYER",
               help="Yardstick to score against while training and at the end: random, one_ply, negamax,depth=N, "
                    "perfect, module:callable or a RUN_DIR. Default: one_ply (connect_four), perfect (tictactoe), "
@@ -307,7 +310,8 @@ def check_budget_options(steps: int | None, minutes: float | None) -> None:
 def train(env_id: str, learner: str, learner_for: tuple[str, ...], env_args: tuple[str, ...],
           groups: tuple[str, ...], runner: str, publish: str, steps: int | None,
           minutes: float | None, replay_ratio: float | None, device: str, seed: int, out_dir: str,
-          self_play: bool | None, league: str | None, versus: str | None, eval_every: float,
+          self_play: bool | None, league: str | None, league_trainee: tuple[str, ...], versus: str | None,
+          eval_every: float,
           eval_episodes: int, backend: str, ray_address: str | None, envs_per_actor: int | str | None,
           env_workers: int | str, actors: int | str, actor_device: str, learner_processes: int | None) -> None:
     """Train every agent of ENV_ID (default: connect_four, both seats sharing one DQN in a self-play league).
@@ -352,8 +356,12 @@ def train(env_id: str, learner: str, learner_for: tuple[str, ...], env_args: tup
         envs_per_actor = DEFAULT_TRAIN["envs_per_actor"] if self_play else 1
     learners = learners_from_options(learner, learner_for)
     league_config = {"*": league} if league is not None and league != "none" else {}
+    trainee_weights = parse_options(league_trainee, "--league-trainee")
+    if trainee_weights and not league_config:
+        raise UserInputError("--league-trainee weighs the seats of a league; give --league too (or --self-play)")
     config = RunConfig(seed=seed, publish_mode=publish, replay_ratio=replay_ratio, device=device, out_dir=out_dir,
                        progress=console.is_terminal, agent_groups=agent_groups, league=league_config,
+                       league_trainee_weights=trainee_weights,
                        eval_vs=yardstick if eval_every > 0 else None, eval_every_s=eval_every or 30.0,
                        backend=backend, ray_address=ray_address, envs_per_actor=envs_per_actor,
                        env_workers=env_workers, actors=actors, actor_device=actor_device,
@@ -365,6 +373,8 @@ def train(env_id: str, learner: str, learner_for: tuple[str, ...], env_args: tup
         f"{a}={p.learner_name}" + (f" (group {p.unit})" if p.unit != a else "") for a, p in run.plan.agents.items())
         + (f"; learner {learner}" if not learner_for else "")
         + (f"; league {league}" if league_config else "")
+        + (" (trainee weights " + ", ".join(f"{k}={v:g}" for k, v in trainee_weights.items()) + ")"
+           if trainee_weights else "")
         + (f"; {run.plan.envs_per_actor} env copies" if run.plan.envs_per_actor > 1 else "")
         + (f" per actor, {run.plan.actors} actor processes" if run.plan.actors > 1 else "")
         + (f", {run.plan.config.env_workers} env workers" if run.plan.config.env_workers else "")

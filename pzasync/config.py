@@ -118,6 +118,10 @@ class RunConfig:
     league_pool_size: int = 20
     #: ... one taken every this many of the unit's own decisions (at the next episode start).
     league_snapshot_every: int = 10_000
+    #: Which seat of a league unit is the trainee of a non-`latest` game: seat -> relative weight (seats not
+    #: named weigh 1), e.g. {"player_1": 4.0} trains the second seat four times as often as the first against
+    #: snapshots and players. Empty: uniform over the unit's members.
+    league_trainee_weights: dict[str, float] = field(default_factory=dict)
     #: Evaluation while training (docs/running.md): a separate, low-priority process plays each learning
     #: agent's newest published policy, greedily, against this yardstick ("random", "one_ply", "negamax,
     #: depth=2", "perfect", "module:callable" or another run's directory) every `eval_every_s` seconds, for
@@ -196,6 +200,11 @@ class RunConfig:
 
         for unit, mix in self.league.items():
             parse_mix(unit, mix)
+        weights = self.league_trainee_weights
+        if not isinstance(weights, dict) or not all(
+                isinstance(k, str) and isinstance(v, (int, float)) and not isinstance(v, bool)
+                and math.isfinite(v) and v >= 0 for k, v in weights.items()):
+            bad("league_trainee_weights", "must be a dict of seat (agent name) -> weight, a number >= 0")
         if self.eval_vs is not None and (not isinstance(self.eval_vs, str) or not self.eval_vs):
             bad("eval_vs", "must be a yardstick player spec, a run directory, or None")
         for name in ("process_timeout_s", "heartbeat_timeout_s", "eval_every_s"):

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 import numpy as np
+from gymnasium import spaces
 
 from .collect import run_episodes
 from .environments import EnvSpec
@@ -101,12 +102,17 @@ def policy_actor(policy: Any, layout: AgentLayout, explore: bool = False) -> Act
 
 
 def random_actor(env: Any, seed: int) -> ActFn:
-    """Uniform over legal actions (or the action space)."""
+    """Uniform over legal actions (or the action space). Mask entry i is action `start + i` of a Discrete space."""
     rng = np.random.default_rng(seed)
+    starts: dict[str, int] = {}  # per agent, looked up once: this is the bench's env-alone reference loop
 
     def act(agent: str, obs: Any, mask: np.ndarray | None) -> Any:
         if mask is not None and mask.any():
-            return int(rng.choice(np.flatnonzero(mask)))
+            start = starts.get(agent)
+            if start is None:
+                space = env.action_space(agent)
+                start = starts[agent] = int(space.start) if isinstance(space, spaces.Discrete) else 0
+            return int(rng.choice(np.flatnonzero(mask))) + start
         space = env.action_space(agent)
         space.seed(int(rng.integers(2**31)))
         return space.sample()

@@ -6,7 +6,8 @@ actor asks the `League` for the match:
 
 - ``latest``: nothing changes; every seat acts with its own unit's newest policy and every seat's
   transitions are recorded (plain self-play for a group, plain independent learning otherwise).
-- ``snapshot``: one seat of the unit (the *trainee*, drawn uniformly among its members) acts with the
+- ``snapshot``: one seat of the unit (the *trainee*, drawn uniformly among its members unless
+  `league_trainee_weights` weighs them) acts with the
   newest policy; every other seat acts with a frozen past policy of *its own* unit, drawn from that unit's
   snapshot pool. Only the trainee's transitions are recorded.
 - any non-learning player spec (``"one_ply"``, ``"negamax,depth=2"``, ``"random"``, ``"mypkg.mod:fn"``): the
@@ -218,6 +219,12 @@ class League:
                                  Path(run_dir.path) / "league" if run_dir is not None else None)
         self.ratings = Ratings()
         self.members = {u: (p.members or [u]) for u, p in plan.units.items()}
+        #: Per unit with RunConfig.league_trainee_weights for its seats: cumulative trainee probabilities.
+        self._trainee_tables: dict[str, np.ndarray] = {}
+        for unit in self.mixes:
+            weights = [float(config.league_trainee_weights.get(a, 1.0)) for a in self.members[unit]]
+            if len(set(weights)) > 1:
+                self._trainee_tables[unit] = np.cumsum(weights) / sum(weights)
         self.learning_units = [u for u, p in plan.units.items() if p.learns]
         for unit in self.learning_units:
             self.ratings.add(unit)
@@ -251,7 +258,7 @@ class League:
 
     def _draw(self, unit: str, kind: str) -> Match | None:
         members = self.members[unit]
-        trainee = members[int(self.rng.integers(len(members)))]
+        trainee = self._draw_trainee(unit, members)
         opponents: dict[str, str] = {}
         overrides: dict[str, Any] = {}
         for seat, a in self.acting.items():
@@ -271,6 +278,13 @@ class League:
                 overrides[seat] = self._scripted_policy(seat, kind)
                 opponents[seat] = kind
         return Match(unit, kind, trainee, opponents, overrides)
+
+    def _draw_trainee(self, unit: str, members: list[str]) -> str:
+        """The seat that trains in a non-`latest` game: uniform, or by RunConfig.league_trainee_weights."""
+        cumulative = self._trainee_tables.get(unit)
+        if cumulative is None:
+            return members[int(self.rng.integers(len(members)))]
+        return members[min(int(np.searchsorted(cumulative, self.rng.random(), side="right")), len(members) - 1)]
 
     def _draw_snapshot(self, unit: str, pool: deque[Snapshot]) -> Snapshot:
         """A snapshot of `unit`, uniformly from its pool. With several env copies a drawn snapshot serves the

@@ -295,6 +295,21 @@ class RunPlan:
             for kind in parse_mix(unit, mix):
                 if kind not in (LATEST, SNAPSHOT):
                     self.check_player(kind, seats, f"option league for {unit!r}")
+        self._check_trainee_weights()
+
+    def _check_trainee_weights(self) -> None:
+        """RunConfig.league_trainee_weights names seats of league units, and leaves each unit a seat to train."""
+        weights = self.config.league_trainee_weights
+        seats = {a: unit for unit in self.league for a in (self.units[unit].members or [unit])}
+        for seat in weights:
+            if seat not in seats:
+                raise ConfigError(f"option league_trainee_weights: {seat!r} is not a seat of a unit with a league; "
+                                  f"seats: {sorted(seats)}")
+        for unit in self.league:
+            members = self.units[unit].members or [unit]
+            if not any(weights.get(a, 1.0) > 0 for a in members):
+                raise ConfigError(f"option league_trainee_weights: every seat of {unit!r} ({members}) weighs 0; "
+                                  f"at least one must be > 0")
 
     def _check_backend(self) -> None:
         if self.config.backend == "ray":

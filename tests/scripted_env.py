@@ -85,3 +85,54 @@ class ScriptedEnv(AECEnv):
 
 def env(mask_in_obs: bool = False) -> ScriptedEnv:
     return ScriptedEnv(mask_in_obs)
+
+
+class StartOffsetEnv(AECEnv):
+    """One agent, actions Discrete(3, start=5), one legal action per turn (info["action_mask"], index i is action
+    5 + i); an illegal action raises. Ends after 6 decisions. Checks that mask indices are offset by `start`."""
+
+    metadata = {"name": "start_offset_v0", "render_modes": [], "is_parallelizable": False}
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.possible_agents = ["solo"]
+        self._act_space = spaces.Discrete(3, start=5)
+        self._obs_space = spaces.Box(0, 10, (1,), np.float32)
+
+    def observation_space(self, agent):
+        return self._obs_space
+
+    def action_space(self, agent):
+        return self._act_space
+
+    def _mask(self):
+        mask = np.zeros(3, np.int8)
+        mask[self.turn % 3] = 1
+        return mask
+
+    def observe(self, agent):
+        return np.array([self.turn], np.float32)
+
+    def reset(self, seed=None, options=None):
+        self.agents = ["solo"]
+        self.turn = 0
+        self.rewards = {"solo": 0.0}
+        self._cumulative_rewards = {"solo": 0.0}
+        self.terminations = {"solo": False}
+        self.truncations = {"solo": False}
+        self.infos = {"solo": {"action_mask": self._mask()}}
+        self.agent_selection = "solo"
+
+    def step(self, action):
+        if self.terminations["solo"]:
+            self._was_dead_step(action)
+            return
+        legal = 5 + self.turn % 3
+        if action != legal:
+            raise ValueError(f"illegal action {action}: only {legal} is legal")
+        self._cumulative_rewards["solo"] = 0.0
+        self.turn += 1
+        self.rewards["solo"] = 1.0
+        self.terminations["solo"] = self.turn >= 6
+        self.infos["solo"] = {"action_mask": self._mask()}
+        self._accumulate_rewards()

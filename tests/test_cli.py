@@ -84,6 +84,25 @@ def test_default_train_is_self_play_in_a_league_scored_on_the_yardstick_in_80_co
     assert "8 env copies" in words
 
 
+def test_train_weighs_league_trainee_seats_and_refuses_bad_ones(tmp_path):
+    """--league-trainee SEAT=W reaches RunConfig.league_trainee_weights (run.json, the start line); a seat outside
+    the league, or weights without a league, are refused in one line before anything starts."""
+    import json
+
+    base = ["train", "pettingzoo.classic.tictactoe_v3", "--steps", "600", "--runner", "sequential", "--learner",
+            "dqn,learning_starts=100,hidden=[16]", "--eval-episodes", "0", "--eval-every", "0"]
+    result = CliRunner().invoke(main, [*base, "--out", str(tmp_path / "ok"), "--league-trainee", "player_2=3"])
+    assert result.exit_code == 0, result.output
+    assert "trainee weights player_2=3" in " ".join(result.output.split())
+    (run_dir,) = list((tmp_path / "ok").iterdir())
+    assert json.loads((run_dir / "run.json").read_text())["config"]["league_trainee_weights"] == {"player_2": 3}
+    for args, message in ((["--league-trainee", "player_9=1"], "'player_9' is not a seat of a unit with a league"),
+                          (["--league", "none", "--league-trainee", "player_2=2"], "give --league too")):
+        result = CliRunner().invoke(main, [*base, "--out", str(tmp_path / "bad"), *args])
+        assert result.exit_code == 2 and message in result.output and "Traceback" not in result.output, result.output
+    assert not (tmp_path / "bad").exists() or not any((tmp_path / "bad").iterdir())
+
+
 @pytest.mark.parametrize("args, message", [
     (["--backend", "ray", "--runner", "sequential"], "--backend ray: only the async runner has learners apart"),
     (["--ray-address", "auto"], "--ray-address needs --backend ray"),

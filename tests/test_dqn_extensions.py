@@ -306,6 +306,33 @@ def test_dueling_head_is_value_plus_centred_advantage_and_masks_still_apply():
     assert not hasattr(dqn().q.head, "advantage"), "dueling is off by default"
 
 
+@pytest.mark.parametrize("dueling", [False, True])
+def test_layer_norm_normalises_every_hidden_layer_and_its_vector_round_trips(dueling):
+    """layer_norm: each hidden layer's pre-activations have zero mean and unit variance per row (LayerNorm's
+    scale 1 and shift 0 at the start), the output layer is left alone, and the policy vector carries the
+    norms' learned scale and shift."""
+    learner = dqn(layer_norm=True, dueling=dueling, hidden=[16, 8])
+    trunk = learner.q.head.trunk if dueling else learner.q.head
+    norms = [m for m in trunk if isinstance(m, torch.nn.LayerNorm)]
+    assert [n.normalized_shape for n in norms] == [(16,), (8,)]
+    seen = []
+    hooks = [n.register_forward_hook(lambda _m, _i, out: seen.append(out.detach())) for n in norms]
+    learner.q({"obs": torch.as_tensor(np.random.default_rng(0).normal(size=(5, 4)) * 50, dtype=torch.float32)})
+    for h in hooks:
+        h.remove()
+    for out in seen:
+        torch.testing.assert_close(out.mean(dim=1), torch.zeros(5), atol=1e-5, rtol=0)
+        torch.testing.assert_close(out.var(dim=1, unbiased=False), torch.ones(5), atol=1e-3, rtol=0)
+    rng = np.random.default_rng(0)
+    learner.update(random_batch(32, rng))
+    assert any(not torch.equal(n.weight, torch.ones_like(n.weight)) for n in norms), "the scales are learned"
+    other = dqn(layer_norm=True, dueling=dueling, hidden=[16, 8])
+    vector_to_policy(policy_to_vector(learner.q), other.q)
+    obs = {"obs": torch.zeros(2, 4)}
+    assert torch.equal(other.q(obs), learner.q(obs))
+    assert not any(isinstance(m, torch.nn.LayerNorm) for m in dqn().q.modules()), "off by default"
+
+
 def random_batch(n, rng):
     return {"obs": rng.uniform(-1, 1, (n, 4)).astype(np.float32), "next_obs": rng.uniform(-1, 1, (n, 4)).astype(np.float32),
             "action": rng.integers(0, 3, n), "reward": rng.normal(size=n).astype(np.float32),
@@ -345,7 +372,8 @@ def test_hard_target_update_copies_only_every_interval():
 @pytest.mark.parametrize("options, key", [({"n_step": 0}, "n_step"), ({"target_tau": 0.0}, "target_tau"),
                                           ({"target_tau": 1.5}, "target_tau"), ({"torso": "resnet"}, "torso"),
                                           ({"dueling": "yes"}, "dueling"),
-                                          ({"clipped_double": 1}, "clipped_double")])
+                                          ({"clipped_double": 1}, "clipped_double"),
+                                          ({"layer_norm": "yes"}, "layer_norm")])
 def test_bad_extension_options_are_refused_naming_them(options, key):
     with pytest.raises(ConfigError, match=key):
         dqn(**options)

@@ -114,6 +114,36 @@ def test_matches_are_drawn_by_weight_and_opponents_installed_only_in_other_seats
     assert abs(trainees.count("player_1") / len(trainees) - 0.5) < 0.05
 
 
+@pytest.mark.parametrize("weights, share", [({"player_2": 4.0}, 0.2), ({"player_1": 0.0}, 0.0),
+                                             ({"player_1": 1.0, "player_2": 1.0}, 0.5)])
+def test_trainee_seats_are_drawn_by_league_trainee_weights(weights, share):
+    """league_trainee_weights: the share of non-latest games in which player_1 trains is w1 / (w1 + w2)."""
+    config = RunConfig(agent_groups=GROUP, league={"players": {"latest": 1, "random": 3}},
+                       league_trainee_weights=weights)
+    plan = RunPlan(TTT, SMALL_DQN, config)
+    acting = {"player_1": _Seat("players"), "player_2": _Seat("players")}
+    for seat, a in acting.items():
+        a.layout = plan.agents[seat].layout
+    league = League(plan, acting, seed=0)
+    trainees = [m.trainee for m in (league.start_episode(agent_steps=0) for _ in range(3000)) if m.kind == "random"]
+    assert abs(trainees.count("player_1") / len(trainees) - share) < 0.03
+    for m in (league.start_episode(agent_steps=0) for _ in range(200)):
+        if m.kind == "random":
+            assert set(m.overrides) == {s for s in acting if s != m.trainee}, "the other seat is the opponent"
+
+
+@pytest.mark.parametrize("weights, message", [
+    ({"player_3": 1.0}, "'player_3' is not a seat of a unit with a league"),
+    ({"player_1": 0, "player_2": 0}, "every seat of 'players'"),
+    ({"player_1": -2}, "must be a dict of seat"),
+    ({"player_1": "4"}, "must be a dict of seat"),
+])
+def test_bad_trainee_weights_are_refused_before_anything_starts(weights, message):
+    with pytest.raises(ConfigError, match=message):
+        RunPlan(TTT, SMALL_DQN, RunConfig(agent_groups=GROUP, league={"players": "latest=1;snapshot=1"},
+                                          league_trainee_weights=weights))
+
+
 def test_each_snapshot_has_one_module_shared_by_every_seat_and_dropped_on_eviction():
     """Copies and seats that face the same snapshot get the same module (so the actor batches them together),
     loaded with that snapshot's weights; the pool's eviction frees it."""

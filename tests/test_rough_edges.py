@@ -278,3 +278,23 @@ def test_no_semaphore_outlives_an_async_run():
         gc.enable()
     assert result.agents["player_1"].published_version >= 1  # the learner process ran and published
     assert not left, f"semaphores left in /dev/shm after run(): {sorted(left)}"
+
+
+# ------------------------------------------------------------------ random play on a Discrete space with a start
+def test_random_play_offsets_mask_indices_by_the_action_spaces_start():
+    """Mask entry i is action start + i: random play (rollout, eval, bench, check_env) must only send legal actions.
+    StartOffsetEnv raises on an illegal one, so before the fix (index 0-2 sent as the action) every step failed."""
+    from scripted_env import StartOffsetEnv
+
+    from pzasync.evaluate import play, random_actor
+    from pzasync.testing import check_env
+
+    env = StartOffsetEnv()
+    env.reset()
+    act = random_actor(env, seed=0)
+    for turn in range(6):
+        assert act("solo", env.observe("solo"), env.infos["solo"]["action_mask"].astype(bool)) == 5 + turn % 3
+        env.step(5 + turn % 3)
+    summaries = play(StartOffsetEnv, {"solo": random_actor(StartOffsetEnv(), seed=1)}, episodes=5, seed=3)
+    assert [s.returns["solo"] for s in summaries] == [6.0] * 5
+    assert check_env(StartOffsetEnv, agent_steps=60, spawn=False)

@@ -48,7 +48,7 @@ def check_options(agent: str, config: dict[str, Any]) -> None:
         bad("target_tau", "must be a number in (0, 1]")
     if config.get("torso", "auto") not in TORSOS:
         bad("torso", f"must be one of {list(TORSOS)}")
-    for key in ("mirror", "clipped_double", "prioritized"):
+    for key in ("mirror", "clipped_double", "prioritized", "layer_norm"):
         if not isinstance(config.get(key, False), (bool, np.bool_)):
             bad(key, "must be True or False")
     if config.get("prioritized", False) and n != 1:
@@ -169,10 +169,11 @@ class QNetwork(Policy):
             check_mirror(layout)
         self.encoder = Encoder(layout, config.get("torso", "auto"))
         n, hidden, activation = int(layout.action_space.n), config["hidden"], config["activation"]
+        norm = bool(config.get("layer_norm", False))
         if config.get("dueling", False):
-            self.head: nn.Module = DuelingHead(self.encoder.out_dim, hidden, n, activation)
+            self.head: nn.Module = DuelingHead(self.encoder.out_dim, hidden, n, activation, norm)
         else:
-            self.head = mlp(self.encoder.out_dim, hidden, n, activation)
+            self.head = mlp(self.encoder.out_dim, hidden, n, activation, norm)
         # Plain attributes, not state: the policy slot must not carry (and overwrite) them.
         self.eps_start, self.eps_end = float(config["epsilon_start"]), float(config["epsilon_end"])
         self.eps_steps = int(config["epsilon_decay_steps"])
@@ -209,9 +210,10 @@ class QNetwork(Policy):
 class DuelingHead(nn.Module):
     """Q = V(s) + A(s, a) - mean over all actions of A(s, .), from one MLP trunk (masks apply when choosing)."""
 
-    def __init__(self, in_dim: int, hidden: list[int], n_actions: int, activation: str) -> None:
+    def __init__(self, in_dim: int, hidden: list[int], n_actions: int, activation: str,
+                 layer_norm: bool = False) -> None:
         super().__init__()
-        self.trunk = mlp(in_dim, hidden, None, activation)
+        self.trunk = mlp(in_dim, hidden, None, activation, layer_norm)
         width = int(hidden[-1]) if len(hidden) else in_dim
         self.value = nn.Linear(width, 1)
         self.advantage = nn.Linear(width, n_actions)
@@ -241,6 +243,8 @@ class DQNLearner(Learner):
         "clipped_double": False,
         # Replay rows in proportion to their last TD error (learners/prioritized.py); one-step targets only.
         "prioritized": False,
+        # LayerNorm before each hidden activation (keeps values from running away at high replay ratios).
+        "layer_norm": False,
     }
 
     #: Checked by `Learner.validate_config` (with the base's batch_size >= 1 and learning_starts >= 0).
@@ -252,7 +256,7 @@ class DQNLearner(Learner):
         "activation": Option(str, choices=tuple(ACTIVATIONS)), "double": Option(bool),
         "n_step": Option(int, ge=1), "dueling": Option(bool), "target_tau": Option(float, gt=0, le=1),
         "torso": Option(str, choices=TORSOS), "mirror": Option(bool), "clipped_double": Option(bool),
-        "prioritized": Option(bool),
+        "prioritized": Option(bool), "layer_norm": Option(bool),
     }
 
     def __init__(self, ctx: LearnerContext) -> None:

@@ -244,11 +244,16 @@ class Encoder(nn.Module):
         return torch.cat([enc(obs[key]) for enc, key in zip(self.leaves, self.keys)], dim=1)
 
 
-def mlp(in_dim: int, hidden: Sequence[int], out_dim: int | None, activation: str = "relu") -> nn.Sequential:
-    """Linear layers with `activation` ("relu" or "tanh") between them; `out_dim=None` ends on the last hidden."""
+def mlp(in_dim: int, hidden: Sequence[int], out_dim: int | None, activation: str = "relu",
+        layer_norm: bool = False) -> nn.Sequential:
+    """Linear layers with `activation` ("relu" or "tanh") between them; `out_dim=None` ends on the last hidden.
+    `layer_norm` normalises each hidden layer before its activation (LayerNorm, with learned scale and shift)."""
     layers: list[nn.Module] = []
     for width in hidden:
-        layers += [nn.Linear(in_dim, int(width)), ACTIVATIONS[activation]()]
+        layers.append(nn.Linear(in_dim, int(width)))
+        if layer_norm:
+            layers.append(nn.LayerNorm(int(width)))
+        layers.append(ACTIVATIONS[activation]())
         in_dim = int(width)
     if out_dim is not None:
         layers.append(nn.Linear(in_dim, out_dim))
