@@ -2,6 +2,7 @@
 was chosen, and how its figures in docs/benchmarks.md were made).
 
     python benchmarks/default_run.py                       # the default `pzasync train` configuration
+    python benchmarks/default_run.py --option "league_trainee_weights={}"   # ... with uniform league trainees
     python benchmarks/default_run.py --minutes 5 --league 'latest=0.5;snapshot=0.5' --learner dqn,n_step=3
     python benchmarks/default_run.py --env pettingzoo.classic.tictactoe_v3 --vs perfect --minutes 2
 
@@ -17,7 +18,7 @@ import json
 import time
 
 from pzasync import AsyncRunner, RunConfig, SequentialRunner
-from pzasync.cli import DEFAULT_TRAIN, default_train_learner, parse_learner_spec
+from pzasync.cli import DEFAULT_TRAIN, default_trainee_weights, default_train_learner, parse_learner_spec
 from pzasync.evaluate import default_yardstick, evaluate_against, load_run_policies, untrained_baseline
 
 
@@ -52,6 +53,8 @@ def main() -> None:
     league = {}
     if args.league:
         league = {u: args.league for u in ([unit] if unit else agents)}
+    if league and groups:  # `pzasync train`'s self-play default; --option "league_trainee_weights={}" for uniform
+        options.setdefault("league_trainee_weights", default_trainee_weights(args.env))
     yardsticks = (args.vs or default_yardstick(args.env)).split("/")
     config = RunConfig(seed=args.seed, out_dir="runs/default_run", agent_groups=groups, league=league,
                        replay_ratio=args.replay_ratio, eval_vs=yardsticks[0], eval_every_s=30.0,

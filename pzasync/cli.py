@@ -38,6 +38,22 @@ DEFAULT_TRAIN: dict[str, Any] = {
 MIRROR_SYMMETRIC_ENVS = ("pettingzoo.classic.connect_four_v3",)
 
 
+#: Self-play envs whose second seat is the harder one to learn: there it is the trainee of 4 in 5 league games
+#: against a snapshot (RunConfig.league_trainee_weights; measured in docs/benchmarks.md, "The second seat trains
+#: more"). `--league-trainee` replaces it, `--league-trainee player_1=1` restores uniform draws.
+SECOND_SEAT_TRAINEE_WEIGHTS: dict[str, dict[str, float]] = {"pettingzoo.classic.connect_four_v3": {"player_1": 4.0}}
+
+
+def default_trainee_weights(env_name: str) -> dict[str, float]:
+    """The self-play league's trainee weights for an env: SECOND_SEAT_TRAINEE_WEIGHTS's, else uniform ({})."""
+    from .evaluate import same_env
+
+    for name, weights in SECOND_SEAT_TRAINEE_WEIGHTS.items():
+        if same_env(env_name, name):
+            return dict(weights)
+    return {}
+
+
 def default_train_learner(env_name: str) -> str:
     """The self-play learner spec for an env: DEFAULT_TRAIN's, with `mirror=True` where the board allows it."""
     from .evaluate import same_env
@@ -277,7 +293,8 @@ def check_budget_options(steps: int | None, minutes: float | None) -> None:
                    f"no league. Self-play default: {DEFAULT_TRAIN['league']!r}.")
 @click.option("--league-trainee", "league_trainee", multiple=True, metavar="SEAT=WEIGHT",
               help="How often SEAT is the one that trains in a league game against a snapshot or player, "
-                   "relative to the unit's other seats (1 each unless given; repeatable).")
+                   "relative to the unit's other seats (1 each unless given; repeatable). Self-play default: "
+                   "player_1=4 on connect_four, uniform elsewhere.")
 @click.option("--vs", "versus", default=None, metavar="PLAYER",
               help="Yardstick to score against while training and at the end: random, one_ply, negamax,depth=N, "
                    "perfect, module:callable or a RUN_DIR. Default: one_ply (connect_four), perfect (tictactoe), "
@@ -357,6 +374,8 @@ def train(env_id: str, learner: str, learner_for: tuple[str, ...], env_args: tup
     learners = learners_from_options(learner, learner_for)
     league_config = {"*": league} if league is not None and league != "none" else {}
     trainee_weights = parse_options(league_trainee, "--league-trainee")
+    if not trainee_weights and self_play and league_config:
+        trainee_weights = default_trainee_weights(env.name)
     if trainee_weights and not league_config:
         raise UserInputError("--league-trainee weighs the seats of a league; give --league too (or --self-play)")
     config = RunConfig(seed=seed, publish_mode=publish, replay_ratio=replay_ratio, device=device, out_dir=out_dir,

@@ -84,6 +84,25 @@ def test_default_train_is_self_play_in_a_league_scored_on_the_yardstick_in_80_co
     assert "8 env copies" in words
 
 
+def test_connect_four_self_play_trains_its_second_seat_more_by_default(tmp_path):
+    """On connect_four the second seat is the league's trainee in 4 of 5 non-latest games unless told otherwise
+    (docs/benchmarks.md, "The second seat trains more"); tictactoe keeps uniform draws."""
+    import json
+
+    from pzasync.cli import default_trainee_weights
+
+    assert default_trainee_weights("connect_four_v3") == {"player_1": 4.0}
+    assert default_trainee_weights("pettingzoo.classic.tictactoe_v3") == {}
+    result = CliRunner().invoke(main, ["train", "pettingzoo.classic.connect_four_v3", "--steps", "400", "--runner",
+                                       "sequential", "--learner", "dqn,learning_starts=100,hidden=[16],torso=mlp",
+                                       "--envs-per-actor", "2", "--eval-episodes", "0", "--eval-every", "0",
+                                       "--out", str(tmp_path)])
+    assert result.exit_code == 0, result.output
+    assert "trainee weights player_1=4" in " ".join(result.output.split())
+    (run_dir,) = list(tmp_path.iterdir())
+    assert json.loads((run_dir / "run.json").read_text())["config"]["league_trainee_weights"] == {"player_1": 4.0}
+
+
 def test_train_weighs_league_trainee_seats_and_refuses_bad_ones(tmp_path):
     """--league-trainee SEAT=W reaches RunConfig.league_trainee_weights (run.json, the start line); a seat outside
     the league, or weights without a league, are refused in one line before anything starts."""
