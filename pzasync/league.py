@@ -218,7 +218,7 @@ class League:
         self.pool = SnapshotPool(int(config.league_pool_size),
                                  Path(run_dir.path) / "league" if run_dir is not None else None)
         self.ratings = Ratings()
-        self.members = {u: (p.members or [u]) for u, p in plan.units.items()}
+        self.members = {u: p.seats for u, p in plan.units.items()}
         #: Per unit with RunConfig.league_trainee_weights for its seats: cumulative trainee probabilities.
         self._trainee_tables: dict[str, np.ndarray] = {}
         for unit in self.mixes:

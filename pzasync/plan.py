@@ -57,6 +57,11 @@ class AgentPlan:
         return bool(self.learner_cls.learns)
 
     @property
+    def seats(self) -> list[str]:
+        """The env agents this unit acts for: a group's members, or the agent itself."""
+        return self.members or [self.agent]
+
+    @property
     def learner_path(self) -> str:
         return f"{self.learner_cls.__module__}:{self.learner_cls.__qualname__}"
 
@@ -290,7 +295,7 @@ class RunPlan:
             if not self.units[unit].learns:
                 raise ConfigError(f"option league: {unit!r} does not learn ({self.units[unit].learner_name}); "
                                   f"a league is for learning agents or groups")
-            members = self.units[unit].members or [unit]
+            members = self.units[unit].seats
             seats = [a for a in self.agents if a not in members] or members
             for kind in parse_mix(unit, mix):
                 if kind not in (LATEST, SNAPSHOT):
@@ -300,13 +305,13 @@ class RunPlan:
     def _check_trainee_weights(self) -> None:
         """RunConfig.league_trainee_weights names seats of league units, and leaves each unit a seat to train."""
         weights = self.config.league_trainee_weights
-        seats = {a: unit for unit in self.league for a in (self.units[unit].members or [unit])}
+        seats = {a for unit in self.league for a in self.units[unit].seats}
         for seat in weights:
             if seat not in seats:
                 raise ConfigError(f"option league_trainee_weights: {seat!r} is not a seat of a unit with a league; "
                                   f"seats: {sorted(seats)}")
         for unit in self.league:
-            members = self.units[unit].members or [unit]
+            members = self.units[unit].seats
             if not any(weights.get(a, 1.0) > 0 for a in members):
                 raise ConfigError(f"option league_trainee_weights: every seat of {unit!r} ({members}) weighs 0; "
                                   f"at least one must be > 0")
