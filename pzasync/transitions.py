@@ -96,6 +96,47 @@ class LayoutBook:
         return layout
 
 
+def _forwarding_getattrs() -> tuple[Any, ...]:
+    from pettingzoo.utils.wrappers import BaseWrapper, OrderEnforcingWrapper
+
+    return BaseWrapper.__getattr__, OrderEnforcingWrapper.__getattr__
+
+
+class ForwardedAttribute:
+    """`getattr(env, name)` without the walk through PettingZoo wrappers' `__getattr__`, which forward a name
+    they lack to the env they wrap: about a microsecond per wrapper, at every step of a classic env's three.
+
+    The owner is the first object down the `.env` chain that has `name` itself; the wrappers above it are
+    skipped only while each forwards with PettingZoo's own `__getattr__` (after reset, OrderEnforcing's just
+    forwards) and still lacks an attribute of that name, checked at every read. Anything else (another
+    `__getattr__`, a wrapper that sets the attribute itself) reads through `getattr(env, name)`, as before.
+    """
+
+    def __init__(self, env: Any, name: str) -> None:
+        self.env, self.name = env, name
+        forwarding = _forwarding_getattrs()
+        self._skipped: list[dict] = []
+        obj: Any = env
+        while not _has_own(obj, name):
+            if getattr(type(obj), "__getattr__", None) not in forwarding or "env" not in vars(obj):
+                self._owner = None  # an unknown way of forwarding: always ask the env
+                return
+            self._skipped.append(vars(obj))
+            obj = vars(obj)["env"]
+        self._owner = obj if self._skipped else None
+
+    def get(self) -> Any:
+        owner = self._owner
+        if owner is None or any(self.name in d for d in self._skipped):
+            return getattr(self.env, self.name)
+        return getattr(owner, self.name)
+
+
+def _has_own(obj: Any, name: str) -> bool:
+    """Whether `name` is found on `obj` without its `__getattr__`: in its instance dict or its class's MRO."""
+    return name in getattr(obj, "__dict__", {}) or any(name in vars(k) for k in type(obj).__mro__)
+
+
 class RewardLedger:
     """What the env paid each agent, summed from `env.rewards` after every step, independently of `last()`.
 
@@ -110,10 +151,13 @@ class RewardLedger:
     def __init__(self) -> None:
         self.paid: dict[str, float] = defaultdict(float)
         self.since_decision: dict[str, float] = defaultdict(float)
+        self._rewards: ForwardedAttribute | None = None
 
     def start(self, env: Any) -> None:
         self.paid.clear()
         self.since_decision.clear()
+        if self._rewards is None or self._rewards.env is not env:
+            self._rewards = ForwardedAttribute(env, "rewards")
         for agent, value in env._cumulative_rewards.items():
             if value:
                 self.paid[agent] += float(value)
@@ -124,7 +168,8 @@ class RewardLedger:
 
     def after_step(self, env: Any) -> None:
         paid, since = self.paid, self.since_decision
-        for agent, value in env.rewards.items():
+        rewards = self._rewards.get() if self._rewards is not None and self._rewards.env is env else env.rewards
+        for agent, value in rewards.items():
             if value:
                 paid[agent] += float(value)
                 since[agent] += float(value)

@@ -264,3 +264,49 @@ def test_cut_mid_cycle_of_a_converted_parallel_env_pays_only_what_came_since_the
     assert out["player_0"]["truncated"].tolist() == [False, True]
     assert out["player_1"]["reward"].tolist() == [1.0] and out["player_1"]["truncated"].tolist() == [True]
     assert episodes[0].returns == {"player_0": -1.0, "player_1": 1.0}
+
+
+# ------------------------------------------------------------------------------ reading env.rewards quickly
+class DoublingRewards(BaseWrapper):
+    """A wrapper that pays twice what the env pays: it sets `rewards` (and the cumulative ones) on itself, and
+    only from its first step on, so a reader resolved at reset must notice it later."""
+
+    def step(self, action):
+        super().step(action)
+        self.rewards = {a: 2 * r for a, r in self.env.rewards.items()}
+
+
+class RenamingGetattr(BaseWrapper):
+    """A wrapper whose `__getattr__` is not PettingZoo's forwarding one."""
+
+    def __getattr__(self, name):
+        if name == "rewards":
+            return {a: 7.0 for a in self.env.rewards}
+        return super().__getattr__(name)
+
+
+def test_forwarded_attribute_reads_what_getattr_reads():
+    from pzasync.environments import make_env
+    from pzasync.transitions import ForwardedAttribute
+
+    env = make_env("pettingzoo.classic.connect_four_v3")  # three PettingZoo wrappers around the raw env
+    env.reset(seed=0)
+    reader = ForwardedAttribute(env, "rewards")
+    assert reader._owner is env.unwrapped, "the standard wrappers only forward: read the raw env directly"
+    for action in (3, 3, 4, 4, 5, 5, 6):
+        env.step(action)
+        assert reader.get() is env.rewards
+    assert reader.get() == {"player_0": 1, "player_1": -1}
+
+    doubled = DoublingRewards(make_env("pettingzoo.classic.connect_four_v3"))
+    doubled.reset(seed=0)
+    reader = ForwardedAttribute(doubled, "rewards")
+    assert reader.get() is doubled.rewards
+    for action in (3, 3, 4, 4, 5, 5, 6):
+        doubled.step(action)
+    assert reader.get() == {"player_0": 2, "player_1": -2}, "the wrapper's own attribute, set after resolution"
+
+    renamed = RenamingGetattr(make_env("pettingzoo.classic.connect_four_v3"))
+    renamed.reset(seed=0)
+    reader = ForwardedAttribute(renamed, "rewards")
+    assert reader._owner is None and reader.get() == {"player_0": 7.0, "player_1": 7.0}

@@ -200,8 +200,13 @@ class QNetwork(Policy):
     def act(self, obs: dict[str, np.ndarray], mask: np.ndarray | None, explore: bool) -> tuple[np.ndarray, dict]:
         with torch.inference_mode():
             # The actor's copy may live on a GPU (RunConfig.actor_device).
-            q = masked_logits(self(obs_tensors(obs, self.layout, device=self.parameter_device())), mask)
-            actions = q.argmax(dim=1).cpu().numpy()
+            device = self.parameter_device()
+            q = self(obs_tensors(obs, self.layout, device=device))
+            if device.type == "cpu":  # numpy's masked argmax costs a third of torch's on a small batch
+                values = q.numpy()
+                actions = (values if mask is None else np.where(mask, values, -np.inf)).argmax(axis=1)
+            else:
+                actions = masked_logits(q, mask).argmax(dim=1).cpu().numpy()
         if explore:
             actions = explore_uniformly(actions, self.epsilon, mask, q.shape[1], self.rng)
         return actions + self.start if self.start else actions, {}

