@@ -144,6 +144,8 @@ class Actor:
         self.overrides: list[dict[str, Any]] = [{} for _ in range(self.n_copies)]
         #: Copies whose decision `align` held back last round (answered this round whatever their group).
         self._held: set[int] = set()
+        #: (seed, on_episode, copies) made ready by `prepare` for the next `run`.
+        self._prepared: tuple | None = None
 
     # ------------------------------------------------------------------------------------------ per round
     def refresh(self, a: ActingAgent) -> None:
@@ -304,7 +306,13 @@ class Actor:
         def out_of_budget() -> bool:
             return (agent_steps is not None and self.total_steps - start_steps >= agent_steps) or not keep_going()
 
-        copies = self._copies(seed, lambda summary: self._episode_done(summary, on_episode))
+        prepared, self._prepared = self._prepared, None
+        if prepared is not None and prepared[0] == seed and prepared[1] == on_episode:  # bound methods: ==
+            copies = prepared[2]
+        else:
+            if prepared is not None and isinstance(prepared[2], WorkerCopies):
+                prepared[2].close()
+            copies = self._copies(seed, lambda summary: self._episode_done(summary, on_episode))
         # Copies stepped here are brought into phase (`align`); env workers step a group while the actor
         # answers another, and a worker's group is answered whole.
         aligning = isinstance(copies, LocalCopies) and self.n_copies > 1
@@ -343,6 +351,12 @@ class Actor:
             if isinstance(copies, WorkerCopies):
                 copies.close()
 
+    def prepare(self, *, seed: int | None, on_episode: Callable[[EpisodeSummary], None]) -> None:
+        """Get the env copies ready before acting starts: with env workers, spawn them and build their envs,
+        which is start-up, not acting time. The next `run` with the same `seed` and `on_episode` uses them
+        (`close` stops them if no run does)."""
+        self._prepared = (seed, on_episode, self._copies(seed, lambda summary: self._episode_done(summary, on_episode)))
+
     def _copies(self, seed: int | None, episode_done: Callable[[EpisodeSummary], None]) -> Any:
         """The env copies for one `run`: stepped here, or by env workers (env_workers.py)."""
         hooks = dict(emit=self.emit, on_episode=episode_done, on_start=self._episode_start,
@@ -354,7 +368,10 @@ class Actor:
         return LocalCopies(self.envs, list(range(len(self.envs))), seed, self.layouts, **hooks)
 
     def close(self) -> None:
-        """Close the env copies this actor holds in its process."""
+        """Close the env copies this actor holds in its process (and env workers prepared but never run)."""
+        prepared, self._prepared = self._prepared, None
+        if prepared is not None and isinstance(prepared[2], WorkerCopies):
+            prepared[2].close()
         if not isinstance(self.envs, EnvWorkers):
             for env in self.envs:
                 env.close()

@@ -119,6 +119,7 @@ def actor_process_main(setup: ActorSetup, conn: Any) -> None:
     try:
         acting = acting_agents(plan, k, setup.resumed_steps)
         actor = build_actor(plan, acting, stats, paced=setup.paced, actor=k)
+        actor.prepare(seed=plan.config.seed + k * plan.envs_per_actor, on_episode=episodes.append)
         stats.beat()
         conn.send(ActorReady(k))
         checked = time.monotonic()

@@ -229,6 +229,8 @@ class _Runner:
 
     def _act(self, actor: Actor, monitor: RunMonitor, agent_steps: int | None) -> str | None:
         """Run the actor until its budget, a time limit, Ctrl-C or SIGTERM; returns why it stopped early."""
+        # Env workers are spawned before the clock starts (start-up, not acting).
+        actor.prepare(seed=self.config.seed, on_episode=monitor.episode)
         if self.actor_pool is not None:
             self.actor_pool.start_acting(monitor)  # every actor built: they all start now
         monitor.started(actor, self.config.heartbeat_timeout_s)

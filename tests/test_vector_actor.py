@@ -310,3 +310,50 @@ def test_the_actor_runs_its_batched_forwards_on_cuda():
     result = SequentialRunner("pettingzoo.classic.connect_four_v3", ("dqn", {"learning_starts": 100}),
                               config).run(agent_steps=1500)
     assert result.agent_steps == 1500 and all(r.updates > 0 for r in result.agents.values())
+
+
+def test_prepared_env_workers_serve_the_next_run_and_are_stopped_if_no_run_comes():
+    """`Actor.prepare` spawns the env workers before the clock starts; `run` must use those (not spawn more),
+    and `close` must stop workers that no run used."""
+    actor, writers = vector_actor("pettingzoo.classic.connect_four_v3", 4, workers=1)
+    spawned = []
+    make_copies = actor._copies
+    actor._copies = lambda *args: spawned.append(make_copies(*args)) or spawned[-1]
+    summaries = []
+    actor.prepare(seed=0, on_episode=summaries.append)
+    workers = list(spawned[0].procs)
+    assert len(spawned) == 1 and all(p.is_alive() for p in workers)
+    actor.run(agent_steps=300, seed=0, keep_going=lambda: True, on_episode=summaries.append)
+    assert len(spawned) == 1, "run spawned its own workers instead of using the prepared ones"
+    assert sum(len(w.rows) for w in writers.values()) > 250 and summaries
+    for p in workers:
+        p.join(10)
+        assert not p.is_alive()
+
+    actor.prepare(seed=1, on_episode=summaries.append)
+    unused = list(spawned[1].procs)
+    assert all(p.is_alive() for p in unused)
+    actor.close()
+    for p in unused:
+        p.join(10)
+        assert not p.is_alive(), "a prepared worker outlived close()"
+
+
+def test_the_worker_wire_rebuilds_arrays_and_numpy_scalars_exactly():
+    import pickle
+
+    from pzasync.env_workers import wire_dumps
+
+    values = [np.arange(12, dtype=np.int16).reshape(3, 4).T, np.zeros((0, 3), np.float32), np.array(2.5),
+              np.float32(1.5), np.int64(3), np.bool_(True), np.zeros(2, dtype=[("a", "<i4"), ("b", "<f8")]),
+              np.array([1, "x"], dtype=object), np.ma.array([1, 2], mask=[True, False])]
+    for value in values:
+        back = pickle.loads(wire_dumps({"v": value, "n": [value]}))
+        assert back["v"] is back["n"][0], "one object stays one object"
+        back = back["v"]
+        assert type(back) is type(value) and back.dtype == value.dtype and np.shape(back) == np.shape(value)
+        assert np.array_equal(np.asarray(back), np.asarray(value))
+        if isinstance(value, np.ndarray):
+            assert back.flags.writeable, "an array off the wire must be as writable as the one sent"
+    masked = pickle.loads(wire_dumps(values[-1]))
+    assert masked.mask.tolist() == [True, False]
