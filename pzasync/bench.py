@@ -3,7 +3,8 @@
 Every trial runs in a fresh spawned process (clean CPU and peak-memory accounting, no state carried
 between trials), in seed-major order so that drifts in machine speed hit every configuration alike:
 
-- ``bare_random``: the env alone with random legal actions, the env's own limit;
+- ``bare_random``: the env alone with random legal actions, the env's own limit (its `last()` read the way
+  the actor reads it: `bare_loop`);
 - ``bare_policy``: the same loop plus the learning agents' policy forwards, the single-actor limit;
 - ``async_idle``: the async actor with its learner processes present but idle (off-policy learners only);
 - ``sequential``: SequentialRunner at the replay ratio;
@@ -181,6 +182,10 @@ def bare_loop(env: Any, learners: Any | None, agent_steps: int, seed: int = 0,
               on_progress: Callable[[int], None] | None = None, groups: dict[str, list[str]] | None = None) -> float:
     """Agent steps per second of a plain AEC loop: `agent_iter`, `last`, a decision, `step`; nothing else.
 
+    `last` is read as the actor reads it (`transitions.last_reader`: the env's state past PettingZoo's
+    forwarding wrappers, about 13% faster on connect four than `env.last()`), so that the reference loop
+    never pays a cost the actor does not.
+
     With `learners`, each decision of a learning agent runs its policy forward (the same module the actor
     runs, exploring); other agents, and every agent without `learners`, take random legal actions. `groups`
     (RunConfig.agent_groups) lets learner specs name agent groups; every member runs its own copy.
@@ -190,7 +195,7 @@ def bare_loop(env: Any, learners: Any | None, agent_steps: int, seed: int = 0,
     from .evaluate import policy_actor, random_actor
     from .plan import RunPlan
     from .spaces import env_layouts, probe_info_masks
-    from .transitions import LayoutBook
+    from .transitions import LayoutBook, last_reader
 
     spec = EnvSpec.of(env)
     instance = spec.make()
@@ -205,13 +210,14 @@ def bare_loop(env: Any, learners: Any | None, agent_steps: int, seed: int = 0,
             actors[a] = policy_actor(policy, p.layout, explore=True) if p.learns else actors[a]
     to_env = env_action_converter(layouts)
     book = LayoutBook(instance, layouts, fixed=True)
-    steps, first = 0, True
+    steps, first, last = 0, True, None
     start = time.perf_counter()
     while steps < agent_steps:
         instance.reset(seed=seed if first else None)
         first = False
+        last = last or last_reader(instance)
         for agent in instance.agent_iter():
-            observation, _reward, terminated, truncated, info = instance.last()
+            observation, _reward, terminated, truncated, info = last()
             if terminated or truncated:
                 instance.step(None)
                 continue

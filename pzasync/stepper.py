@@ -16,7 +16,7 @@ from typing import Any, Callable, Iterator
 import numpy as np
 
 from .errors import RewardConservationError
-from .transitions import EpisodeSummary, LayoutBook, RewardLedger, Transition, TransitionAssembler
+from .transitions import EpisodeSummary, LayoutBook, RewardLedger, Transition, TransitionAssembler, last_reader
 
 
 @dataclass(slots=True)
@@ -67,6 +67,9 @@ class EpisodeStepper:
         self._first_reset = True
         self._turns: Iterator[str] | None = None
         self._pending: tuple | None = None
+        #: `env.last()`, or its equivalent past forwarding wrappers (`transitions.last_reader`), made at the
+        #: first reset, once the env has its state.
+        self._last: Callable[[], tuple] | None = None
 
     @property
     def episode_index(self) -> int:
@@ -76,6 +79,8 @@ class EpisodeStepper:
         """Start the next episode."""
         self.env.reset(seed=self.seed if self._first_reset else None)
         self._first_reset = False
+        if self._last is None:
+            self._last = last_reader(self.env)
         self.assembler.start_episode()
         self.ledger.start(self.env)
         self._turns = iter(self.env.agent_iter())
@@ -87,9 +92,9 @@ class EpisodeStepper:
         passed to `on_episode`, ended by the env or cut at `max_episode_steps`)."""
         if self._pending is not None:
             raise RuntimeError(f"env copy {self.copy}: advance() called with a decision still pending")
-        env, assembler = self.env, self.assembler
+        env, assembler, last = self.env, self.assembler, self._last
         for agent in self._turns:
-            observation, reward, terminated, truncated, info = env.last()
+            observation, reward, terminated, truncated, info = last()
             if terminated or truncated:
                 done, _, _ = assembler.turn(agent, observation, reward, terminated, truncated, info)
                 if done is not None:

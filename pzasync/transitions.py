@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
@@ -130,6 +130,29 @@ class ForwardedAttribute:
         if owner is None or any(self.name in d for d in self._skipped):
             return getattr(self.env, self.name)
         return getattr(owner, self.name)
+
+
+def last_reader(env: Any) -> Callable[[], tuple]:
+    """A function returning what `env.last()` returns, with the state dicts read by `ForwardedAttribute`.
+
+    `AECEnv.last` reads five attributes through the wrappers' `__getattr__` forwarding, about 6 of the
+    17 µs a connect four `last()` takes. Used only where the env's class keeps `AECEnv.last` (on a wrapped
+    env that is what `last()` runs, whatever the inner envs define); `observe` is still called on `env`
+    itself, through every wrapper. Anything else gets `env.last` unchanged."""
+    from pettingzoo.utils.env import AECEnv
+
+    if getattr(type(env), "last", None) is not AECEnv.last:
+        return env.last
+    selection, cumulative, terminations, truncations, infos = (
+        ForwardedAttribute(env, name).get
+        for name in ("agent_selection", "_cumulative_rewards", "terminations", "truncations", "infos"))
+
+    def last() -> tuple:
+        agent = selection()
+        assert agent is not None
+        return env.observe(agent), cumulative()[agent], terminations()[agent], truncations()[agent], infos()[agent]
+
+    return last
 
 
 def _has_own(obj: Any, name: str) -> bool:

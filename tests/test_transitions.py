@@ -310,3 +310,63 @@ def test_forwarded_attribute_reads_what_getattr_reads():
     renamed.reset(seed=0)
     reader = ForwardedAttribute(renamed, "rewards")
     assert reader._owner is None and reader.get() == {"player_0": 7.0, "player_1": 7.0}
+
+
+class DoublingCumulative(BaseWrapper):
+    """Shows twice the cumulative rewards, set on itself from its first step on (what `last()` must show)."""
+
+    def step(self, action):
+        super().step(action)
+        self._cumulative_rewards = {a: 2 * r for a, r in self.env._cumulative_rewards.items()}
+
+
+class OwnLast(BaseWrapper):
+    """A wrapper with its own `last` (it hides the reward)."""
+
+    def last(self, observe=True):
+        observation, _, terminated, truncated, info = super().last(observe)
+        return observation, 0.0, terminated, truncated, info
+
+
+@pytest.mark.parametrize("make", [
+    lambda: __import__("pzasync.environments", fromlist=["make_env"]).make_env("pettingzoo.classic.connect_four_v3"),
+    lambda: __import__("mpe2.simple_spread_v3", fromlist=["env"]).env(N=3, max_cycles=8),  # parallel_to_aec inside
+    lambda: DoublingRewards(__import__("pzasync.environments", fromlist=["make_env"]).make_env(
+        "pettingzoo.classic.connect_four_v3")),
+    lambda: __import__("pzasync.envs.forage", fromlist=["env"]).env(),  # agents that die mid-episode
+    lambda: DoublingCumulative(__import__("pzasync.environments", fromlist=["make_env"]).make_env(
+        "pettingzoo.classic.connect_four_v3")),
+], ids=["connect_four", "simple_spread", "own-attributes", "forage", "own-cumulative-rewards"])
+def test_last_reader_returns_exactly_what_last_returns(make):
+    from pzasync.transitions import last_reader
+
+    env = make()
+    env.reset(seed=3)
+    last = last_reader(env)
+    assert last is not env.last, "an env whose class keeps AECEnv.last gets the fast reader"
+    rng = np.random.default_rng(0)
+    turns, paid = 0, False
+    for agent in env.agent_iter():
+        fast, plain = last(), env.last()
+        assert fast[1:] == plain[1:] and type(fast[1]) is type(plain[1])
+        paid = paid or plain[1] != 0
+        np.testing.assert_equal(fast[0], plain[0])
+        if plain[2] or plain[3]:
+            env.step(None)
+            continue
+        mask = plain[4].get("action_mask") if isinstance(plain[4], dict) else None
+        if mask is None and isinstance(plain[0], dict):
+            mask = plain[0].get("action_mask")
+        space = env.action_space(agent)
+        env.step(int(rng.choice(np.flatnonzero(mask))) if mask is not None else space.sample())
+        turns += 1
+    assert turns > 4 and paid, "the game must pay a reward for the comparison to mean something"
+
+
+def test_last_reader_leaves_an_overridden_last_alone():
+    from pzasync.environments import make_env
+    from pzasync.transitions import last_reader
+
+    env = OwnLast(make_env("pettingzoo.classic.connect_four_v3"))
+    env.reset(seed=0)
+    assert last_reader(env) == env.last
