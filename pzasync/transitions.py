@@ -116,6 +116,9 @@ class ForwardedAttribute:
         self.env, self.name = env, name
         forwarding = _forwarding_getattrs()
         self._skipped: list[dict] = []
+        self._owner: Any = None
+        if name.startswith("_") and name != "_cumulative_rewards":
+            return  # PettingZoo's wrappers refuse to forward other private names: leave that to them
         obj: Any = env
         while not _has_own(obj, name):
             if getattr(type(obj), "__getattr__", None) not in forwarding or "env" not in vars(obj):
