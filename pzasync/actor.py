@@ -306,12 +306,11 @@ class Actor:
         def out_of_budget() -> bool:
             return (agent_steps is not None and self.total_steps - start_steps >= agent_steps) or not keep_going()
 
-        prepared, self._prepared = self._prepared, None
+        prepared = self._prepared
         if prepared is not None and prepared[0] == seed and prepared[1] == on_episode:  # bound methods: ==
-            copies = prepared[2]
+            self._prepared, copies = None, prepared[2]
         else:
-            if prepared is not None and isinstance(prepared[2], WorkerCopies):
-                prepared[2].close()
+            self._drop_prepared()
             copies = self._copies(seed, lambda summary: self._episode_done(summary, on_episode))
         # Copies stepped here are brought into phase (`align`); env workers step a group while the actor
         # answers another, and a worker's group is answered whole.
@@ -357,6 +356,12 @@ class Actor:
         (`close` stops them if no run does)."""
         self._prepared = (seed, on_episode, self._copies(seed, lambda summary: self._episode_done(summary, on_episode)))
 
+    def _drop_prepared(self) -> None:
+        """Forget copies `prepare` made and no run used, stopping their env workers."""
+        prepared, self._prepared = self._prepared, None
+        if prepared is not None and isinstance(prepared[2], WorkerCopies):
+            prepared[2].close()
+
     def _copies(self, seed: int | None, episode_done: Callable[[EpisodeSummary], None]) -> Any:
         """The env copies for one `run`: stepped here, or by env workers (env_workers.py)."""
         hooks = dict(emit=self.emit, on_episode=episode_done, on_start=self._episode_start,
@@ -369,9 +374,7 @@ class Actor:
 
     def close(self) -> None:
         """Close the env copies this actor holds in its process (and env workers prepared but never run)."""
-        prepared, self._prepared = self._prepared, None
-        if prepared is not None and isinstance(prepared[2], WorkerCopies):
-            prepared[2].close()
+        self._drop_prepared()
         if not isinstance(self.envs, EnvWorkers):
             for env in self.envs:
                 env.close()

@@ -122,8 +122,7 @@ class ForwardedAttribute:
         obj: Any = env
         while not _has_own(obj, name):
             if getattr(type(obj), "__getattr__", None) not in forwarding or "env" not in vars(obj):
-                self._owner = None  # an unknown way of forwarding: always ask the env
-                return
+                return  # an unknown way of forwarding: no owner, always ask the env
             self._skipped.append(vars(obj))
             obj = vars(obj)["env"]
         self._owner = obj if self._skipped else None
