@@ -9,7 +9,8 @@ the env runs.
 Env workers (RunConfig.env_workers) are for envs whose step dominates: each spawned worker owns a contiguous
 slice of the copies, in two groups, and steps one group while the actor runs inference for another. One
 message per group and round carries the actions, which copies to cut and whether new episodes may start;
-the answer carries the events and pending decisions. Errors follow Gymnasium's AsyncVectorEnv: a worker's
+the answer carries the events and pending decisions. A transition crosses back without the observations,
+masks, action and extras the actor already holds from the decisions it answered (`AnsweredDecisions`). Errors follow Gymnasium's AsyncVectorEnv: a worker's
 exception comes back as its own type (also an `EnvCrashedError`), with the worker's traceback as its cause
 and the copy index in the message; a worker that dies or stays silent for `timeout_s` is reported with its
 copies. A worker whose actor dies sees its pipe close and exits.
@@ -84,6 +85,57 @@ def transition_fields(t: Transition) -> tuple:
     """A transition as the tuple of its fields (`Transition(*fields)` rebuilds it)."""
     return (t.agent, t.obs, t.action, t.reward, t.next_obs, t.terminated, t.truncated, t.action_mask,
             t.next_action_mask, t.extras)
+
+
+class AnsweredDecisions:
+    """The last two answered decisions of each agent in each copy (what was observed, and the action and extras
+    that answered it), kept the same way at both ends of a worker's pipe, so that a transition crosses it
+    without the arrays the actor already holds.
+
+    A transition usually starts at its agent's previous answered decision and ends at its latest one (its next
+    observation is what the agent saw when it acted again): the worker then sends only which entries those are
+    (`encode`), and the actor fills them back in from its own copies (`decode`). Both ends record an answer
+    before the copy is stepped with it (`answered`) and drop a copy's entries when it starts an episode
+    (`forget`); a copy's events reach the actor in the order they happened, so the two stay in step. An entry
+    is named only when the transition holds the very objects it recorded, so a wrapper or assembler that
+    copies them just sends them in full.
+    """
+
+    def __init__(self) -> None:
+        self._by_copy: dict[int, dict[str, tuple]] = {}
+
+    def answered(self, decision: PendingDecision, action: Any, extras: dict) -> None:
+        agents = self._by_copy.setdefault(decision.copy, {})
+        entry = (decision.obs, decision.mask, action, extras)
+        entries = agents.get(decision.agent)
+        agents[decision.agent] = (entry,) if entries is None else (entries[-1], entry)
+
+    def forget(self, copy: int) -> None:
+        self._by_copy.pop(copy, None)
+
+    def encode(self, t: Transition, copy: int) -> tuple:
+        """The event that carries `t` (emitted by `copy`) over the pipe."""
+        start = end = None  # an entry, counted from the latest (-1), or None: sent in full
+        entries = self._by_copy.get(copy, {}).get(t.agent, ())
+        for i, (obs, mask, action, extras) in enumerate(entries, start=-len(entries)):
+            if t.obs is obs and t.action_mask is mask and t.action is action and (
+                    t.extras is extras or not (t.extras or extras)):  # the assembler stores no extras as {}
+                start = i
+            if t.next_obs is obs and t.next_action_mask is mask:
+                end = i
+        if start is None and end is None:
+            return ("t", copy, transition_fields(t))
+        return ("r", copy, t.agent, start, end, t.reward, t.terminated, t.truncated,
+                (t.obs, t.action_mask, t.action, t.extras) if start is None else None,
+                (t.next_obs, t.next_action_mask) if end is None else None)
+
+    def decode(self, event: tuple) -> Transition:
+        """The transition an "r" event from `encode` stands for, with the entries' objects of this end."""
+        _, copy, agent, start, end, reward, terminated, truncated, began, ended = event
+        entries = self._by_copy[copy][agent]
+        obs, mask, action, extras = began if start is None else entries[start]
+        next_obs, next_mask = ended if end is None else entries[end][:2]
+        return Transition(agent, obs, action, reward, next_obs, terminated, truncated, mask, next_mask, extras or {})
 
 
 @dataclass
@@ -188,14 +240,19 @@ def worker_main(inbox: Any, conn: Any, env_spec: Any, groups: dict[int, list[int
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the actor's to handle; it closes us
     events: list[tuple] = []
     waiting: dict[int, PendingDecision] = {}  # each copy's decision the actor is answering
+    history = AnsweredDecisions()
+
+    def on_start(k: int) -> None:
+        history.forget(k)
+        events.append(("start", k))
     local: dict[int, LocalCopies] = {}
     group = next(iter(groups))
     try:
         for group, copies in groups.items():
             local[group] = LocalCopies([env_spec.make() for _ in copies], copies, seed, layouts,
-                                       emit=lambda t, k: events.append(("t", k, transition_fields(t))),
+                                       emit=lambda t, k: events.append(history.encode(t, k)),
                                        on_episode=lambda s: events.append(("end", s)),
-                                       on_start=lambda k: events.append(("start", k)), check_rewards=check_rewards,
+                                       on_start=on_start, check_rewards=check_rewards,
                                        max_episode_steps=max_episode_steps)
         _send_wire(conn, ("ready",))
         while True:
@@ -211,8 +268,11 @@ def worker_main(inbox: Any, conn: Any, env_spec: Any, groups: dict[int, list[int
                 copies.start(message[2])
                 _, pending = copies.next_ready()
             elif kind == "step":
-                _, _, answers, cut, may_reset = message
-                pending = copies.step([(waiting.pop(k), a, x) for k, a, x in answers], cut, may_reset)
+                _, _, answered_copies, actions, extras, cut, may_reset = message
+                answered = [(waiting.pop(k), a, x) for k, a, x in zip(answered_copies, actions, extras)]
+                for d, a, x in answered:
+                    history.answered(d, a, x)
+                pending = copies.step(answered, cut, may_reset)
             else:  # "finish"
                 copies.finish()
                 pending = []
@@ -247,6 +307,7 @@ class WorkerCopies:
         self.emit, self.on_episode, self.on_start = emit, on_episode, on_start
         self.timeout_s = timeout_s
         self.env_name = env_name
+        self.history = AnsweredDecisions()
         n_groups = min(copies, 2 * workers)
         #: Group -> its copies, and group -> the worker stepping it (worker w holds consecutive groups).
         self.members = [list(map(int, g)) for g in np.array_split(np.arange(copies), n_groups)]
@@ -309,11 +370,14 @@ class WorkerCopies:
             return -1, []
         _, group, events, pending = reply
         for event in events:
-            if event[0] == "t":
+            if event[0] == "r":
+                self.emit(self.history.decode(event), event[1])
+            elif event[0] == "t":
                 self.emit(Transition(*event[2]), event[1])
             elif event[0] == "end":
                 self.on_episode(event[1])
             else:
+                self.history.forget(event[1])
                 self.on_start(event[1])
         return group, [PendingDecision(*d) for d in pending]
 
@@ -336,8 +400,10 @@ class WorkerCopies:
         A worker's group is answered whole, so nothing can be `held`."""
         if held:
             raise ValueError(f"env worker group {group}: {len(held)} decisions held back; a group is answered whole")
-        self._send(group, ("step", group, [(d.copy, action, extras) for d, action, extras in answered], cut,
-                           may_reset))
+        for d, action, extras in answered:
+            self.history.answered(d, action, extras)
+        self._send(group, ("step", group, [d.copy for d, _, _ in answered], _packed([a for _, a, _ in answered]),
+                           [x for _, _, x in answered], cut, may_reset))
 
     def next_ready(self) -> tuple[int, list[PendingDecision]] | None:
         """The next group to come back, among those with an answer outstanding (None when none is)."""
@@ -390,6 +456,17 @@ class WorkerCopies:
                 proc.join(5)
         for conn in self.conns + self.outboxes:
             conn.close()
+
+
+def _packed(actions: list) -> list | np.ndarray:
+    """A round's actions as one array when they are numpy scalars of one dtype (discrete actions, about 1 us
+    each to pickle alone); indexing it gives them back as the same scalars. Anything else stays a list."""
+    first = actions[0] if actions else None
+    if isinstance(first, np.generic) and all(type(a) is type(first) for a in actions):
+        packed = np.array(actions)
+        if packed.dtype == first.dtype and packed.shape == (len(actions),):
+            return packed
+    return actions
 
 
 def _enlarge_pipe(conn: Any) -> None:

@@ -123,6 +123,7 @@ def per_copy(writer: ListWriter, copies: int) -> dict[int, list[Transition]]:
     ("pzasync.envs.forage", 4, 0, None),                 # agents that die mid-episode, rewards on others' turns
     ("mpe2.simple_spread_v3", 3, 0, 7),                  # parallel env through PettingZoo's conversion, cut
     ("pzasync.envs.forage", 5, 2, None),                 # the same, stepped by 2 env workers
+    ("pettingzoo.classic.connect_four_v3", 4, 1, None),  # masks, over one worker's pipe
     pytest.param("mpe2.simple_spread_v3", 3, 3, 7, marks=pytest.mark.slow),
 ])
 def test_each_copy_equals_an_independent_rollout_with_seed_plus_k(env_id, copies, workers, max_steps):
@@ -357,3 +358,63 @@ def test_the_worker_wire_rebuilds_arrays_and_numpy_scalars_exactly():
             assert back.flags.writeable, "an array off the wire must be as writable as the one sent"
     masked = pickle.loads(wire_dumps(values[-1]))
     assert masked.mask.tolist() == [True, False]
+
+
+def test_a_transition_crosses_the_worker_pipe_as_references_to_the_decisions_the_actor_answered():
+    """The worker names the answered decisions a transition starts and ends at; the actor rebuilds it from its
+    own copies of them. Anything the worker did not get from those decisions (a final observation, a copied
+    array, a copy that started a new episode) travels in full."""
+    import pickle
+
+    from pzasync.env_workers import AnsweredDecisions, wire_dumps
+    from pzasync.stepper import PendingDecision
+
+    rng = np.random.default_rng(0)
+    worker, actor = AnsweredDecisions(), AnsweredDecisions()
+
+    def answer(copy, agent):
+        d = PendingDecision(copy, agent, rng.integers(0, 2, (6, 7, 2)).astype(np.int8), np.ones(7, np.int8))
+        action, extras = np.int64(rng.integers(7)), {"policy_version": 3}
+        worker.answered(d, action, extras)
+        mine = pickle.loads(wire_dumps((d, action, extras)))  # the actor's copies, as they crossed the pipe
+        actor.answered(*mine)
+        return d, action, extras, mine
+
+    def crossed(t, copy):
+        event = pickle.loads(wire_dumps(worker.encode(t, copy)))
+        return event, (actor.decode(event) if event[0] == "r" else Transition(*event[2]))
+
+    d0, a0, x0, mine0 = answer(2, "player_0")
+    d1, a1, x1, mine1 = answer(2, "player_0")
+    t = Transition("player_0", d0.obs, a0, -1.0, d1.obs, False, False, d0.mask, d1.mask, x0)
+    event, back = crossed(t, 2)
+    assert event[0] == "r" and event[3:5] == (-2, -1) and len(wire_dumps(event)) < 150
+    assert back.obs is mine0[0].obs and back.next_obs is mine1[0].obs and back.action is mine0[1]
+    assert back.extras is mine0[2] and (back.reward, back.terminated, back.truncated) == (-1.0, False, False)
+    assert_same_transition(back, t)
+
+    final = rng.integers(0, 2, (6, 7, 2)).astype(np.int8)  # a terminal observation the actor never saw
+    t = Transition("player_0", d1.obs, a1, 1.0, final, True, False, d1.mask, None, x1)
+    event, back = crossed(t, 2)
+    assert event[0] == "r" and event[3:5] == (-1, None) and back.obs is mine1[0].obs
+    assert_same_transition(back, t)
+
+    copied = Transition("player_0", d0.obs.copy(), a0, 0.0, d1.obs.copy(), False, True, d0.mask, d1.mask, x0)
+    event, back = crossed(copied, 2)
+    assert event[0] == "t"
+    assert_same_transition(back, copied)
+
+    other = Transition("player_0", d0.obs, a0, 0.0, d1.obs, False, False, d0.mask, d1.mask, x0)
+    assert crossed(other, 3)[0][0] == "t"  # another copy's history is its own
+    worker.forget(2), actor.forget(2)
+    assert crossed(other, 2)[0][0] == "t"
+
+
+def assert_same_transition(got: Transition, want: Transition) -> None:
+    for name in Transition.__dataclass_fields__:
+        a, b = getattr(got, name), getattr(want, name)
+        if isinstance(b, np.ndarray) or isinstance(a, np.ndarray):
+            np.testing.assert_array_equal(a, b, err_msg=name)
+            assert np.asarray(a).dtype == np.asarray(b).dtype, name
+        else:
+            assert a == b and type(a) is type(b), (name, a, b)
