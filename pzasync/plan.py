@@ -92,10 +92,14 @@ def usable_cores() -> int:
     return os.cpu_count() or 1
 
 
-#: RunConfig(env_workers="auto") gives workers only to an env whose step takes at least this long (timed on
-#: a probe copy): on connect_four (0.08 ms a step) moving a step through a worker costs more than the
-#: step; pistonball through SuperSuit (0.8 ms) is env-dominated (docs/benchmarks.md, "Vectorised acting").
+#: RunConfig(env_workers="auto") gives every spare core to an env whose step takes at least this long (timed
+#: on a probe copy): pistonball through SuperSuit (0.8 ms) is env-dominated (docs/benchmarks.md, "Vectorised
+#: acting").
 AUTO_WORKER_MIN_STEP_S = 0.5e-3
+#: A cheaper env gets one worker from this many copies on: on connect_four (0.05 ms a step) one worker beat
+#: stepping the copies in the actor at 16 and 64 copies and lost at 4 and 8, where the halves the worker
+#: steps while the actor runs inference are too small to hide the pipe.
+AUTO_WORKER_MIN_COPIES = 16
 
 
 def resolve_auto(config: RunConfig, plan: RunPlan, *, one_actor: bool) -> RunConfig:
@@ -109,7 +113,7 @@ def resolve_auto(config: RunConfig, plan: RunPlan, *, one_actor: bool) -> RunCon
       a league, or backend="ray".
     - `envs_per_actor`: AUTO_ENVS_PER_ACTOR.
     - `env_workers`: the cores still left (at most one per copy), if the env's step takes at least
-      AUTO_WORKER_MIN_STEP_S; else 0.
+      AUTO_WORKER_MIN_STEP_S; else one, from AUTO_WORKER_MIN_COPIES copies on; else 0.
     """
     from dataclasses import replace
 
@@ -144,11 +148,15 @@ def resolve_auto(config: RunConfig, plan: RunPlan, *, one_actor: bool) -> RunCon
             why = f"no core left ({taken}, {acting} for the actor{'s' if acting > 1 else ''})"
         else:
             step_s = plan.env_step_seconds()
-            slow = step_s >= AUTO_WORKER_MIN_STEP_S
-            workers = min(copies, spare) if slow else 0
-            why = (f"an env step takes {step_s * 1e3:.2f} ms, "
-                   + (f"{spare} cores left" if slow else f"under {AUTO_WORKER_MIN_STEP_S * 1e3:g} ms: "
-                                                         f"workers would not pay"))
+            took = f"an env step takes {step_s * 1e3:.2f} ms"
+            if step_s >= AUTO_WORKER_MIN_STEP_S:
+                workers, why = min(copies, spare), f"{took}, {spare} cores left"
+            elif copies >= AUTO_WORKER_MIN_COPIES:
+                workers, why = 1, (f"{took}, under {AUTO_WORKER_MIN_STEP_S * 1e3:g} ms: one worker for "
+                                   f"{copies} copies")
+            else:
+                why = (f"{took}, under {AUTO_WORKER_MIN_STEP_S * 1e3:g} ms, and {copies} copies: workers would "
+                       f"not pay below {AUTO_WORKER_MIN_COPIES}")
         plan.auto["env_workers"] = f"{workers} ({why})"
         changes["env_workers"] = workers
     return replace(config, **changes).validate()

@@ -173,9 +173,11 @@ def test_auto_options_share_out_the_cores_learners_first(monkeypatch):
     assert with_evaluator.actors == 6 and "1 for the evaluator" in with_evaluator.auto["actors"]  # 8 - 1 - 1
     league = RunPlan(C4, "dqn", RunConfig(**auto, league={"*": "latest=1"}))
     assert league.actors == 1 and league.auto["actors"] == "1 (1 with a league)"
-    # One actor, 5 cores left: workers only where a step is slow enough to pay.
-    fast = RunPlan(C4, "dqn", RunConfig(actors=1, envs_per_actor=4, env_workers="auto"))
-    assert fast.config.env_workers == 0 and "workers would not pay" in fast.auto["env_workers"]
+    # One actor, 5 cores left: every one for a slow env; for a fast one, one worker from 16 copies on.
+    fast = RunPlan(C4, "dqn", RunConfig(actors=1, envs_per_actor=8, env_workers="auto"))
+    assert fast.config.env_workers == 0 and "workers would not pay below 16" in fast.auto["env_workers"]
+    many = RunPlan(C4, "dqn", RunConfig(actors=1, envs_per_actor=16, env_workers="auto"))
+    assert many.config.env_workers == 1 and "one worker for 16 copies" in many.auto["env_workers"]
     slow = RunPlan(slow_connect_four, "dqn", RunConfig(actors=1, envs_per_actor=4, env_workers="auto"))
     assert slow.config.env_workers == 4 and "5 cores left" in slow.auto["env_workers"]  # at most one per copy
     sequential = SequentialRunner(C4, "dqn", RunConfig(**auto))
