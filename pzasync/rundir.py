@@ -9,7 +9,7 @@ Layout:
     result.json         the RunResult
     returns.png         episode returns against wall time, per agent
     eval.png            evaluation while training (RunConfig.eval_vs): yardstick score, 95% intervals
-    league.jsonl        league ratings every 20 rated games (RunConfig.league)
+    league.jsonl        league ratings every 20 rated games, at most once a second (RunConfig.league)
     league.png          league ratings of the snapshots and players, ± 2 RD
     league/UNIT-vN.npy  the league's snapshot pool (at most league_pool_size per unit)
 """

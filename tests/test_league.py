@@ -262,3 +262,42 @@ def test_a_frozen_evaluator_never_holds_the_actor_up(tmp_path):
     result = AsyncRunner(TTT, {"player_1": SMALL_DQN, "player_2": "random"}, config).run(agent_steps=4000)
     assert result.agent_steps == 4000 and result.stopped_because == "agent-step budget reached"
     assert result.evaluations == []  # it froze in its first game, and was killed at the end of the run
+
+
+def test_ratings_are_logged_every_20_rated_games_but_at_most_once_a_second(tmp_path, monkeypatch):
+    """A row of league.jsonl holds every pooled snapshot's rating; at thousands of games a minute one per 20
+    games filled the run directory, so rows are also at least RATINGS_LOG_EVERY_S apart."""
+    from types import SimpleNamespace
+
+    from pzasync import league as league_module
+    from pzasync.league import Match
+    from pzasync.rundir import RunDirectory
+
+    clock = [1000.0]
+    monkeypatch.setattr(league_module.time, "monotonic", lambda: clock[0])
+    plan = RunPlan(TTT, SMALL_DQN, RunConfig(agent_groups=GROUP, league={"players": {"latest": 1, "random": 1}}))
+    acting = {"player_1": _Seat("players"), "player_2": _Seat("players")}
+    run_dir = RunDirectory(tmp_path / "run")
+    league = League(plan, acting, seed=0, run_dir=run_dir)
+    match = Match("players", "random", "player_1", {"player_2": "random"}, {})
+
+    def play(games: int) -> None:
+        for i in range(games):
+            league.end_episode(SimpleNamespace(returns={"player_1": (-1.0) ** i}), match)
+
+    def rows() -> list[dict]:
+        path = Path(run_dir.path) / "league.jsonl"
+        return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
+    play(19)
+    assert rows() == []
+    play(1)  # the 20th rated game
+    assert len(rows()) == 1 and rows()[0]["ratings"]["players"]["games"] == 20
+    play(400)  # 20 more multiples of 20, all within the same second
+    assert len(rows()) == 1
+    clock[0] += 1.0
+    play(19)
+    assert len(rows()) == 1
+    play(1)
+    assert len(rows()) == 2 and rows()[1]["ratings"]["players"]["games"] == 440 and rows()[1]["wall_s"] == 1.0
+    assert league.games["players"]["random"] == 440
