@@ -10,10 +10,11 @@ Env workers (RunConfig.env_workers) are for envs whose step dominates: each spaw
 slice of the copies, in two groups, and steps one group while the actor runs inference for another. One
 message per group and round carries the actions, which copies to cut and whether new episodes may start;
 the answer carries the events and pending decisions. A transition crosses back without the observations,
-masks, action and extras the actor already holds from the decisions it answered (`AnsweredDecisions`). Errors follow Gymnasium's AsyncVectorEnv: a worker's
-exception comes back as its own type (also an `EnvCrashedError`), with the worker's traceback as its cause
-and the copy index in the message; a worker that dies or stays silent for `timeout_s` is reported with its
-copies. A worker whose actor dies sees its pipe close and exits.
+masks, action and extras the actor already holds from the decisions it answered (`AnsweredDecisions`).
+Errors follow Gymnasium's AsyncVectorEnv: a worker's exception comes back as its own type (also an
+`EnvCrashedError`), with the worker's traceback as its cause and the copy index in the message; a worker
+that dies or stays silent for `timeout_s` is reported with its copies. A worker whose actor dies sees its
+pipe close and exits.
 """
 
 from __future__ import annotations
@@ -105,12 +106,14 @@ class AnsweredDecisions:
         self._by_copy: dict[int, dict[str, tuple]] = {}
 
     def answered(self, decision: PendingDecision, action: Any, extras: dict) -> None:
+        """Record that `decision` was answered with `action` (and `extras` to store)."""
         agents = self._by_copy.setdefault(decision.copy, {})
         entry = (decision.obs, decision.mask, action, extras)
         entries = agents.get(decision.agent)
         agents[decision.agent] = (entry,) if entries is None else (entries[-1], entry)
 
     def forget(self, copy: int) -> None:
+        """`copy` starts an episode: no transition will start or end at its earlier decisions."""
         self._by_copy.pop(copy, None)
 
     def encode(self, t: Transition, copy: int) -> tuple:
@@ -245,6 +248,7 @@ def worker_main(inbox: Any, conn: Any, env_spec: Any, groups: dict[int, list[int
     def on_start(k: int) -> None:
         history.forget(k)
         events.append(("start", k))
+
     local: dict[int, LocalCopies] = {}
     group = next(iter(groups))
     try:

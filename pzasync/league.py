@@ -88,8 +88,8 @@ class Rating:
 
 _Q = math.log(10) / 400
 #: league.jsonl gets the ratings every RATINGS_LOG_GAMES rated games, but at most once per RATINGS_LOG_EVERY_S
-#: seconds: a row holds every pooled snapshot's rating, and at thousands of games a minute (16 env copies)
-#: a row per 20 games made the file grow by 6 MB a minute.
+#: seconds: a row holds every pooled snapshot's rating, and at thousands of games a minute (the default run's
+#: 8 env copies) a row per 20 games made the file grow by 6 MB a minute.
 RATINGS_LOG_GAMES, RATINGS_LOG_EVERY_S = 20, 1.0
 
 
