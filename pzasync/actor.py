@@ -369,7 +369,7 @@ class Actor:
         if isinstance(self.envs, EnvWorkers):
             w = self.envs
             return WorkerCopies(w.env_spec, w.copies, w.workers, seed, self.layouts, timeout_s=w.timeout_s,
-                                env_name=self.env_name, **hooks)
+                                env_name=self.env_name, run_id=w.run_id, **hooks)
         return LocalCopies(self.envs, list(range(len(self.envs))), seed, self.layouts, **hooks)
 
     def close(self) -> None:
@@ -424,7 +424,8 @@ def build_actor(plan: Any, acting: dict[str, ActingAgent], stats: RunControl, *,
     `paced`: its learners run apart from it, so the opt-in waits (replay ratio, backpressure) apply."""
     cfg = plan.config
     if cfg.env_workers:
-        envs: Any = EnvWorkers(plan.env_spec, plan.envs_per_actor, cfg.env_workers, cfg.heartbeat_timeout_s)
+        envs: Any = EnvWorkers(plan.env_spec, plan.envs_per_actor, cfg.env_workers, cfg.heartbeat_timeout_s,
+                                     run_id=plan.run_id)
     else:
         envs = [plan.env_spec.make() for _ in range(plan.envs_per_actor)]
     return Actor(envs, acting, stats, replay_ratio=cfg.replay_ratio if paced else None,

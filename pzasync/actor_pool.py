@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .errors import EnvCrashedError, PzasyncError, error_type_path, remote_error, report_unclean_exit
+from .shm import unlink_run
 
 
 def split_budget(agent_steps: int | None, actors: int) -> list[int | None]:
@@ -87,7 +88,6 @@ def actor_process_main(setup: ActorSetup, conn: Any) -> None:
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the runner's; it stops us with the stop flag
     from .actor import acting_agents, build_actor
     from .results import process_usage
-    from .shm import unlink_run
 
     import torch
 
@@ -131,13 +131,13 @@ def actor_process_main(setup: ActorSetup, conn: Any) -> None:
                     orphaned["yes"] = True
                     break
         if orphaned["yes"]:
-            unlink_run(plan.run_id)
+            unlink_run(plan.run_id, setup.parent_pid)
             return
         stats.beat()
         actor.run(agent_steps=setup.agent_steps, seed=plan.config.seed + k * plan.envs_per_actor,
                   keep_going=keep_going, on_episode=episodes.append)
         if orphaned["yes"]:
-            unlink_run(plan.run_id)
+            unlink_run(plan.run_id, setup.parent_pid)
             return
         if episodes:
             conn.send(list(episodes))
@@ -146,7 +146,7 @@ def actor_process_main(setup: ActorSetup, conn: Any) -> None:
                             {a: x.nonfinite for a, x in acting.items()}, cpu - cpu_at_start, rss))
     except BaseException as exc:  # noqa: BLE001 - everything is reported to the runner, which decides
         if setup.orphaned():
-            unlink_run(plan.run_id)
+            unlink_run(plan.run_id, setup.parent_pid)
             return
         cause = exc.__cause__ if isinstance(exc, EnvCrashedError) and exc.__cause__ is not None else exc
         try:
@@ -295,6 +295,9 @@ class ActorPool:
         if monitor is not None:
             self.poll(monitor)
         for k, process in self.processes.items():
+            # What an actor process owned itself (its env workers' observation slots) and could not remove
+            # because it was killed.
+            unlink_run(self.plan.run_id, process.pid)
             if k in self.done and k not in killed and self.fatal is None:
                 report_unclean_exit(f"actor process {k}", process)
         for conn in self.conns.values():

@@ -9,8 +9,9 @@ the env runs.
 Env workers (RunConfig.env_workers) are for envs whose step dominates: each spawned worker owns a contiguous
 slice of the copies, in two groups, and steps one group while the actor runs inference for another. One
 message per group and round carries the actions, which copies to cut and whether new episodes may start;
-the answer carries the events and pending decisions. A transition crosses back without the observations,
-masks, action and extras the actor already holds from the decisions it answered (`AnsweredDecisions`).
+the answer carries the events and pending decisions. Observations and masks go through shared-memory slots
+(obs_slots.py), the answer naming the slot; a transition crosses back without the observations, masks,
+action and extras the actor already holds from the decisions it answered (`AnsweredDecisions`).
 Errors follow Gymnasium's AsyncVectorEnv: a worker's exception comes back as its own type (also an
 `EnvCrashedError`), with the worker's traceback as its cause and the copy index in the message; a worker
 that dies or stays silent for `timeout_s` is reported with its copies. A worker whose actor dies sees its
@@ -32,6 +33,8 @@ from typing import Any, Callable
 import numpy as np
 
 from .errors import EnvCrashedError, error_type_path, remote_error
+from .obs_slots import ObservationSlots
+from .shm import new_run_id
 from .stepper import EpisodeStepper, PendingDecision
 from .transitions import EpisodeSummary, LayoutBook, Transition
 
@@ -88,6 +91,9 @@ def transition_fields(t: Transition) -> tuple:
             t.next_action_mask, t.extras)
 
 
+FINAL = "final"  # an "r" event's end: the next observation is in the copy's final slot for the agent
+
+
 class AnsweredDecisions:
     """The last two answered decisions of each agent in each copy (what was observed, and the action and extras
     that answered it), kept the same way at both ends of a worker's pipe, so that a transition crosses it
@@ -116,9 +122,11 @@ class AnsweredDecisions:
         """`copy` starts an episode: no transition will start or end at its earlier decisions."""
         self._by_copy.pop(copy, None)
 
-    def encode(self, t: Transition, copy: int) -> tuple:
-        """The event that carries `t` (emitted by `copy`) over the pipe."""
-        start = end = None  # an entry, counted from the latest (-1), or None: sent in full
+    def encode(self, t: Transition, copy: int,
+               stash: Callable[[int, str, Any, np.ndarray | None], bool] | None = None) -> tuple:
+        """The event that carries `t` (emitted by `copy`) over the pipe. A next observation that is no entry
+        goes to `stash(copy, agent, obs, mask)` (the final observation slot) when given and it takes it."""
+        start = end = None  # an entry, counted from the latest (-1); FINAL: in the final slot; None: sent in full
         entries = self._by_copy.get(copy, {}).get(t.agent, ())
         for i, (obs, mask, action, extras) in enumerate(entries, start=-len(entries)):
             if t.obs is obs and t.action_mask is mask and t.action is action and (
@@ -126,18 +134,27 @@ class AnsweredDecisions:
                 start = i
             if t.next_obs is obs and t.next_action_mask is mask:
                 end = i
+        if end is None and stash is not None and stash(copy, t.agent, t.next_obs, t.next_action_mask):
+            end = FINAL
         if start is None and end is None:
             return ("t", copy, transition_fields(t))
         return ("r", copy, t.agent, start, end, t.reward, t.terminated, t.truncated,
                 (t.obs, t.action_mask, t.action, t.extras) if start is None else None,
                 (t.next_obs, t.next_action_mask) if end is None else None)
 
-    def decode(self, event: tuple) -> Transition:
-        """The transition an "r" event from `encode` stands for, with the entries' objects of this end."""
+    def decode(self, event: tuple, final: Callable[[int, str], tuple[Any, np.ndarray | None]] | None = None
+               ) -> Transition:
+        """The transition an "r" event from `encode` stands for, with the entries' objects of this end and
+        `final(copy, agent)`'s copy of a final slot."""
         _, copy, agent, start, end, reward, terminated, truncated, began, ended = event
-        entries = self._by_copy[copy][agent]
+        entries = self._by_copy.get(copy, {}).get(agent, ())
         obs, mask, action, extras = began if start is None else entries[start]
-        next_obs, next_mask = ended if end is None else entries[end][:2]
+        if end is None:
+            next_obs, next_mask = ended
+        elif end == FINAL:
+            next_obs, next_mask = final(copy, agent)
+        else:
+            next_obs, next_mask = entries[end][:2]
         return Transition(agent, obs, action, reward, next_obs, terminated, truncated, mask, next_mask, extras or {})
 
 
@@ -150,6 +167,8 @@ class EnvWorkers:
     copies: int
     workers: int
     timeout_s: float = 120.0
+    #: The run whose name the observation slots' segment carries (a fresh id when None).
+    run_id: str | None = None
 
 
 class LocalCopies:
@@ -237,24 +256,35 @@ class LocalCopies:
 
 # ---------------------------------------------------------------------------------------------- the worker
 def worker_main(inbox: Any, conn: Any, env_spec: Any, groups: dict[int, list[int]], seed: int | None,
-                layouts: dict, check_rewards: bool, max_episode_steps: int | None) -> None:
+                layouts: dict, check_rewards: bool, max_episode_steps: int | None, slots_name: str,
+                n_copies: int) -> None:
     """Body of an env worker: build its groups of copies, then answer the actor's messages (each about one
     group) in order until told to close."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the actor's to handle; it closes us
     events: list[tuple] = []
     waiting: dict[int, PendingDecision] = {}  # each copy's decision the actor is answering
     history = AnsweredDecisions()
+    slots: ObservationSlots | None = None
+    finals_named: set[int] = set()  # final slots named in the answer being built (each at most once)
 
     def on_start(k: int) -> None:
         history.forget(k)
         events.append(("start", k))
 
+    def stash(k: int, agent: str, obs: Any, mask: np.ndarray | None) -> bool:
+        slot = slots.final_slot(k, agent)
+        if slot is None or slot in finals_named or not slots.put(slot, agent, obs, mask):
+            return False
+        finals_named.add(slot)
+        return True
+
     local: dict[int, LocalCopies] = {}
     group = next(iter(groups))
     try:
+        slots = ObservationSlots.attach(slots_name, layouts, n_copies)
         for group, copies in groups.items():
             local[group] = LocalCopies([env_spec.make() for _ in copies], copies, seed, layouts,
-                                       emit=lambda t, k: events.append(history.encode(t, k)),
+                                       emit=lambda t, k: events.append(history.encode(t, k, stash)),
                                        on_episode=lambda s: events.append(("end", s)),
                                        on_start=on_start, check_rewards=check_rewards,
                                        max_episode_steps=max_episode_steps)
@@ -281,8 +311,11 @@ def worker_main(inbox: Any, conn: Any, env_spec: Any, groups: dict[int, list[int
                 copies.finish()
                 pending = []
             waiting.update((d.copy, d) for d in pending)
-            _send_wire(conn, ("ok", group, events, [(d.copy, d.agent, d.obs, d.mask) for d in pending]))
+            _send_wire(conn, ("ok", group, events, [
+                (d.copy, d.agent) if slots.put(slots.pending_slot(d.copy), d.agent, d.obs, d.mask)
+                else (d.copy, d.agent, d.obs, d.mask) for d in pending]))
             events = []
+            finals_named.clear()
     except Exception as exc:  # noqa: BLE001 - reported to the actor with the copy it happened in
         where = local.get(group)
         copy, agent, episode = where.failure_context() if where is not None else (groups[group][0], None, None)
@@ -294,6 +327,8 @@ def worker_main(inbox: Any, conn: Any, env_spec: Any, groups: dict[int, list[int
     finally:
         for copies in local.values():
             copies.close()
+        if slots is not None:
+            slots.close()
         inbox.close()
         conn.close()
 
@@ -307,7 +342,8 @@ class WorkerCopies:
     def __init__(self, env_spec: Any, copies: int, workers: int, seed: int | None, layouts: dict, *,
                  emit: Callable[[Transition, int], None], on_episode: Callable[[EpisodeSummary], None],
                  on_start: Callable[[int], None], check_rewards: bool = True,
-                 max_episode_steps: int | None = None, timeout_s: float = 120.0, env_name: str = "env") -> None:
+                 max_episode_steps: int | None = None, timeout_s: float = 120.0, env_name: str = "env",
+                 run_id: str | None = None) -> None:
         self.emit, self.on_episode, self.on_start = emit, on_episode, on_start
         self.timeout_s = timeout_s
         self.env_name = env_name
@@ -325,6 +361,8 @@ class WorkerCopies:
         #: Groups with an answer outstanding -> when their message was sent.
         self._outstanding: dict[int, float] = {}
         ctx = mp.get_context("spawn")
+        #: Where the workers put observations (obs_slots.py); this process owns the segment.
+        self.slots = ObservationSlots.create(run_id or new_run_id(), layouts, copies)
         try:
             for w in range(workers):
                 groups = {g: self.members[g] for g in range(n_groups) if self.worker_of[g] == w}
@@ -333,7 +371,7 @@ class WorkerCopies:
                 _enlarge_pipe(outbox)
                 proc = ctx.Process(target=worker_main, name=f"pzasync-env-worker-{w}", daemon=True,
                                    args=(inbox, outbox, env_spec, groups, seed, layouts, check_rewards,
-                                         max_episode_steps))
+                                         max_episode_steps, self.slots.name, copies))
                 proc.start()
                 inbox.close()
                 outbox.close()
@@ -375,7 +413,7 @@ class WorkerCopies:
         _, group, events, pending = reply
         for event in events:
             if event[0] == "r":
-                self.emit(self.history.decode(event), event[1])
+                self.emit(self.history.decode(event, self._final), event[1])
             elif event[0] == "t":
                 self.emit(Transition(*event[2]), event[1])
             elif event[0] == "end":
@@ -383,7 +421,12 @@ class WorkerCopies:
             else:
                 self.history.forget(event[1])
                 self.on_start(event[1])
-        return group, [PendingDecision(*d) for d in pending]
+        slots = self.slots
+        return group, [PendingDecision(d[0], d[1], *slots.take(slots.pending_slot(d[0]), d[1])) if len(d) == 2
+                       else PendingDecision(*d) for d in pending]
+
+    def _final(self, copy: int, agent: str) -> tuple[Any, np.ndarray | None]:
+        return self.slots.take(self.slots.final_slot(copy, agent), agent)
 
     def _send(self, group: int, message: tuple) -> None:
         w = self.worker_of[group]
@@ -460,6 +503,8 @@ class WorkerCopies:
                 proc.join(5)
         for conn in self.conns + self.outboxes:
             conn.close()
+        self.slots.close()
+        self.slots.unlink()
 
 
 def _packed(actions: list) -> list | np.ndarray:

@@ -293,7 +293,8 @@ def test_an_actor_process_whose_env_raises_stops_the_run_with_its_error():
 @pytest.mark.slow
 @pytest.mark.timeout(180)
 def test_an_actor_process_that_dies_is_reported_and_nothing_leaks():
-    run = AsyncRunner(C4, "dqn", RunConfig(seed=0, actors=2, learner_processes=1))
+    # with env workers, so actor 1 owns a segment (their observation slots) that the runner must remove
+    run = AsyncRunner(C4, "dqn", RunConfig(seed=0, actors=2, learner_processes=1, envs_per_actor=2, env_workers=1))
     killed = {}
 
     def kill_actor_one():
@@ -320,4 +321,46 @@ def test_an_actor_process_that_dies_is_reported_and_nothing_leaks():
         stop.set()
         watcher.join()
     assert killed
-    assert not [name for name, _run, pid in list_segments() if pid == os.getpid()]
+    assert not [name for name, _run, pid in list_segments() if pid in (os.getpid(), killed["pid"])]
+    import multiprocessing as mp
+
+    deadline = time.monotonic() + 10  # actor 1's env worker sees its pipe close and exits
+    while mp.active_children() and time.monotonic() < deadline:
+        time.sleep(0.1)
+
+
+@pytest.mark.timeout(120)
+def test_an_orphaned_actor_process_removes_the_runs_shared_memory_and_its_env_workers():
+    """An actor process whose runner died (here: a parent pid that is not its parent) stops, removes the run's
+    segments the runner can no longer remove, and stops its env workers, whose observation slots go too."""
+    import multiprocessing as mp
+    import threading
+
+    from pzasync.actor_pool import ActorSetup, actor_process_main
+    from pzasync.plan import RunPlan
+
+    plan = RunPlan(C4, "dqn", RunConfig(seed=0, actors=2, envs_per_actor=2, env_workers=1))
+    plan.allocate()
+    try:
+        assert [s for s in list_segments() if s[1] == plan.run_id]
+        receiver, sender = mp.Pipe(duplex=False)
+        failures = []
+
+        def body():
+            try:
+                actor_process_main(ActorSetup(1, plan, 1000, True, parent_pid=os.getpid()), sender)
+            except BaseException as exc:  # noqa: BLE001 - the test reports it
+                failures.append(exc)
+
+        thread = threading.Thread(target=body)
+        thread.start()
+        thread.join(60)
+        assert not thread.is_alive() and not failures, failures
+        assert type(receiver.recv()).__name__ == "ActorReady"
+        with pytest.raises(EOFError):  # and nothing after it: no failure to report
+            receiver.recv()
+        assert not [s for s in list_segments() if s[1] == plan.run_id], "the run's segments are gone"
+        assert not mp.active_children(), "its env worker stopped"
+        receiver.close()
+    finally:
+        plan.release()

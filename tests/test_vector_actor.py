@@ -7,6 +7,7 @@ agent by agent, with each copy's rewards conserved; the learners must be able to
 from __future__ import annotations
 
 import hashlib
+import os
 from collections import Counter, defaultdict
 
 import numpy as np
@@ -366,7 +367,7 @@ def test_a_transition_crosses_the_worker_pipe_as_references_to_the_decisions_the
     array, a copy that started a new episode) travels in full."""
     import pickle
 
-    from pzasync.env_workers import AnsweredDecisions, wire_dumps
+    from pzasync.env_workers import FINAL, AnsweredDecisions, wire_dumps
     from pzasync.stepper import PendingDecision
 
     rng = np.random.default_rng(0)
@@ -399,6 +400,16 @@ def test_a_transition_crosses_the_worker_pipe_as_references_to_the_decisions_the
     assert event[0] == "r" and event[3:5] == (-1, None) and back.obs is mine1[0].obs
     assert_same_transition(back, t)
 
+    stashed = {}  # the final slot: the worker's stash takes the terminal observation, the actor's final reads it
+    event = pickle.loads(wire_dumps(worker.encode(t, 2, lambda *put: stashed.setdefault("slot", put) is put)))
+    assert event[0] == "r" and event[3:5] == (-1, FINAL) and event[9] is None and stashed["slot"][1:3] == (
+        "player_0", final)
+    back = actor.decode(event, lambda copy, agent: (stashed["slot"][2].copy(), None))
+    assert back.obs is mine1[0].obs
+    assert_same_transition(back, t)
+    refused = pickle.loads(wire_dumps(worker.encode(t, 2, lambda *put: False)))
+    assert refused[3:5] == (-1, None) and refused[9][0] is not None, "a refused stash sends it in full"
+
     copied = Transition("player_0", d0.obs.copy(), a0, 0.0, d1.obs.copy(), False, True, d0.mask, d1.mask, x0)
     event, back = crossed(copied, 2)
     assert event[0] == "t"
@@ -418,3 +429,92 @@ def assert_same_transition(got: Transition, want: Transition) -> None:
             assert np.asarray(a).dtype == np.asarray(b).dtype, name
         else:
             assert a == b and type(a) is type(b), (name, a, b)
+
+
+def test_observation_slots_carry_nested_observations_and_masks_and_refuse_what_does_not_fit():
+    """What a worker puts in a slot comes out on the actor's side equal, in its storage dtypes, as a private
+    copy; an observation that does not match its agent's layout is refused, so it goes through the pipe."""
+    from gymnasium import spaces
+
+    from pzasync.obs_slots import ObservationSlots
+    from pzasync.shm import list_segments, new_run_id
+    from pzasync.spaces import agent_layout
+
+    nested = spaces.Dict({"image": spaces.Box(0, 255, (3, 4), np.uint8), "cell": spaces.Discrete(5),
+                          "pair": spaces.Tuple((spaces.Box(-1, 1, (2,), np.float32), spaces.MultiBinary(3)))})
+    layouts = {"a": agent_layout("a", nested, spaces.Discrete(4), info_mask=True),
+               "b": agent_layout("b", spaces.Box(0, 1, (6,), np.float32), spaces.Discrete(2))}
+    owner = ObservationSlots.create(new_run_id(), layouts, copies=3)
+    worker = ObservationSlots.attach(owner.name, layouts, copies=3)
+    try:
+        rng = np.random.default_rng(0)
+        obs = layouts["a"].copy_obs({"image": rng.integers(0, 255, (3, 4)), "cell": 3,
+                                     "pair": (rng.random(2), np.array([1, 0, 1]))})
+        mask = np.array([True, False, True, True])
+        assert worker.put(worker.pending_slot(2), "a", obs, mask)
+        flat = rng.random(6).astype(np.float32)
+        assert worker.put(worker.final_slot(2, "b"), "b", flat, None)
+        got, got_mask = owner.take(owner.pending_slot(2), "a")
+        assert got_mask.dtype == bool and got_mask.tolist() == mask.tolist()
+        for leaf in layouts["a"].obs_leaves:
+            want, back = obs, got
+            for key in leaf.path:
+                want, back = want[key], back[key]
+            assert back.dtype == leaf.dtype and back.shape == leaf.shape and np.array_equal(back, want), leaf.name
+        got_flat, no_mask = owner.take(owner.final_slot(2, "b"), "b")
+        assert no_mask is None and got_flat.dtype == np.float32 and np.array_equal(got_flat, flat)
+        got_flat[:] = -5  # a private copy: the slot keeps what the worker wrote
+        assert np.array_equal(owner.take(owner.final_slot(2, "b"), "b")[0], flat)
+        assert worker.final_slot(2, "b") != worker.final_slot(1, "b") != worker.pending_slot(1)
+
+        assert not worker.put(0, "b", np.zeros(7, np.float32), None), "another shape than the space's"
+        assert not worker.put(0, "b", np.zeros(6, np.float64), None), "another dtype"
+        assert not worker.put(0, "a", obs, None), "a mask the layout expects is missing"
+        assert not worker.put(0, "b", flat, np.ones(2, bool)), "a mask the layout has no room for"
+        assert not worker.put(0, "a", {"image": obs["image"]}, mask), "leaves missing"
+        assert not worker.put(0, "c", flat, None), "an agent without a layout"
+    finally:
+        worker.close()
+        owner.close()
+        owner.unlink()
+    assert owner.name not in {name for name, _run, _pid in list_segments()}
+
+
+def test_env_workers_send_observations_through_shared_memory_not_the_pipe(monkeypatch):
+    """With one worker on connect_four, no array crosses the pipe in the worker's answers: pending decisions
+    name their copy's slot, transitions name answered decisions or a final slot. The slots' segment goes with
+    the run."""
+    import pzasync.env_workers as ew
+    from pzasync.shm import list_segments
+
+    answers = []
+
+    def recording(conn):
+        message = original(conn)
+        answers.append(message)
+        return message
+
+    def arrays_in(value) -> int:
+        if isinstance(value, (np.ndarray, np.generic)):
+            return 1
+        if isinstance(value, (tuple, list)):
+            return sum(arrays_in(v) for v in value)
+        if isinstance(value, dict):
+            return sum(arrays_in(v) for v in value.values())
+        return 0
+
+    original = ew._recv_wire
+    monkeypatch.setattr(ew, "_recv_wire", recording)
+    actor, writers = vector_actor("pettingzoo.classic.connect_four_v3", 4, 1)
+    actor.run(agent_steps=600, seed=3, keep_going=lambda: True, on_episode=lambda s: None)
+    replies = [a for a in answers if a[0] == "ok"]
+    pending = [d for a in replies for d in a[3]]
+    events = [e for a in replies for e in a[2] if e[0] in ("r", "t")]
+    assert len(pending) >= 600 and all(len(d) == 2 for d in pending), "each decision's obs came in its slot"
+    assert sum(len(w.rows) for w in writers.values()) == len(events) and events
+    assert all(e[0] == "r" for e in events)
+    finals = [e for e in events if e[4] == ew.FINAL]
+    assert finals and all(e[6] or e[7] for e in finals) and any(e[6] for e in finals), \
+        "episodes' last observations came through final slots"
+    assert sum(arrays_in(a) for a in replies) == 0
+    assert not [name for name, _run, pid in list_segments() if "envobs" in name and pid == os.getpid()]
