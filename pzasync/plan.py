@@ -21,6 +21,7 @@ from .config import RunConfig
 from .environments import EnvSpec
 from .errors import ConfigError, UserInputError
 from .learners import Learner, LearnerContext, Policy, policy_size, resolve_learner
+from .obs_slots import ObservationSlots
 from .shm import check_fits, new_run_id
 from .slots import PolicySlot
 from .spaces import AgentLayout, env_layouts, probe_info_masks
@@ -260,9 +261,14 @@ class RunPlan:
         self._check_yardstick()
         #: Bytes of shared memory actually created by `allocate` (0 before).
         self.shm_in_use = 0
-        self.shm_bytes = sum(self._buffer_bytes(p) + 2 * 4 * p.policy_floats + 4096 for p in self.learning)
+        #: Bytes of the actors' observation slots (obs_slots.py), which each actor creates with env workers.
+        self.env_obs_bytes = self.actors * ObservationSlots.nbytes(
+            {a: p.layout for a, p in self.agents.items()}, self.envs_per_actor) if self.config.env_workers else 0
+        self.shm_bytes = sum(self._buffer_bytes(p) + 2 * 4 * p.policy_floats + 4096
+                             for p in self.learning) + self.env_obs_bytes
         largest = max(self.learning, default=None, key=self._buffer_bytes)
         check_fits(f"the run's buffers and slots ({len(self.learning)} learners"
+                   + (f"; env workers' observation slots {self.env_obs_bytes:,} bytes" if self.env_obs_bytes else "")
                    + (f"; the largest, for {largest.agent!r}, holds {largest.capacity:,} transitions"
                       if largest is not None else "") + ")", self.shm_bytes)
         self.stats: RunStats | None = None
@@ -460,7 +466,7 @@ class RunPlan:
                     p.buffer, p.slot = self.units[p.unit].buffer, self.units[p.unit].slot
                     if not p.learns:
                         self.stats.set(p.agent, STATUS, NOT_LEARNING)
-            self.shm_in_use = self.stats._segment.size + sum(
+            self.shm_in_use = self.stats._segment.size + self.env_obs_bytes + sum(
                 u.buffer.nbytes + u.slot.nbytes for u in self.units.values() if u.buffer is not None)
         except BaseException:
             self.release()

@@ -90,7 +90,8 @@ class RunResult:
     #: beyond the runner's own (actor 1, 2, ...): `{"actor", "cpu_seconds", "peak_rss_mb"}` each.
     actors: int = 1
     actor_processes: list[dict[str, Any]] = field(default_factory=list)
-    #: Bytes of shared memory the run's buffers, slots and counters occupied.
+    #: Bytes of shared memory the run's buffers, slots and counters occupied (and its env workers' observation
+    #: slots).
     shm_bytes: int = 0
     #: Evaluation while training (RunConfig.eval_vs): one row per agent and evaluation round.
     evaluations: list[dict[str, Any]] = field(default_factory=list)

@@ -339,7 +339,11 @@ def test_an_orphaned_actor_process_removes_the_runs_shared_memory_and_its_env_wo
     from pzasync.actor_pool import ActorSetup, actor_process_main
     from pzasync.plan import RunPlan
 
+    from pzasync.obs_slots import ObservationSlots
+
     plan = RunPlan(C4, "dqn", RunConfig(seed=0, actors=2, envs_per_actor=2, env_workers=1))
+    per_actor = ObservationSlots.nbytes({a: p.layout for a, p in plan.agents.items()}, 2)
+    assert plan.env_obs_bytes == 2 * per_actor > 0, "the run's shared memory counts each actor's slots"
     plan.allocate()
     try:
         assert [s for s in list_segments() if s[1] == plan.run_id]
