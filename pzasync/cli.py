@@ -443,18 +443,26 @@ def _print_summary(result: Any, scores: dict[str, dict[str, Any]], yardstick: st
     console.print(table)
     if scores:
         games = next(iter(scores["vs"].values())).episodes if scores.get("vs") else 0
-        table = Table(title=f"greedy play, {games} games per seat and opponent", title_justify="left")
-        for column in ("agent", "policy", "against", "win [95% CI]", "draw", "loss"):
+        # Game results (1/0/-1) are scored as wins, draws and losses; other returns by their mean.
+        outcomes = all(r.outcomes for by_agent in scores.values() for r in by_agent.values())
+        table = Table(title=f"greedy play, {games} {'games' if outcomes else 'episodes'} per seat and opponent",
+                      title_justify="left")
+        scored = ("win [95% CI]", "draw", "loss") if outcomes else ("mean return [95% CI]",)
+        for column in ("agent", "policy", "against", *scored):
             table.add_column(column, justify="left" if column in ("agent", "policy", "against") else "right",
                              overflow="fold")
         for agent in scores["vs"]:
             for policy, key, against in (("trained", "vs", yardstick), ("untrained", "untrained", yardstick),
                                          ("trained", "random", "random")):
                 r = scores.get(key, {}).get(agent)
-                if r is not None:
+                if r is None:
+                    continue
+                if outcomes:
                     lo, hi = r.win_rate_ci95
                     table.add_row(agent, policy, against, f"{r.win_rate:.1%} [{lo:.0%}-{hi:.0%}]",
                                   f"{r.draws / r.episodes:.1%}", f"{(r.episodes - r.wins - r.draws) / r.episodes:.1%}")
+                else:
+                    table.add_row(agent, policy, against, f"{r.mean:.4g} ± {r.mean_ci95:.2g}")
             table.add_section()
         console.print(table)
     if result.run_dir:

@@ -81,6 +81,12 @@ class EvalResult:
         return self.wins / max(1, self.episodes)
 
     @property
+    def outcomes(self) -> bool:
+        """Whether every return is a game's result (1, 0 or -1), so wins, draws and losses are the score; a
+        return of another size (simple_spread's distances, a food count) is scored by its mean instead."""
+        return all(r in (-1.0, 0.0, 1.0) for r in self.returns)
+
+    @property
     def win_rate_ci95(self) -> tuple[float, float]:
         """Wilson score interval of the win rate."""
         n, p, z = self.episodes, self.win_rate, 1.96

@@ -93,7 +93,7 @@ def evaluator_main(setup: EvaluatorSetup, rows: Any, stop: Any) -> None:
                           "version": versions[setup.seats[r.agent][0]], "opponent": r.opponent,
                           "episodes": r.episodes, "win_rate": r.win_rate, "win_rate_ci95": [lo, hi],
                           "draws": r.draws, "losses": r.episodes - r.wins - r.draws,
-                          "mean_return": r.mean, "mean_return_ci95": r.mean_ci95,
+                          "mean_return": r.mean, "mean_return_ci95": r.mean_ci95, "outcomes": r.outcomes,
                           "eval_seconds": round(time.monotonic() - started, 3)})
             round_index += 1
             deadline = started + setup.every_s
@@ -177,7 +177,7 @@ def plot_evaluations(run_dir: Any, rows: list[dict[str, Any]], title: str) -> st
     plt = pyplot()
     if not rows or plt is None:
         return None
-    signed = any(r["win_rate"] > 0 or r["losses"] > 0 for r in rows)  # returns with a sign: games won/lost
+    signed = all(r.get("outcomes", True) for r in rows)  # game results (1/0/-1): win rates; else mean returns
     fig, axes = plt.subplots(1, 3, figsize=(15, 4.5), gridspec_kw={"width_ratios": [2, 2, 1.3]})
     agents = sorted({r["agent"] for r in rows})
     opponent = rows[0]["opponent"]

@@ -262,8 +262,11 @@ class RunMonitor:
 
 
 def _eval_cell(row: dict | None) -> str:
+    """The latest evaluation: a win rate for game results (1/0/-1), else the mean return."""
     if row is None:
         return "-"
+    if not row.get("outcomes", True):
+        return f"{row['mean_return']:.4g} ± {row['mean_return_ci95']:.2g}"
     lo, hi = row["win_rate_ci95"]
     return f"{row['win_rate']:.0%} [{lo:.0%}-{hi:.0%}]"
 

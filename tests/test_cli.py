@@ -144,3 +144,21 @@ def test_the_self_play_default_learns_from_mirror_images_only_where_the_board_is
         assert parse_learner_spec(default_train_learner(env_id))[1]["mirror"] is True, env_id
     assert default_train_learner("pettingzoo.classic.tictactoe_v3") == DEFAULT_TRAIN["learner"]
     assert "mirror" not in parse_learner_spec(default_train_learner("pettingzoo.classic.tictactoe_v3"))[1]
+
+
+def test_train_scores_returns_that_are_not_game_results_by_their_mean(tmp_path):
+    """simple_spread's returns are negative distances: a win/draw/loss table would read 0% won, 100% lost for
+    every policy. Its final table, live column and eval.png score the mean return instead."""
+    from pzasync.evaluate import EvalResult
+    from pzasync.progress import _eval_cell
+
+    result = CliRunner().invoke(main, ["train", "mpe2.simple_spread_v3", "--steps", "600", "--runner", "sequential",
+                                       "--learner", "dqn,learning_starts=100", "--out", str(tmp_path), "--eval-episodes", "4",
+                                       "--eval-every", "0"], env={"COLUMNS": "120"})
+    assert result.exit_code == 0, result.output
+    assert "mean return [95% CI]" in result.output and "win [95% CI]" not in result.output
+    assert "4 episodes per seat and opponent" in result.output
+    assert EvalResult("a", "random", [1.0, -1.0, 0.0]).outcomes
+    assert not EvalResult("a", "random", [-24.5, -30.1]).outcomes
+    row = {"win_rate": 0.0, "win_rate_ci95": [0.0, 0.1], "mean_return": -27.3, "mean_return_ci95": 1.5}
+    assert _eval_cell({**row, "outcomes": False}) == "-27.3 ± 1.5" and _eval_cell({**row, "outcomes": True}) == "0% [0%-10%]"
