@@ -402,9 +402,12 @@ def train(env_id: str, learner: str, learner_for: tuple[str, ...], env_args: tup
         console.print(f"  {option}=auto: {choice}", highlight=False)
     result = run.run(agent_steps=steps, seconds=minutes * 60 if minutes is not None else None)
     scores: dict[str, dict[str, Any]] = {}
-    if eval_episodes > 0 and result.run_dir:
+    learned = any(p.learns for p in run.plan.agents.values())
+    if eval_episodes > 0 and result.run_dir and learned:
         scores = _final_scores(env, result.run_dir, learners, yardstick, eval_episodes, seed + 777)
     _print_summary(result, scores, yardstick)
+    if eval_episodes > 0 and not learned:
+        console.print("no agent learns here, so there is no trained policy to score", highlight=False)
 
 
 def _final_scores(env: Any, run_dir: str, learners: Any, yardstick: str, episodes: int,

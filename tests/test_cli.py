@@ -162,3 +162,12 @@ def test_train_scores_returns_that_are_not_game_results_by_their_mean(tmp_path):
     assert not EvalResult("a", "random", [-24.5, -30.1]).outcomes
     row = {"win_rate": 0.0, "win_rate_ci95": [0.0, 0.1], "mean_return": -27.3, "mean_return_ci95": 1.5}
     assert _eval_cell({**row, "outcomes": False}) == "-27.3 ± 1.5" and _eval_cell({**row, "outcomes": True}) == "0% [0%-10%]"
+
+
+def test_train_with_no_learning_agent_ends_cleanly_without_scores(tmp_path):
+    result = CliRunner().invoke(main, ["train", "mpe2.simple_spread_v3", "--steps", "300", "--runner", "sequential",
+                                       "--learner", "random", "--out", str(tmp_path), "--eval-episodes", "4"],
+                                env={"COLUMNS": "120"})
+    assert result.exit_code == 0, result.output
+    assert "no agent learns here, so there is no trained policy to score" in result.output
+    assert "holds no checkpoints" not in result.output
