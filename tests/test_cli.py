@@ -153,15 +153,16 @@ def test_train_scores_returns_that_are_not_game_results_by_their_mean(tmp_path):
     from pzasync.progress import _eval_cell
 
     result = CliRunner().invoke(main, ["train", "mpe2.simple_spread_v3", "--steps", "600", "--runner", "sequential",
-                                       "--learner", "dqn,learning_starts=100", "--out", str(tmp_path), "--eval-episodes", "4",
-                                       "--eval-every", "0"], env={"COLUMNS": "120"})
+                                       "--learner", "dqn,learning_starts=100", "--out", str(tmp_path),
+                                       "--eval-episodes", "4", "--eval-every", "0"], env={"COLUMNS": "120"})
     assert result.exit_code == 0, result.output
     assert "mean return [95% CI]" in result.output and "win [95% CI]" not in result.output
     assert "4 episodes per seat and opponent" in result.output
     assert EvalResult("a", "random", [1.0, -1.0, 0.0]).outcomes
     assert not EvalResult("a", "random", [-24.5, -30.1]).outcomes
     row = {"win_rate": 0.0, "win_rate_ci95": [0.0, 0.1], "mean_return": -27.3, "mean_return_ci95": 1.5}
-    assert _eval_cell({**row, "outcomes": False}) == "-27.3 ± 1.5" and _eval_cell({**row, "outcomes": True}) == "0% [0%-10%]"
+    assert _eval_cell({**row, "outcomes": False}) == "-27.3 ± 1.5"
+    assert _eval_cell({**row, "outcomes": True}) == "0% [0%-10%]"
 
 
 def test_train_with_no_learning_agent_ends_cleanly_without_scores(tmp_path):
