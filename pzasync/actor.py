@@ -425,7 +425,7 @@ def build_actor(plan: Any, acting: dict[str, ActingAgent], stats: RunControl, *,
     cfg = plan.config
     if cfg.env_workers:
         envs: Any = EnvWorkers(plan.env_spec, plan.envs_per_actor, cfg.env_workers, cfg.heartbeat_timeout_s,
-                                     run_id=plan.run_id)
+                               run_id=plan.run_id)
     else:
         envs = [plan.env_spec.make() for _ in range(plan.envs_per_actor)]
     return Actor(envs, acting, stats, replay_ratio=cfg.replay_ratio if paced else None,
