@@ -20,7 +20,6 @@ from __future__ import annotations
 import dataclasses
 import multiprocessing as mp
 import os
-import signal
 import sys
 import time
 import traceback
@@ -29,6 +28,7 @@ from typing import Any
 
 from .errors import EnvCrashedError, PzasyncError, error_type_path, remote_error, report_unclean_exit
 from .shm import unlink_run
+from .stop_signals import ignore_stop_signals, shielded
 
 
 def split_budget(agent_steps: int | None, actors: int) -> list[int | None]:
@@ -84,8 +84,7 @@ class ActorFailed:
 def actor_process_main(setup: ActorSetup, conn: Any) -> None:
     """Body of actor process `setup.index`: build, wait for the runner's go (a word of the run's counters), act
     until its budget or the run's stop flag, then report."""
-    if _in_main_thread():
-        signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the runner's; it stops us with the stop flag
+    ignore_stop_signals()  # SIGTERM and Ctrl-C are the runner's; it stops us with the stop flag
     from .actor import acting_agents, build_actor
     from .results import process_usage
 
@@ -159,12 +158,6 @@ def actor_process_main(setup: ActorSetup, conn: Any) -> None:
         conn.close()
 
 
-def _in_main_thread() -> bool:
-    import threading
-
-    return threading.current_thread() is threading.main_thread()
-
-
 class ActorPool:
     """The run's actor processes beyond actor 0: start, poll (episodes, failures, deaths), wait, stop."""
 
@@ -193,7 +186,8 @@ class ActorPool:
             receiver, sender = self.ctx.Pipe(duplex=False)
             process = self.ctx.Process(target=actor_process_main, args=(setup, sender),
                                        name=f"pzasync-actor-{setup.index}")
-            process.start()
+            with shielded():
+                process.start()
             sender.close()
             self.processes[setup.index], self.conns[setup.index] = process, receiver
 
@@ -222,7 +216,7 @@ class ActorPool:
         act: the caller's actor 0 starts at the same moment."""
         deadline = time.monotonic() + self.timeout_s
         try:
-            while len(self.ready) < len(self.processes) and self.fatal is None:
+            while len(self.ready) < len(self.processes) and self.fatal is None and not self.plan.stats.stop_requested:
                 self.poll(monitor)
                 if time.monotonic() > deadline:
                     late = sorted(set(self.processes) - self.ready)

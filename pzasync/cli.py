@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import signal
 import sys
 import time
 from collections import defaultdict
-from typing import Any
+from contextlib import contextmanager
+from typing import Any, Iterator
 
 import click
 import numpy as np
@@ -16,6 +18,7 @@ from rich.table import Table
 from .bench import CONFIGS, SCORES
 from .config import AUTO, AUTO_ENVS_PER_ACTOR
 from .errors import UserInputError
+from .stop_signals import STOP_SIGNALS, exit_code as signal_exit_code, reason as signal_reason
 
 console = Console()
 errors = Console(stderr=True)
@@ -334,8 +337,48 @@ def train(env_id: str, learner: str, learner_for: tuple[str, ...], env_args: tup
     """Train every agent of ENV_ID (default: connect_four, both seats sharing one DQN in a self-play league).
 
     Scores the greedy policies against a yardstick player while training (eval.png) and at the end, beside an
-    untrained network of the same shape and random play.
+    untrained network of the same shape and random play. SIGTERM or Ctrl-C stops the run gracefully (final
+    checkpoints kept, no final evaluation) and exits with 128 + the signal's number (docs/reliability.md).
     """
+    with _exit_on_stop_signals():
+        _train(env_id, learner, learner_for, env_args, groups, runner, publish, steps, minutes, replay_ratio,
+               device, seed, out_dir, self_play, league, league_trainee, versus, eval_every, eval_episodes,
+               backend, ray_address, envs_per_actor, env_workers, actors, actor_device, learner_processes)
+
+
+class _StoppedBySignal(BaseException):
+    """SIGTERM or SIGINT outside a run (building it, the final evaluation): leave at once."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
+
+
+@contextmanager
+def _exit_on_stop_signals() -> Iterator[None]:
+    """SIGTERM and SIGINT end the command with 128 + the signal's number wherever no run is in progress (a run
+    installs its own handlers for its whole length: runners.py). Nothing is held outside a run."""
+    def stop(signum: int, frame: Any) -> None:
+        raise _StoppedBySignal(signum)
+
+    previous = {sig: signal.signal(sig, stop) for sig in STOP_SIGNALS}
+    try:
+        yield
+    except _StoppedBySignal as stopped:
+        errors.print(f"stopped by {signal.Signals(stopped.signum).name}", highlight=False)
+        sys.exit(signal_exit_code(stopped.signum))
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def _train(env_id: str, learner: str, learner_for: tuple[str, ...], env_args: tuple[str, ...],
+           groups: tuple[str, ...], runner: str, publish: str, steps: int | None,
+           minutes: float | None, replay_ratio: float | None, device: str, seed: int, out_dir: str,
+           self_play: bool | None, league: str | None, league_trainee: tuple[str, ...], versus: str | None,
+           eval_every: float, eval_episodes: int, backend: str, ray_address: str | None,
+           envs_per_actor: int | str | None, env_workers: int | str, actors: int | str, actor_device: str,
+           learner_processes: int | None) -> None:
     from .config import RunConfig
     from .environments import EnvSpec
     from .rundir import check_out_dir
@@ -400,7 +443,20 @@ def train(env_id: str, learner: str, learner_for: tuple[str, ...], env_args: tup
         + f"; scored against {yardstick}", highlight=False)
     for option, choice in run.plan.auto.items():
         console.print(f"  {option}=auto: {choice}", highlight=False)
-    result = run.run(agent_steps=steps, seconds=minutes * 60 if minutes is not None else None)
+    try:
+        result = run.run(agent_steps=steps, seconds=minutes * 60 if minutes is not None else None)
+    except Exception as exc:
+        if run.stop_signal is None:
+            raise
+        errors.print(f"[bold red]error[/] after {signal_reason(run.stop_signal)}: {exc}", highlight=False,
+                     soft_wrap=True)
+        sys.exit(signal_exit_code(run.stop_signal))
+    if run.stop_signal is not None:
+        _print_summary(result, {}, yardstick)
+        console.print(f"stopped by {signal.Signals(run.stop_signal).name}: no final evaluation"
+                      + (f"; score the checkpoints with `pzasync eval {result.run_dir}`" if result.run_dir else ""),
+                      highlight=False)
+        sys.exit(signal_exit_code(run.stop_signal))
     scores: dict[str, dict[str, Any]] = {}
     learned = any(p.learns for p in run.plan.agents.values())
     if eval_episodes > 0 and result.run_dir and learned:

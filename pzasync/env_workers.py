@@ -24,7 +24,6 @@ import io
 import multiprocessing as mp
 import multiprocessing.connection as mp_connection
 import pickle
-import signal
 import time
 import traceback
 from dataclasses import dataclass
@@ -35,6 +34,7 @@ import numpy as np
 from .errors import EnvCrashedError, error_type_path, remote_error
 from .obs_slots import ObservationSlots
 from .shm import new_run_id
+from .stop_signals import ignore_stop_signals, shielded
 from .stepper import EpisodeStepper, PendingDecision
 from .transitions import EpisodeSummary, LayoutBook, Transition
 
@@ -260,7 +260,7 @@ def worker_main(inbox: Any, conn: Any, env_spec: Any, groups: dict[int, list[int
                 n_copies: int) -> None:
     """Body of an env worker: build its groups of copies, then answer the actor's messages (each about one
     group) in order until told to close."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the actor's to handle; it closes us
+    ignore_stop_signals()  # SIGTERM and Ctrl-C are the runner's to handle; its actor closes us
     events: list[tuple] = []
     waiting: dict[int, PendingDecision] = {}  # each copy's decision the actor is answering
     history = AnsweredDecisions()
@@ -372,7 +372,8 @@ class WorkerCopies:
                 proc = ctx.Process(target=worker_main, name=f"pzasync-env-worker-{w}", daemon=True,
                                    args=(inbox, outbox, env_spec, groups, seed, layouts, check_rewards,
                                          max_episode_steps, self.slots.name, copies))
-                proc.start()
+                with shielded():
+                    proc.start()
                 inbox.close()
                 outbox.close()
                 self.conns.append(from_worker)

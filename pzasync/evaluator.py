@@ -10,12 +10,15 @@ interval against wall-clock seconds and against agent steps, the training return
 
 The process runs at a lower CPU priority (nice 10), so on a busy machine it yields to the actor and the
 learners; it exits when the run asks it to, or by itself when the runner's process is gone.
+
+It talks to the runner over two one-way pipes, never a lock or an event that a dead process could leave
+held: rows come back on one; the other is the stop, which the runner closes (closing never waits, whatever
+state the evaluator is in, alive or dead) and the evaluator sees as end-of-file while it sleeps between rounds.
 """
 
 from __future__ import annotations
 
 import os
-import signal
 import sys
 import time
 import traceback
@@ -23,6 +26,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .errors import report_unclean_exit
+from .stop_signals import ignore_stop_signals, shielded
 
 
 @dataclass
@@ -45,8 +49,11 @@ class EvaluatorSetup:
 
 
 def evaluator_main(setup: EvaluatorSetup, rows: Any, stop: Any) -> None:
-    """Body of the evaluator process: score the newest policies every `every_s` until told to stop."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    """Body of the evaluator process: score the newest policies every `every_s` until told to stop.
+
+    `rows`: the sending end of the runner's row pipe; `stop`: the receiving end of the stop pipe, readable
+    (end-of-file) once the runner closes its end or dies."""
+    ignore_stop_signals()
     try:
         os.nice(setup.niceness)
     except OSError:
@@ -80,7 +87,7 @@ def evaluator_main(setup: EvaluatorSetup, rows: Any, stop: Any) -> None:
                     versions[unit] = slot.read(vectors[unit]) if slot.version > 0 else 0
                 vector_to_policy(vectors[unit], policies[agent][0])
             if not all(v > 0 for v in versions.values()):
-                stop.wait(0.1)  # a learner has not published its first policy yet: look again soon
+                stop.poll(0.1)  # a learner has not published its first policy yet: look again soon
                 continue
             agent_steps = setup.stats.total_steps
             wall = started - setup.run_start
@@ -88,7 +95,7 @@ def evaluator_main(setup: EvaluatorSetup, rows: Any, stop: Any) -> None:
                                        seed=setup.seed, max_episode_steps=setup.max_episode_steps)
             for r in results:
                 lo, hi = r.win_rate_ci95
-                rows.put({"kind": "eval", "round": round_index, "wall_s": round(wall, 3),
+                rows.send({"kind": "eval", "round": round_index, "wall_s": round(wall, 3),
                           "agent_steps": agent_steps, "agent": r.agent, "unit": setup.seats[r.agent][0],
                           "version": versions[setup.seats[r.agent][0]], "opponent": r.opponent,
                           "episodes": r.episodes, "win_rate": r.win_rate, "win_rate_ci95": [lo, hi],
@@ -98,16 +105,20 @@ def evaluator_main(setup: EvaluatorSetup, rows: Any, stop: Any) -> None:
             round_index += 1
             deadline = started + setup.every_s
             while time.monotonic() < deadline and not _should_stop(setup, stop):
-                stop.wait(0.25)
+                stop.poll(0.25)
     except Exception as exc:  # noqa: BLE001 - reported to the runner, which warns and goes on without it
-        rows.put({"kind": "eval_error", "error": f"{type(exc).__name__}: {exc}", "traceback": traceback.format_exc()})
+        try:
+            rows.send({"kind": "eval_error", "error": f"{type(exc).__name__}: {exc}",
+                       "traceback": traceback.format_exc()})
+        except OSError:
+            pass  # the runner is gone or has stopped listening
     finally:
         rows.close()
-        rows.join_thread()
+        stop.close()
 
 
 def _should_stop(setup: EvaluatorSetup, stop: Any) -> bool:
-    return stop.is_set() or os.getppid() != setup.parent_pid or setup.stats.stop_requested
+    return stop.poll() or os.getppid() != setup.parent_pid or setup.stats.stop_requested
 
 
 class Evaluator:
@@ -117,26 +128,30 @@ class Evaluator:
         import multiprocessing as mp
 
         ctx = mp.get_context("spawn")
-        self.rows = ctx.Queue()
-        self.stop_event = ctx.Event()
-        self.process = ctx.Process(target=evaluator_main, args=(setup, self.rows, self.stop_event),
+        self.rows, self._rows_sender = ctx.Pipe(duplex=False)
+        self._stop_receiver, self._stop = ctx.Pipe(duplex=False)
+        self.process = ctx.Process(target=evaluator_main, args=(setup, self._rows_sender, self._stop_receiver),
                                    name="pzasync-evaluator", daemon=True)
         self.results: list[dict[str, Any]] = []
         self.error: str | None = None
 
     def start(self) -> None:
-        self.process.start()
+        with shielded():
+            self.process.start()
+        # The child's ends: closed here, so that the child's death reads as end-of-file on `rows`.
+        self._rows_sender.close()
+        self._stop_receiver.close()
 
     def collect(self) -> list[dict[str, Any]]:
         """Rows that arrived since the last call (non-blocking)."""
-        import queue
-
         new = []
-        while True:
+        while self.rows is not None:
             try:
-                row = self.rows.get_nowait()
-            except (queue.Empty, OSError, ValueError):
-                break
+                if not self.rows.poll():
+                    break
+                row = self.rows.recv()
+            except (EOFError, OSError):
+                break  # the evaluator has exited (a row cut short by its death is dropped)
             if row.get("kind") == "eval_error":
                 self.error = row["error"]
                 print(f"pzasync: the evaluator failed ({row['error']}); training goes on without it.\n"
@@ -147,8 +162,11 @@ class Evaluator:
         return new
 
     def stop(self, timeout: float = 5.0) -> list[dict[str, Any]]:
-        """Ask the process to finish its round and exit; kill it past `timeout`. Returns the last rows."""
-        self.stop_event.set()
+        """Ask the process to finish its round and exit; kill it past `timeout`. Returns the last rows.
+
+        Never waits without a deadline: closing the stop pipe returns at once whether the evaluator is alive,
+        busy or dead."""
+        self._stop.close()
         deadline = time.monotonic() + timeout
         new: list[dict[str, Any]] = []
         while self.process.is_alive() and time.monotonic() < deadline:
@@ -161,9 +179,8 @@ class Evaluator:
             report_unclean_exit("the evaluator process", self.process)
         new += self.collect()
         self.rows.close()
-        self.rows.join_thread()
+        self.rows = None
         self.process.close()
-        self.stop_event = None
         return new
 
 

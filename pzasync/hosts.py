@@ -18,15 +18,15 @@ Learners talk to their host through typed messages (`LearnerReport`, `LearnerFai
 
 from __future__ import annotations
 
-import queue
 import sys
 import time
 from typing import Any, Callable
 
 from . import stats as S
 from .errors import LearnerCrashedError, LearnerStartupError, learner_error, report_unclean_exit
-from .learner_loop import (LearnerDriver, LearnerFailed, LearnerReport, LearnerSetup, learner_host_main,
-                           restarted, start_driver)
+from .learner_loop import (LearnerDriver, LearnerFailed, LearnerReport, LearnerSetup, MessagePipe,
+                           learner_host_process_main, restarted, start_driver)
+from .stop_signals import shielded
 
 
 class LearnerHost:
@@ -68,10 +68,11 @@ class LearnerHost:
         raise NotImplementedError
 
     def wait_for_first_policies(self) -> None:
-        """Start-up barrier: return once every learner has published version 1, or raise LearnerStartupError."""
+        """Start-up barrier: return once every learner has published version 1 (or the run was asked to stop
+        meanwhile), or raise LearnerStartupError."""
         deadline = time.monotonic() + self.config.process_timeout_s
         pending = set(self.setups)
-        while True:
+        while not self.stats.stop_requested:
             for unit in list(pending):
                 if self.stats.get(unit, S.VERSION) >= 1:
                     pending.discard(unit)
@@ -250,42 +251,60 @@ class ProcessHost(LearnerHost):
         import multiprocessing as mp
 
         self.ctx = context or mp.get_context("spawn")
-        self.messages: Any = self.ctx.Queue()
-        #: Host index -> its learning units, its current process, and the pipe that sends it restarted learners.
+        #: Host index -> its learning units, its current process, the pipe that sends it restarted learners,
+        #: and the pipe its messages come back on. One message pipe per process, whose sending end only the
+        #: child holds: a host that dies reads as end-of-file, even one killed halfway through a message.
         self.hosted: list[list[str]] = monitor.plan.learner_hosts()
         self.host_of = {unit: h for h, units in enumerate(self.hosted) for unit in units}
         self.processes: dict[int, Any] = {}
         self.commands: dict[int, Any] = {}
+        self.reports: dict[int, Any] = {}
 
     def _spawn(self, host: int, setups: list[LearnerSetup]) -> None:
         receive, send = self.ctx.Pipe(duplex=False)
-        process = self.ctx.Process(target=learner_host_main,
-                                   args=(setups, self.messages, self.config.checkpoint_every_s, receive),
+        reports, report_sender = self.ctx.Pipe(duplex=False)
+        process = self.ctx.Process(target=learner_host_process_main,
+                                   args=(setups, MessagePipe(report_sender), self.config.checkpoint_every_s, receive),
                                    name=f"pzasync-learners-{host}", daemon=True)
-        process.start()
-        receive.close()  # the child's end
+        with shielded():
+            process.start()
+        receive.close()  # the child's ends
+        report_sender.close()
         old = self.commands.pop(host, None)
         if old is not None:
             old.close()
-        self.processes[host], self.commands[host] = process, send
+        old_reports = self.reports.pop(host, None)
+        if old_reports is not None:
+            self._drain_host(old_reports)  # the last words of the process this one replaces
+            old_reports.close()
+        self.processes[host], self.commands[host], self.reports[host] = process, send, reports
 
     def start(self) -> None:
         for host, units in enumerate(self.hosted):
             self._spawn(host, [self.setups[u] for u in units])
 
+    def _drain_host(self, reports: Any) -> None:
+        try:
+            while reports.poll():
+                self.handle(reports.recv())
+        except (EOFError, OSError):
+            pass  # the host process has exited; a message its death cut short is dropped
+
     def drain(self) -> None:
-        while self.messages is not None:
-            try:
-                message = self.messages.get_nowait()
-            except (queue.Empty, OSError, ValueError):
-                return
-            self.handle(message)
+        for reports in list(self.reports.values()):
+            self._drain_host(reports)
 
     def _next_message(self, timeout: float) -> LearnerReport | LearnerFailed | None:
-        try:
-            return self.messages.get(timeout=timeout)
-        except queue.Empty:
-            return None
+        from multiprocessing.connection import wait
+
+        for reports in wait(list(self.reports.values()), timeout):
+            try:
+                return reports.recv()
+            except (EOFError, OSError):
+                continue  # that host has exited: `_check_started` tells
+        if not self.reports:
+            time.sleep(timeout)
+        return None
 
     def _check_started(self, unit: str) -> None:
         process = self.processes[self.host_of[unit]]
@@ -356,7 +375,9 @@ class ProcessHost(LearnerHost):
         self.stats.request_stop()
         deadline = time.monotonic() + self.config.process_timeout_s
         for host, process in self.processes.items():
-            process.join(timeout=max(0.1, deadline - time.monotonic()))
+            while process.is_alive() and time.monotonic() < deadline:
+                self.drain()  # so that no host waits on a full pipe to send its final reports
+                process.join(timeout=0.05)
             if not process.is_alive():
                 if all(self.stats.get(u, S.STATUS) == S.DONE and u not in self.failing for u in self.hosted[host]):
                     report_unclean_exit(f"learner host process {host} ({', '.join(self.hosted[host])})", process)
@@ -370,12 +391,9 @@ class ProcessHost(LearnerHost):
         self.release()
 
     def release(self) -> None:
-        """Close the message queue now, so its semaphores (`/dev/shm/sem.mp-*`) go with the run. Idempotent."""
-        messages, self.messages = self.messages, None
-        if messages is not None:
-            messages.close()
-            messages.join_thread()
-        for send in self.commands.values():
-            send.close()
+        """Close every pipe to and from the host processes. Idempotent."""
+        for conn in [*self.commands.values(), *self.reports.values()]:
+            conn.close()
         self.commands.clear()
+        self.reports.clear()
         self.processes.clear()

@@ -23,6 +23,7 @@ import numpy as np
 from . import stats as S
 from .errors import LearnerCrashedError, error_type_path
 from .shm import run_id_of, unlink_run
+from .stop_signals import ignore_stop_signals
 from .transport import PolicyPublisher, RunControl, TransitionSource
 
 
@@ -232,6 +233,30 @@ def learner_process_main(setup: LearnerSetup, messages: Any, checkpoint_every_s:
     learner_host_main([setup], messages, checkpoint_every_s, is_orphaned=is_orphaned)
 
 
+class MessagePipe:
+    """The sending end of a pipe, with the one call `learner_host_main` makes of its messages: `put`.
+
+    A local learner host process reports through it (not a multiprocessing queue: the runner's end then reads
+    end-of-file when the host dies, and no queue lock or feeder thread is left for a dead process to hold)."""
+
+    def __init__(self, conn: Any) -> None:
+        self.conn = conn
+
+    def put(self, message: Any) -> None:
+        self.conn.send(message)
+
+
+def learner_host_process_main(setups: list[LearnerSetup], messages: Any, checkpoint_every_s: float,
+                              commands: Any = None) -> None:
+    """Body of a spawned local learner host process: `learner_host_main`, ignoring SIGTERM and SIGINT (the
+    runner stops the run, stop_signals.py)."""
+    ignore_stop_signals()
+    try:
+        learner_host_main(setups, messages, checkpoint_every_s, commands)
+    finally:
+        messages.conn.close()
+
+
 def learner_host_main(setups: list[LearnerSetup], messages: Any, checkpoint_every_s: float, commands: Any = None,
                       is_orphaned: Any = None) -> None:
     """Body of a learner host process: its learners update in turn, each as its own schedule allows, until the
@@ -248,7 +273,7 @@ def learner_host_main(setups: list[LearnerSetup], messages: Any, checkpoint_ever
     import threading
 
     if threading.current_thread() is threading.main_thread():
-        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ray's workers too; local hosts also ignore SIGTERM
     first = setups[0]
     parent = first.parent_pid or os.getppid()
     if is_orphaned is None:

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import numbers
 import os
-import signal
 import time
 from typing import Any
 
@@ -34,6 +33,7 @@ from .progress import RunMonitor
 from .results import AgentResult, RunResult, process_usage
 from .rundir import RunDirectory, plot_returns
 from .shm import remove_stale_segments
+from .stop_signals import StopSignals, reason as signal_reason
 
 
 def check_budget(agent_steps: Any, seconds: Any) -> None:
@@ -70,6 +70,9 @@ class _Runner:
         self.monitor: RunMonitor | None = None
         #: Actors 1..M-1 (RunConfig.actors), in their own processes.
         self.actor_pool: ActorPool | None = None
+        #: The first SIGTERM or SIGINT the last run received (None: none); it stopped the run gracefully.
+        self.stop_signal: int | None = None
+        self._signals: StopSignals | None = None
 
     @classmethod
     def resume(cls, run_dir: str, **config_overrides: Any) -> _Runner:
@@ -234,19 +237,23 @@ class _Runner:
         if self.actor_pool is not None:
             self.actor_pool.start_acting(monitor)  # every actor built: they all start now
         monitor.started(actor, self.config.heartbeat_timeout_s)
-        with _StopOnSignal(monitor):
-            try:
-                pool = self.actor_pool
-                if pool is not None:
-                    agent_steps = pool.budgets[0]
-                actor.run(agent_steps=agent_steps, seed=self.config.seed, keep_going=monitor.tick,
-                          on_episode=monitor.episode)
-                if pool is not None:
-                    pool.wait(monitor)
-            except KeyboardInterrupt:
-                monitor.request_stop("interrupted (SIGINT)")
-            finally:
-                monitor.finished()
+        signals = self._signals
+        try:
+            if signals is not None:
+                signals.acting = True  # a second Ctrl-C now raises KeyboardInterrupt wherever the actor is
+            pool = self.actor_pool
+            if pool is not None:
+                agent_steps = pool.budgets[0]
+            actor.run(agent_steps=agent_steps, seed=self.config.seed, keep_going=monitor.tick,
+                      on_episode=monitor.episode)
+            if pool is not None:
+                pool.wait(monitor)
+        except KeyboardInterrupt:
+            monitor.request_stop("interrupted (SIGINT)")
+        finally:
+            if signals is not None:
+                signals.acting = False
+            monitor.finished()
         return monitor.stop_reason
 
     def _finish(self, monitor: RunMonitor, actor: Actor | None, start: float, reason: str,
@@ -266,7 +273,20 @@ class _Runner:
         if agent_steps is None and seconds is None:
             raise PzasyncError("run() needs agent_steps or seconds")
         check_budget(agent_steps, seconds)
-        return self._run(agent_steps, seconds)
+        self.stop_signal, self.monitor = None, None
+        # For the whole run, start-up to release: a stop signal to any process of the run is one graceful stop.
+        with StopSignals(self._on_stop_signal) as signals:
+            self._signals = signals
+            try:
+                return self._run(agent_steps, seconds)
+            finally:
+                self.stop_signal = signals.received
+                self._signals = None
+
+    def _on_stop_signal(self, signum: int) -> None:
+        """SIGTERM or SIGINT: ask the run to stop (before the monitor exists, `_run` asks once it does)."""
+        if self.monitor is not None:
+            self.monitor.request_stop(signal_reason(signum))
 
     def _run(self, agent_steps: int | None, seconds: float | None) -> RunResult:
         """Assemble the parts, act until the budget, then stop the learners and release everything."""
@@ -276,10 +296,13 @@ class _Runner:
         remove_stale_segments()  # other runs' leftovers, before this run allocates its own
         plan.allocate()
         monitor = self.monitor = RunMonitor(plan, run_dir, cfg.progress, seconds, start)
+        if self._signals is not None and self._signals.received is not None:  # a signal before the monitor
+            monitor.request_stop(signal_reason(self._signals.received))
         actor: Actor | None = None
         host: LearnerHost | None = None
         reason = "agent-step budget reached"
         try:
+            # Every start-up step below either takes bounded time or returns early once a stop was asked for.
             self._start_evaluator(monitor, start)  # first: its start-up overlaps the learners'
             host = self.host = self._make_host(monitor, run_dir)
             import torch
@@ -288,9 +311,12 @@ class _Runner:
             host.start()
             host.wait_for_first_policies()
             monitor.on_poll = host.poll
-            self._start_actors(monitor, host, agent_steps)
-            actor = self._actor(self._acting_agents(), host, run_dir=run_dir)
-            reason = self._act(actor, monitor, agent_steps) or reason
+            if monitor.stop_reason is None:
+                self._start_actors(monitor, host, agent_steps)
+                actor = self._actor(self._acting_agents(), host, run_dir=run_dir)
+                reason = self._act(actor, monitor, agent_steps) or reason
+            else:
+                reason = monitor.stop_reason
         finally:
             try:
                 if self.actor_pool is not None:
@@ -323,38 +349,6 @@ class _Runner:
 
         monitor.on_poll = poll
         return pool
-
-
-class _StopOnSignal:
-    """While the actor acts (main thread only): SIGTERM and a first Ctrl-C ask for a graceful stop at the next
-    decision; a second Ctrl-C raises KeyboardInterrupt wherever the actor is (an env step that never returns).
-    A handler rather than KeyboardInterrupt for the first: an exception raised at an arbitrary point could land
-    inside a read of the learners' message pipe and leave it mid-message."""
-
-    def __init__(self, monitor: RunMonitor) -> None:
-        self.monitor = monitor
-        self.previous: dict[int, Any] = {}
-        self.interrupted = False
-
-    def __enter__(self) -> _StopOnSignal:
-        import threading
-
-        if threading.current_thread() is threading.main_thread():
-            self.previous = {sig: signal.signal(sig, self._handle) for sig in (signal.SIGTERM, signal.SIGINT)}
-        return self
-
-    def _handle(self, signum: int, frame: Any) -> None:
-        if signum == signal.SIGTERM:
-            self.monitor.request_stop("SIGTERM")
-            return
-        if self.interrupted:
-            raise KeyboardInterrupt
-        self.interrupted = True
-        self.monitor.request_stop("interrupted (SIGINT)")
-
-    def __exit__(self, *exc: Any) -> None:
-        for sig, previous in self.previous.items():
-            signal.signal(sig, previous)
 
 
 class AsyncRunner(_Runner):
