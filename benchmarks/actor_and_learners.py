@@ -13,7 +13,7 @@ import sys
 import tempfile
 
 from pzasync import AsyncRunner, RunConfig, SequentialRunner
-from pzasync.bench import bare_loop, summarize
+from pzasync.bench.harness import bare_loop, summarize
 
 ENV = sys.argv[1] if len(sys.argv) > 1 else "pettingzoo.classic.connect_four_v3"
 STEPS = int(sys.argv[2]) if len(sys.argv) > 2 else 40_000

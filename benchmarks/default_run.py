@@ -18,8 +18,9 @@ import json
 import time
 
 from pzasync import AsyncRunner, RunConfig, SequentialRunner
-from pzasync.cli import DEFAULT_TRAIN, default_trainee_weights, default_train_learner, parse_learner_spec
-from pzasync.evaluate import default_yardstick, evaluate_against, load_run_policies, untrained_baseline
+from pzasync.cli import DEFAULT_TRAIN, default_trainee_weights, default_train_learner
+from pzasync.specs import parse_learner_spec
+from pzasync.evaluation.evaluate import default_yardstick, evaluate_against, load_run_policies, untrained_baseline
 
 
 def main() -> None:
@@ -43,7 +44,7 @@ def main() -> None:
     import ast
 
     options = {k: ast.literal_eval(v) for k, v in (o.split("=", 1) for o in args.option)}
-    from pzasync.environments import EnvSpec
+    from pzasync.core.environments import EnvSpec
 
     probe = EnvSpec.of(args.env).make()
     agents = list(probe.possible_agents)

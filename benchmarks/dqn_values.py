@@ -24,9 +24,9 @@ def main() -> None:
     import torch
 
     from pzasync import RunConfig, SequentialRunner, rollout
-    from pzasync.cli import parse_learner_spec
-    from pzasync.environments import EnvSpec
-    from pzasync.evaluate import evaluate_against
+    from pzasync.specs import parse_learner_spec
+    from pzasync.core.environments import EnvSpec
+    from pzasync.evaluation.evaluate import evaluate_against
     from pzasync.learners import vector_to_policy
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)

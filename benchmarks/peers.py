@@ -3,7 +3,7 @@
 What it measures: agent steps per second while acting with exploring (epsilon-greedy) per-agent Q-policies
 and storing what is collected, with no training: Tianshou's `Collector`, TorchRL's `SyncDataCollector`,
 and pzasync's `AsyncRunner` (DQN learners with `learning_starts=10**9`: the learner processes exist but
-never update, so this is pure collection into the shared buffers). `pzasync.bench.bare_loop` (random legal
+never update, so this is pure collection into the shared buffers). `pzasync.bench.harness.bare_loop` (random legal
 actions, no policy, no storage) is reported as the env's own limit.
 
 Run: /tmp/peers/bin/python benchmarks/peers.py [--steps N] [--repeats R] [--vector-envs K] [--pzasync-envs N]
@@ -384,8 +384,8 @@ def setup_rllib(env_runners: int) -> tuple[Measure, str]:
 
 
 def setup_bare() -> tuple[Measure, str]:
-    """pzasync.bench.bare_loop: the env alone with random legal actions (the env's own limit)."""
-    from pzasync.bench import bare_loop
+    """pzasync.bench.harness.bare_loop: the env alone with random legal actions (the env's own limit)."""
+    from pzasync.bench.harness import bare_loop
 
     measure: Measure = lambda steps: bare_loop(ENV, None, steps)
     measure(WARMUP)

@@ -52,7 +52,7 @@ def raw_frame_bytes_per_transition() -> dict[str, float]:
     from gymnasium import spaces
 
     from pzasync import SharedRingBuffer
-    from pzasync.spaces import agent_layout
+    from pzasync.core.spaces import agent_layout
 
     layout = agent_layout("piston_0", spaces.Box(0, 255, (457, 120, 3), np.uint8), spaces.Discrete(3))
     capacity = 100_000
@@ -65,7 +65,7 @@ def main() -> None:
     from pistonball_shared import make_env
 
     from pzasync import AsyncRunner, RunConfig
-    from pzasync.shm import SHM_DIR, list_segments
+    from pzasync.transport.shm import SHM_DIR, list_segments
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--pistons", type=int, default=20)

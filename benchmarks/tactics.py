@@ -26,10 +26,10 @@ import json
 import numpy as np
 import torch
 
-from pzasync.evaluate import load_run_policies, play, player_actor, resolve_player
+from pzasync.evaluation.evaluate import load_run_policies, play, player_actor, resolve_player
 from pzasync.learners.dqn import QNetwork
 from pzasync.learners.networks import obs_tensors
-from pzasync.learners.scripted import ConnectFour
+from pzasync.players.boards import ConnectFour
 
 
 def audit(policy, layout, tally: dict[str, int], values: dict[str, list[float]]):

@@ -12,9 +12,9 @@ import time
 import numpy as np
 import torch
 
-from pzasync.environments import make_env
+from pzasync.core.environments import make_env
 from pzasync.learners.dqn import DQNLearner, QNetwork
-from pzasync.spaces import env_layouts, probe_info_masks
+from pzasync.core.spaces import env_layouts, probe_info_masks
 
 
 def main() -> None:

@@ -2,7 +2,7 @@
 
 Run: python examples/benchmark.py [--env ENV] [--steps N] [--seeds K] [--plot FILE]
 
-The same as `pzasync bench`, driven through `pzasync.bench.run_bench`: the bare loops (the env's own limit,
+The same as `pzasync bench`, driven through `pzasync.bench.harness.run_bench`: the bare loops (the env's own limit,
 and with the policy forwards), the sequential runner, and the async runner at the same replay ratio in both
 publish modes, each trial in a fresh process. The headline is the ratios, which carry across machines.
 """
@@ -14,8 +14,8 @@ import json
 
 
 def main() -> None:
-    from pzasync.bench import BenchSettings, run_bench
-    from pzasync.bench_report import headline_lines, plot_report
+    from pzasync.bench.harness import BenchSettings, run_bench
+    from pzasync.bench.report import headline_lines, plot_report
 
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--env", default="pettingzoo.classic.connect_four_v3")

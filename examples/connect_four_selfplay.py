@@ -38,8 +38,8 @@ def ask_move(mask: np.ndarray) -> int:
 
 def play(run_dir: str, human: str = "player_1") -> float:
     """One game, the human as `human`; returns the human's result (+1 win, 0 draw, -1 loss)."""
-    from pzasync.environments import make_env
-    from pzasync.evaluate import load_run_policies, policy_actor
+    from pzasync.core.environments import make_env
+    from pzasync.evaluation.evaluate import load_run_policies, policy_actor
 
     policies = load_run_policies(run_dir)
     env = make_env(ENV)

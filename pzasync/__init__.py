@@ -5,11 +5,11 @@ Data flows env -> actor (`collect.run_episodes`, `transitions.TransitionAssemble
 per-agent `PolicyPublisher` (a `PolicySlot`) -> back to the actor. See docs/architecture.md.
 """
 
-from .buffer import SharedRingBuffer
-from .config import RunConfig
-from .collect import rollout, run_episodes
-from .environments import EnvSpec, make_env
-from .errors import (
+from pzasync.transport.buffer import SharedRingBuffer
+from pzasync.config import RunConfig
+from pzasync.core.collect import rollout, run_episodes
+from pzasync.core.environments import EnvSpec, make_env
+from pzasync.errors import (
     ConfigError,
     EnvSpecError,
     InsufficientSharedMemoryError,
@@ -19,25 +19,25 @@ from .errors import (
     UnsupportedSpaceError,
     UserInputError,
 )
-from .shm import clean_stale
-from .slots import PolicySlot
-from .spaces import AgentLayout, agent_layout, env_layouts
-from .transitions import EpisodeSummary, Transition, TransitionAssembler
-from .transport import PolicyPublisher, PolicySource, RunControl, TransitionSource, TransitionWriter
+from pzasync.transport.shm import clean_stale
+from pzasync.transport.slots import PolicySlot
+from pzasync.core.spaces import AgentLayout, agent_layout, env_layouts
+from pzasync.core.transitions import EpisodeSummary, Transition, TransitionAssembler
+from pzasync.transport.protocols import PolicyPublisher, PolicySource, RunControl, TransitionSource, TransitionWriter
 
 
 def __getattr__(name: str):
     # Runners and learners need torch (the `torch` extra); import them on first use only.
     if name in ("AsyncRunner", "SequentialRunner"):
-        from . import runners
+        from pzasync import runners
 
         return getattr(runners, name)
     if name in ("Learner", "Policy", "LearnerContext", "Option"):
-        from . import learners
+        from pzasync import learners
 
         return getattr(learners, name)
     if name in ("RunResult", "AgentResult"):
-        from . import results
+        from pzasync.runtime import results
 
         return getattr(results, name)
     raise AttributeError(f"module 'pzasync' has no attribute {name!r}")

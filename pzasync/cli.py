@@ -15,10 +15,11 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 from rich.table import Table
 
-from .bench import CONFIGS, SCORES
-from .config import AUTO, AUTO_ENVS_PER_ACTOR
-from .errors import UserInputError
-from .stop_signals import STOP_SIGNALS, exit_code as signal_exit_code, reason as signal_reason
+from pzasync.bench.harness import CONFIGS, SCORES
+from pzasync.config import AUTO, AUTO_ENVS_PER_ACTOR
+from pzasync.errors import UserInputError
+from pzasync.specs import parse_key_value, parse_learner_spec
+from pzasync.runtime.stop_signals import STOP_SIGNALS, exit_code as signal_exit_code, reason as signal_reason
 
 console = Console()
 errors = Console(stderr=True)
@@ -49,7 +50,7 @@ SECOND_SEAT_TRAINEE_WEIGHTS: dict[str, dict[str, float]] = {"pettingzoo.classic.
 
 def default_trainee_weights(env_name: str) -> dict[str, float]:
     """The self-play league's trainee weights for an env: SECOND_SEAT_TRAINEE_WEIGHTS's, else uniform ({})."""
-    from .evaluate import same_env
+    from pzasync.evaluation.evaluate import same_env
 
     for name, weights in SECOND_SEAT_TRAINEE_WEIGHTS.items():
         if same_env(env_name, name):
@@ -59,7 +60,7 @@ def default_trainee_weights(env_name: str) -> dict[str, float]:
 
 def default_train_learner(env_name: str) -> str:
     """The self-play learner spec for an env: DEFAULT_TRAIN's, with `mirror=True` where the board allows it."""
-    from .evaluate import same_env
+    from pzasync.evaluation.evaluate import same_env
 
     mirrored = any(same_env(env_name, name) for name in MIRROR_SYMMETRIC_ENVS)
     return DEFAULT_TRAIN["learner"] + (",mirror=True" if mirrored else "")
@@ -109,10 +110,10 @@ def rollout(env_id: str, steps: int, seed: int, max_episode_steps: int | None) -
 
     Every episode is checked for reward conservation (docs/transitions.md, invariant 8) as it is played.
     """
-    from .collect import run_episodes
-    from .environments import make_env
-    from .evaluate import random_actor
-    from .transitions import EpisodeSummary, LayoutBook
+    from pzasync.core.collect import run_episodes
+    from pzasync.core.environments import make_env
+    from pzasync.evaluation.evaluate import random_actor
+    from pzasync.core.transitions import EpisodeSummary, LayoutBook
 
     env = make_env(env_id)
     counts: dict[str, int] = defaultdict(int)
@@ -162,7 +163,7 @@ def envs(instantiate: bool, show_all: bool) -> None:
 
     from pettingzoo import AECEnv
 
-    from .environments import known_env_ids
+    from pzasync.core.environments import known_env_ids
 
     table = Table(title="Environments (use the id with `pzasync rollout` / `make_env`)")
     table.add_column("env id", no_wrap=True)
@@ -202,26 +203,6 @@ def envs(instantiate: bool, show_all: bool) -> None:
     if unavailable and not show_all:
         console.print(f"{unavailable} more env module(s) cannot load here (missing dependencies); see --all.",
                       soft_wrap=True)
-
-
-def parse_key_value(item: str, error: str) -> tuple[str, Any]:
-    """'KEY=VALUE' -> (key, value read as a Python literal, else kept as text); UserInputError(error) if malformed."""
-    import ast
-
-    key, sep, raw = item.partition("=")
-    if not sep or not key:
-        raise UserInputError(error)
-    try:
-        return key, ast.literal_eval(raw)
-    except (ValueError, SyntaxError):
-        return key, raw
-
-
-def parse_learner_spec(text: str) -> Any:
-    """'dqn' or 'ppo,lr=3e-4,batch_size=256' or 'pkg.mod:Class,opt=1' -> a learner spec."""
-    name, *pairs = [part.strip() for part in text.split(",")]
-    options = dict(parse_key_value(pair, f"learner option {pair!r} in {text!r} is not KEY=VALUE") for pair in pairs)
-    return (name, options) if options else name
 
 
 def learners_from_options(learner: str, learner_for: tuple[str, ...]) -> Any:
@@ -379,10 +360,10 @@ def _train(env_id: str, learner: str, learner_for: tuple[str, ...], env_args: tu
            eval_every: float, eval_episodes: int, backend: str, ray_address: str | None,
            envs_per_actor: int | str | None, env_workers: int | str, actors: int | str, actor_device: str,
            learner_processes: int | None) -> None:
-    from .config import RunConfig
-    from .environments import EnvSpec
-    from .rundir import check_out_dir
-    from .runners import AsyncRunner, SequentialRunner
+    from pzasync.config import RunConfig
+    from pzasync.core.environments import EnvSpec
+    from pzasync.runtime.rundir import check_out_dir
+    from pzasync.runners import AsyncRunner, SequentialRunner
 
     check_budget_options(steps, minutes)
     if backend == "ray" and runner != "async":
@@ -401,7 +382,7 @@ def _train(env_id: str, learner: str, learner_for: tuple[str, ...], env_args: tu
     if eval_episodes < 0:
         raise UserInputError(f"--eval-episodes {eval_episodes}: must be >= 0")
     agent_groups = parse_groups(groups)
-    from .evaluate import default_yardstick
+    from pzasync.evaluation.evaluate import default_yardstick
 
     yardstick = versus or default_yardstick(env.name)
     if self_play is None:
@@ -470,7 +451,7 @@ def _final_scores(env: Any, run_dir: str, learners: Any, yardstick: str, episode
                   seed: int) -> dict[str, dict[str, Any]]:
     """Each seat's greedy policy against the yardstick and random, and an untrained network's against the
     yardstick: {"vs": {agent: EvalResult}, "random": {...}, "untrained": {...}}."""
-    from .evaluate import evaluate_against, load_run_policies, untrained_baseline
+    from pzasync.evaluation.evaluate import evaluate_against, load_run_policies, untrained_baseline
 
     policies = load_run_policies(run_dir)
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), console=console,
@@ -537,8 +518,8 @@ def parse_versus(versus: str) -> Any:
     import difflib
     import os
 
-    from .evaluate import load_run_policies
-    from .learners import known_learner_names
+    from pzasync.evaluation.evaluate import load_run_policies
+    from pzasync.learners import known_learner_names
 
     if os.path.isdir(versus):
         return load_run_policies(versus)
@@ -559,9 +540,9 @@ def parse_versus(versus: str) -> Any:
 def evaluate_cmd(run_dir: str, versus: str, episodes: int, seed: int) -> None:
     """Play each trained agent of RUN_DIR (greedy) against a yardstick: random or scripted players, or another
     run's agents."""
-    from .environments import EnvSpec
-    from .evaluate import evaluate_against, load_run_policies
-    from .rundir import RunDirectory
+    from pzasync.core.environments import EnvSpec
+    from pzasync.evaluation.evaluate import evaluate_against, load_run_policies
+    from pzasync.runtime.rundir import RunDirectory
 
     info = RunDirectory(run_dir, create=False).read_json("run.json")
     policies = load_run_policies(run_dir)
@@ -628,8 +609,8 @@ def bench(env_id: str, learner: str, learner_for: tuple[str, ...], env_args: tup
 
     from rich.progress import TimeElapsedColumn
 
-    from .bench import BenchSettings, plan_trials, rescore, run_bench
-    from .bench_report import describe
+    from pzasync.bench.harness import BenchSettings, plan_trials, rescore, run_bench
+    from pzasync.bench.report import describe
 
     if from_json is not None:
         with open(from_json) as f:
@@ -680,7 +661,7 @@ def _int_list(text: str, option: str) -> tuple[int, ...]:
 def _show_bench(report: dict[str, Any], json_path: str | None, plot_path: str | None) -> None:
     import json
 
-    from .bench_report import headline_lines, plot_report, summary_tables
+    from pzasync.bench.report import headline_lines, plot_report, summary_tables
 
     for table in summary_tables(report):
         console.print(table)
@@ -697,7 +678,7 @@ def _show_bench(report: dict[str, Any], json_path: str | None, plot_path: str | 
 @main.command()
 def clean() -> None:
     """Remove shared-memory segments left by pzasync runs whose process is gone."""
-    from .shm import clean_stale, list_segments
+    from pzasync.transport.shm import clean_stale, list_segments
 
     removed = clean_stale()
     for seg in removed:
@@ -712,7 +693,7 @@ def clean() -> None:
 @click.option("--floats", default=1_000_000, show_default=True, help="Parameter-vector size for publish/read.")
 def microbench(floats: int) -> None:
     """Time the shared-memory primitives: buffer writes, version checks, publish/read against memcpy."""
-    from .microbench import format_seconds, run
+    from pzasync.bench.microbench import format_seconds, run
 
     results = run(floats)
     memcpy = next(m.seconds for m in results if "memcpy" in m.name)

@@ -7,8 +7,9 @@ import math
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
-from .errors import ConfigError
-from .slots import MODES
+from pzasync.errors import ConfigError
+from pzasync.specs import parse_mix
+from pzasync.transport.slots import MODES
 
 #: The value of `envs_per_actor`, `env_workers` and `actors` that asks the plan to pick from the core count
 #: (plan.resolve_auto).
@@ -175,7 +176,7 @@ class RunConfig:
                 bad(name, "must be an integer >= 1")
         if self.buffer_capacity < 2:
             bad("buffer_capacity", "must be >= 2")
-        from .buffer import OBS_STORAGE
+        from pzasync.transport.buffer import OBS_STORAGE
 
         if self.obs_storage not in OBS_STORAGE:
             bad("obs_storage", f"must be one of {OBS_STORAGE}")
@@ -196,7 +197,6 @@ class RunConfig:
                 bad(name, "must be >= 0")
         if not isinstance(self.league, dict):
             bad("league", "must be a dict of learning agent or group -> opponent mix")
-        from .league import parse_mix
 
         for unit, mix in self.league.items():
             parse_mix(unit, mix)

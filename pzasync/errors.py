@@ -94,11 +94,12 @@ def remote_error(base: type[PzasyncError], type_path: str, text: str, traceback_
     names the type. A type that cannot be imported here, or combined, gives a plain `base` with the same
     message.
     """
-    from .learners import import_object
+    import importlib
 
     cls: type[BaseException] = base
     try:
-        original = import_object(type_path, "an error type")
+        module_name, _, name = type_path.rpartition(".") if ":" not in type_path else type_path.partition(":")
+        original = getattr(importlib.import_module(module_name), name)
         if isinstance(original, type) and issubclass(original, Exception) and not issubclass(base, original):
             # The plain message whatever the type (KeyError, for one, would quote it).
             cls = type(original.__name__, (base, original),

@@ -35,46 +35,7 @@ from typing import Any
 
 import numpy as np
 
-from .errors import ConfigError
-
-LATEST, SNAPSHOT = "latest", "snapshot"
-
-
-# ------------------------------------------------------------------------------------------ configuration
-def parse_mix(unit: str, mix: Any) -> dict[str, float]:
-    """Validate one unit's opponent mix: kind -> non-negative weight, normalised to sum to 1."""
-    if isinstance(mix, str):  # "latest=0.5,snapshot=0.5" (CLI form); a scripted spec with options uses ';'
-        pairs = {}
-        for part in mix.split(";" if ";" in mix else ","):
-            kind, sep, weight = part.strip().rpartition("=")
-            if not sep or not kind:
-                raise ConfigError(f"option league for {unit!r}: {part!r} is not KIND=WEIGHT")
-            try:
-                pairs[kind.strip()] = float(weight)
-            except ValueError:
-                raise ConfigError(f"option league for {unit!r}: weight {weight!r} of {kind!r} is not a number") from None
-        mix = pairs
-    if not isinstance(mix, dict) or not mix:
-        raise ConfigError(f"option league for {unit!r}: expected a dict of opponent kind -> weight, got {mix!r}")
-    weights: dict[str, float] = {}
-    for kind, weight in mix.items():
-        if not isinstance(kind, str) or not kind:
-            raise ConfigError(f"option league for {unit!r}: opponent kind {kind!r} must be a non-empty string")
-        if isinstance(weight, bool) or not isinstance(weight, (int, float)) or not math.isfinite(weight) or weight < 0:
-            raise ConfigError(f"option league for {unit!r}: weight of {kind!r} must be a number >= 0, got {weight!r}")
-        weights[kind] = float(weight)
-    total = sum(weights.values())
-    if total <= 0:
-        raise ConfigError(f"option league for {unit!r}: the weights {weights} sum to 0")
-    return {k: w / total for k, w in weights.items() if w > 0}
-
-
-def scripted_spec(kind: str) -> Any:
-    """A mix kind naming a player ('negamax,depth=2') -> a learner spec ('negamax', {'depth': 2})."""
-    from .cli import parse_learner_spec
-
-    return parse_learner_spec(kind)
-
+from pzasync.specs import LATEST, SNAPSHOT, parse_mix, scripted_spec
 
 # ------------------------------------------------------------------------------------------ ratings
 @dataclass
@@ -304,7 +265,7 @@ class League:
     def _snapshot_module(self, seat: str, snapshot: Snapshot) -> Any:
         module = self._snapshot_modules.get(snapshot.name)
         if module is None:
-            from .learners import vector_to_policy
+            from pzasync.learners import vector_to_policy
 
             module = self.plan.agents[seat].build_policy(self.plan.config.seed + 77)  # any seat of its unit fits
             vector_to_policy(snapshot.vector, module)
@@ -315,7 +276,7 @@ class League:
     def _scripted_policy(self, seat: str, kind: str) -> Any:
         key = (seat, kind)
         if key not in self._scripted:
-            from .learners import resolve_learner
+            from pzasync.learners import resolve_learner
 
             cls, options = resolve_learner(scripted_spec(kind), seat)
             options = cls.validate_config(seat, options)
@@ -382,7 +343,7 @@ class League:
 
 def plot_league(run_dir: Any, summary: dict[str, Any]) -> str | None:
     """Ratings with 95% intervals (± 2 RD): each snapshot by the version it froze, learners and players apart."""
-    from .rundir import pyplot
+    from pzasync.runtime.rundir import pyplot
 
     ratings = summary.get("ratings", {})
     plt = pyplot()

@@ -20,25 +20,25 @@ import os
 import time
 from typing import Any
 
-from . import stats as S
-from .actor_pool import ActorPool, split_budget
-from .actor import Actor, ActingAgent, acting_agents, build_actor
-from .config import RunConfig
-from .environments import EnvSpec
-from .errors import PzasyncError
-from .hosts import InlineHost, LearnerHost, ProcessHost
-from .learner_loop import LearnerSetup
-from .plan import AgentPlan, RunPlan
-from .progress import RunMonitor
-from .results import AgentResult, RunResult, process_usage
-from .rundir import RunDirectory, plot_returns
-from .shm import remove_stale_segments
-from .stop_signals import StopSignals, reason as signal_reason
+from pzasync.transport import stats as S
+from pzasync.runtime.actor_pool import ActorPool, split_budget
+from pzasync.runtime.actor import Actor, ActingAgent, acting_agents, build_actor
+from pzasync.config import RunConfig
+from pzasync.core.environments import EnvSpec
+from pzasync.errors import PzasyncError
+from pzasync.runtime.hosts import InlineHost, LearnerHost, ProcessHost
+from pzasync.runtime.learner_loop import LearnerSetup
+from pzasync.runtime.plan import AgentPlan, RunPlan
+from pzasync.runtime.monitor import RunMonitor
+from pzasync.runtime.results import AgentResult, RunResult, process_usage
+from pzasync.runtime.rundir import RunDirectory, plot_returns
+from pzasync.transport.shm import remove_stale_segments
+from pzasync.runtime.stop_signals import StopSignals, reason as signal_reason
 
 
 def check_budget(agent_steps: Any, seconds: Any) -> None:
     """Refuse a run budget that could never be met (before anything starts): ConfigError naming the argument."""
-    from .errors import ConfigError
+    from pzasync.errors import ConfigError
 
     if agent_steps is not None and (not isinstance(agent_steps, numbers.Integral) or isinstance(agent_steps, bool)
                                     or agent_steps < 1):
@@ -46,6 +46,22 @@ def check_budget(agent_steps: Any, seconds: Any) -> None:
     if seconds is not None and (not isinstance(seconds, numbers.Real) or isinstance(seconds, bool)
                                 or not seconds > 0):
         raise ConfigError(f"seconds={seconds!r}: must be a number > 0, or None")
+
+
+#: The async runner's learner host for each `RunConfig.backend`: a class, or "module:Class" for a backend whose
+#: dependency is optional (imported when a run asks for it). A new backend is one more entry.
+BACKENDS: dict[str, type[LearnerHost] | str] = {"shm": ProcessHost, "ray": "pzasync.backends.ray.host:RayHost"}
+
+
+def learner_host_class(backend: str) -> type[LearnerHost]:
+    """The learner host class of `backend` (a key of BACKENDS; RunConfig.validate has checked it)."""
+    import importlib
+
+    host = BACKENDS[backend]
+    if isinstance(host, str):
+        module, _, name = host.partition(":")
+        host = getattr(importlib.import_module(module), name)
+    return host
 
 
 class _Runner:
@@ -78,7 +94,7 @@ class _Runner:
     def resume(cls, run_dir: str, **config_overrides: Any) -> _Runner:
         """Continue a run from its directory: same env, learners and options; learners load their checkpoints,
         exploration schedules continue from the recorded agent steps, logs are appended to."""
-        from .errors import ConfigError
+        from pzasync.errors import ConfigError
 
         rd = RunDirectory(run_dir, create=False)
         info = rd.read_json("run.json")
@@ -133,7 +149,7 @@ class _Runner:
         cfg = self.config
         if cfg.eval_vs is None:
             return
-        from .evaluator import Evaluator, EvaluatorSetup
+        from pzasync.evaluation.evaluator import Evaluator, EvaluatorSetup
 
         seats = {agent: (p.unit, p.learner_path, p.options, p.layout, p.slot)
                  for agent, p in self.plan.agents.items() if p.learns and p.slot is not None}
@@ -150,7 +166,7 @@ class _Runner:
         self.actor = build_actor(self.plan, acting, self.plan.stats, paced=host.paces_actor,
                                  before_decision=host.before_decision)
         if cfg.league:
-            from .league import League
+            from pzasync.league import League
 
             self.actor.league = League(self.plan, acting, cfg.seed, run_dir)
         return self.actor
@@ -218,12 +234,12 @@ class _Runner:
             run_dir.write_json("result.json", result.to_dict())
             plot_returns(run_dir, f"{result.env}: {self.kind} runner")
             if result.evaluations:
-                from .evaluator import plot_evaluations
+                from pzasync.evaluation.evaluator import plot_evaluations
 
                 plot_evaluations(run_dir, result.evaluations, f"{result.env}: {self.kind} runner, greedy policies "
                                                               f"against {result.evaluations[0]['opponent']}")
             if result.league is not None:
-                from .league import plot_league
+                from pzasync.league import plot_league
 
                 actor.league.flush()
                 plot_league(run_dir, result.league)
@@ -359,18 +375,11 @@ class AsyncRunner(_Runner):
     kind = "async"
 
     def _run(self, agent_steps: int | None, seconds: float | None) -> RunResult:
-        if self.config.backend == "ray" and self.config.ray_actor_resources is not None:
-            from .ray_backend import run_remotely
-
-            return run_remotely(self, agent_steps, seconds)
-        return super()._run(agent_steps, seconds)
+        result = self._host_class().run_elsewhere(self, agent_steps, seconds)
+        return result if result is not None else super()._run(agent_steps, seconds)
 
     def _host_class(self) -> type[LearnerHost]:
-        if self.config.backend == "ray":
-            from .ray_backend import RayHost
-
-            return RayHost
-        return ProcessHost
+        return learner_host_class(self.config.backend)
 
 
 class SequentialRunner(_Runner):

@@ -12,10 +12,10 @@ from __future__ import annotations
 import multiprocessing as mp
 from typing import Any
 
-from .collect import rollout
-from .environments import EnvSpec
-from .evaluate import random_actor
-from .spaces import env_layouts, probe_info_masks
+from pzasync.core.collect import rollout
+from pzasync.core.environments import EnvSpec
+from pzasync.evaluation.evaluate import random_actor
+from pzasync.core.spaces import env_layouts, probe_info_masks
 
 
 def _describe_in_child(spec: EnvSpec, queue: Any) -> None:
@@ -63,8 +63,8 @@ def check_env(env: Any, agent_steps: int = 2000, seed: int = 0, spawn: bool = Tr
 
 def check_learner(learner: Any, env: Any, agent_steps: int = 1500, seed: int = 0) -> dict[str, Any]:
     """Train `learner` (for every agent) briefly in both runners and check that it updates and publishes."""
-    from .config import RunConfig
-    from .runners import AsyncRunner, SequentialRunner
+    from pzasync.config import RunConfig
+    from pzasync.runners import AsyncRunner, SequentialRunner
 
     results = {}
     for runner in (SequentialRunner, AsyncRunner):

@@ -28,7 +28,7 @@ os.environ["RAY_AUTH_TOKEN_PATH"] = os.path.join(RAY_SESSION_DIR, "auth_token")
 with open(os.environ["RAY_AUTH_TOKEN_PATH"], "w") as _token:
     _token.write(secrets.token_hex(32))
 
-from pzasync.shm import _alive, list_segments  # noqa: E402
+from pzasync.transport.shm import _alive, list_segments  # noqa: E402
 
 
 def _own_segments() -> set[str]:

@@ -29,7 +29,7 @@ def publish_constant_vectors(slot, seconds: float, stop) -> None:
 
 def write_numbered_transitions(buffer, count: int, layout, start_flag, first: int = 0) -> None:
     """Write transitions whose every field encodes the transition's number (`first`, `first` + 1, ...)."""
-    from pzasync.transitions import Transition
+    from pzasync.core.transitions import Transition
 
     start_flag.wait(10)
     size = layout.obs_leaves[0].shape[0]
@@ -42,7 +42,7 @@ def write_numbered_transitions(buffer, count: int, layout, start_flag, first: in
 
 def hold_segment_then_wait(run_id: str, queue) -> None:
     """Create a segment and wait to be killed (a run whose owner dies with SIGKILL)."""
-    from pzasync.shm import Segment
+    from pzasync.transport.shm import Segment
 
     segment = Segment.create(run_id, "victim", 4096)
     queue.put(segment.name)

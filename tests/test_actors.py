@@ -16,11 +16,11 @@ from proc_helpers import write_numbered_transitions
 from test_buffer import check_rows, numbered
 
 from pzasync import AsyncRunner, RunConfig, SequentialRunner, SharedRingBuffer
-from pzasync.actor_pool import split_budget
+from pzasync.runtime.actor_pool import split_budget
 from pzasync.errors import ConfigError, EnvCrashedError
-from pzasync.shards import ShardedBuffer
-from pzasync.shm import list_segments
-from pzasync.spaces import agent_layout
+from pzasync.transport.shards import ShardedBuffer
+from pzasync.transport.shm import list_segments
+from pzasync.core.spaces import agent_layout
 
 C4 = "pettingzoo.classic.connect_four_v3"
 
@@ -161,7 +161,7 @@ def test_auto_options_share_out_the_cores_learners_first(monkeypatch):
     """actors="auto": the cores the learner hosts and the evaluator leave; env_workers="auto": what is still
     left, only for an env slow enough; 1 actor where several cannot run; every choice says why."""
     from pzasync import plan as plan_module
-    from pzasync.plan import RunPlan
+    from pzasync.runtime.plan import RunPlan
 
     monkeypatch.setattr(plan_module, "usable_cores", lambda: 8)
     auto = {"actors": "auto", "envs_per_actor": "auto", "env_workers": "auto"}
@@ -260,7 +260,7 @@ def test_two_actors_write_their_own_shards_and_the_results_add_up(tmp_path):
 def test_actors_start_acting_together_however_long_one_takes_to_build(tmp_path):
     """Actor 1's env takes 1.5 s to build; actor 0's would be long done with its share of the budget by then.
     The runner's go makes them act at the same time: actor 1's first step comes before actor 0's last."""
-    from pzasync.environments import EnvSpec
+    from pzasync.core.environments import EnvSpec
 
     env = EnvSpec.of("faulty_envs:SlowToBuildInActorProcesses", log_dir=str(tmp_path))
     result = AsyncRunner(env, ("custom_learners:RecordingLearner", {}),
@@ -336,10 +336,10 @@ def test_an_orphaned_actor_process_removes_the_runs_shared_memory_and_its_env_wo
     import multiprocessing as mp
     import threading
 
-    from pzasync.actor_pool import ActorSetup, actor_process_main
-    from pzasync.plan import RunPlan
+    from pzasync.runtime.actor_pool import ActorSetup, actor_process_main
+    from pzasync.runtime.plan import RunPlan
 
-    from pzasync.obs_slots import ObservationSlots
+    from pzasync.transport.obs_slots import ObservationSlots
 
     plan = RunPlan(C4, "dqn", RunConfig(seed=0, actors=2, envs_per_actor=2, env_workers=1))
     per_actor = ObservationSlots.nbytes({a: p.layout for a, p in plan.agents.items()}, 2)

@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from pzasync import RunConfig, SequentialRunner
-from pzasync.bench import (BenchSettings, TrialSpec, headline, plan_trials, rescore, run_bench, run_trial,
+from pzasync.bench.harness import (BenchSettings, TrialSpec, headline, plan_trials, rescore, run_bench, run_trial,
                            run_trial_in_fresh_process, summarize_trials, time_to_target)
 from pzasync.errors import ConfigError
 
@@ -191,7 +191,7 @@ def test_bench_command_rejects_an_unknown_configuration():
 def test_vector_configurations_are_labelled_and_held_against_the_single_env_references(tmp_path):
     """envs_per_actor x env_workers: each runner configuration runs per pair (workers <= copies), labelled
     config@N(wW); the headline holds each against the bare loops and its one-copy self; the plot draws them."""
-    from pzasync.bench_report import plot_report
+    from pzasync.bench.report import plot_report
 
     settings = BenchSettings(env=C4, learners=VS_RANDOM, agent_steps=300, seeds=1, envs_per_actor=(1, 2),
                              env_workers=(0, 2), configs=("bare_random", "bare_policy", "sequential"), target=0.5,
@@ -223,8 +223,8 @@ def test_vector_configurations_are_labelled_and_held_against_the_single_env_refe
 def test_actor_counts_are_a_trial_dimension_with_labels_that_round_trip():
     """--actors M[,M...]: every runner configuration runs per M (labelled aM), bare loops once; a vector row
     whose env-alone reference did not run still prints."""
-    from pzasync.bench import split_label, trial_label
-    from pzasync.bench_report import describe, headline_lines
+    from pzasync.bench.harness import split_label, trial_label
+    from pzasync.bench.report import describe, headline_lines
 
     settings = BenchSettings(env=C4, learners=VS_RANDOM, agent_steps=300, seeds=1, envs_per_actor=(1, 16),
                              actors=(1, 2), configs=("bare_policy", "async_idle"))

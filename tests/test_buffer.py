@@ -12,8 +12,8 @@ from proc_helpers import write_numbered_transitions
 
 from pzasync import SharedRingBuffer
 from pzasync.errors import ConfigError, InsufficientSharedMemoryError, PzasyncError
-from pzasync.spaces import agent_layout
-from pzasync.transitions import Transition
+from pzasync.core.spaces import agent_layout
+from pzasync.core.transitions import Transition
 
 OBS = 4096  # large rows make a concurrent overwrite during a copy likely
 
@@ -107,7 +107,7 @@ def test_nested_observation_leaves_keep_their_dtypes():
 def test_capacity_and_memory_checks_name_the_agent_and_numbers(layout, monkeypatch):
     with pytest.raises(ConfigError, match=r"buffer capacity for agent 'a' must be an integer >= 2, got 1"):
         SharedRingBuffer.create(layout, 1)
-    monkeypatch.setattr("pzasync.shm.free_shm_bytes", lambda: 10_000)
+    monkeypatch.setattr("pzasync.transport.shm.free_shm_bytes", lambda: 10_000)
     needed = SharedRingBuffer.nbytes_for(layout, 100_000)
     with pytest.raises(InsufficientSharedMemoryError,
                        match=rf"agent 'a' \(100,000 transitions\) needs {needed:,} bytes .* only 10,000 bytes"):

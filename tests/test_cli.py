@@ -138,7 +138,8 @@ def test_train_refuses_backend_options_that_cannot_go_together(tmp_path, args, m
 def test_the_self_play_default_learns_from_mirror_images_only_where_the_board_is_symmetric():
     """connect_four plays the same mirrored and its actions are columns; tictactoe's actions are cells, and
     `mirror` would refuse it, so its default must not ask for it."""
-    from pzasync.cli import DEFAULT_TRAIN, default_train_learner, parse_learner_spec
+    from pzasync.cli import DEFAULT_TRAIN, default_train_learner
+    from pzasync.specs import parse_learner_spec
 
     for env_id in ("pettingzoo.classic.connect_four_v3", "connect_four_v3"):
         assert parse_learner_spec(default_train_learner(env_id))[1]["mirror"] is True, env_id
@@ -149,8 +150,8 @@ def test_the_self_play_default_learns_from_mirror_images_only_where_the_board_is
 def test_train_scores_returns_that_are_not_game_results_by_their_mean(tmp_path):
     """simple_spread's returns are negative distances: a win/draw/loss table would read 0% won, 100% lost for
     every policy. Its final table, live column and eval.png score the mean return instead."""
-    from pzasync.evaluate import EvalResult
-    from pzasync.progress import _eval_cell
+    from pzasync.evaluation.evaluate import EvalResult
+    from pzasync.runtime.monitor import _eval_cell
 
     result = CliRunner().invoke(main, ["train", "mpe2.simple_spread_v3", "--steps", "600", "--runner", "sequential",
                                        "--learner", "dqn,learning_starts=100", "--out", str(tmp_path),

@@ -106,7 +106,7 @@ CASES = [
     pytest.param(env, learners, options, id=name, marks=marks) for name, env, learners, options, marks in CASES])
 def test_async_runner_trains_on_the_env_unmodified(env, learners, options):
     if isinstance(env, tuple):
-        from pzasync.environments import EnvSpec
+        from pzasync.core.environments import EnvSpec
 
         env = EnvSpec.of(env[0], **env[1])
     steps = 400

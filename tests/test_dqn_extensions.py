@@ -19,8 +19,8 @@ from pzasync.learners import networks
 from pzasync.learners.dqn import DQNLearner, DuelingHead, mirror_batch, nstep_window
 from pzasync.learners.networks import BoardEncoder, Encoder, FlatEncoder, ImageEncoder, auto_torso
 from pzasync.learners.ppo import PPOLearner
-from pzasync.spaces import agent_layout
-from pzasync.transitions import Transition
+from pzasync.core.spaces import agent_layout
+from pzasync.core.transitions import Transition
 
 torch.set_num_threads(1)
 
@@ -630,7 +630,7 @@ def test_a_prioritized_dqn_update_sets_the_replayed_rows_priorities_from_their_e
 def test_prioritized_replay_is_refused_where_it_cannot_work():
     with pytest.raises(ConfigError, match=r"prioritized.*one-step targets only"):
         dqn(prioritized=True, n_step=3)
-    from pzasync.shards import ShardedBuffer
+    from pzasync.transport.shards import ShardedBuffer
 
     shards = [SharedRingBuffer.create(VEC, 8) for _ in range(2)]
     try:

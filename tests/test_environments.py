@@ -13,7 +13,7 @@ from pettingzoo.test import api_test
 from proc_helpers import describe_env
 
 import pzasync
-from pzasync.environments import EnvSpec, known_env_ids
+from pzasync.core.environments import EnvSpec, known_env_ids
 from pzasync.errors import EnvSpecError
 
 

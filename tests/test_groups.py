@@ -13,8 +13,8 @@ from pzasync import AsyncRunner, RunConfig, SequentialRunner
 from pzasync.errors import ConfigError
 from pzasync.learners import LearnerContext
 from pzasync.learners.ppo import PPOLearner
-from pzasync.plan import RunPlan
-from pzasync.spaces import env_layouts
+from pzasync.runtime.plan import RunPlan
+from pzasync.core.spaces import env_layouts
 
 SCRIPTED = "tests.scripted_env:env"
 RECORDING = "tests.custom_learners:RecordingLearner"
@@ -76,7 +76,7 @@ def test_a_grouped_dqn_run_trains_and_reports_per_member(tmp_path):
     assert len(updates) == 1 and updates.pop() > 50
     assert sum(r.transitions_written for r in result.agents.values()) == 1500
     assert (tmp_path / result.run_dir.split("/")[-1] / "checkpoints" / "pack.pt").exists()
-    from pzasync.evaluate import load_run_policies
+    from pzasync.evaluation.evaluate import load_run_policies
 
     assert sorted(load_run_policies(result.run_dir)) == ["forager_0", "forager_1", "forager_2"]
 
@@ -102,7 +102,7 @@ def test_members_with_different_spaces_cannot_share_a_policy():
 
 
 def test_ppo_advantages_run_per_member_when_members_interleave():
-    from pzasync.environments import make_env
+    from pzasync.core.environments import make_env
 
     env = make_env(SCRIPTED)
     layout = env_layouts(env)["p0"]

@@ -1,4 +1,4 @@
-"""Self-play with a league (pzasync/league.py) and evaluation while training (pzasync/evaluator.py)."""
+"""Self-play with a league (pzasync/league.py) and evaluation while training (pzasync/evaluation/evaluator.py)."""
 
 from __future__ import annotations
 
@@ -11,8 +11,9 @@ import pytest
 
 from pzasync import AsyncRunner, RunConfig, SequentialRunner
 from pzasync.errors import ConfigError
-from pzasync.league import League, Ratings, SnapshotPool, Snapshot, parse_mix
-from pzasync.plan import RunPlan
+from pzasync.league import League, Ratings, SnapshotPool, Snapshot
+from pzasync.specs import parse_mix
+from pzasync.runtime.plan import RunPlan
 
 TTT = "pettingzoo.classic.tictactoe_v3"
 GROUP = {"players": ["player_1", "player_2"]}
@@ -271,7 +272,7 @@ def test_ratings_are_logged_every_20_rated_games_but_at_most_once_a_second(tmp_p
 
     from pzasync import league as league_module
     from pzasync.league import Match
-    from pzasync.rundir import RunDirectory
+    from pzasync.runtime.rundir import RunDirectory
 
     clock = [1000.0]
     monkeypatch.setattr(league_module.time, "monotonic", lambda: clock[0])

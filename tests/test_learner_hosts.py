@@ -8,8 +8,8 @@ import pytest
 
 from pzasync import AsyncRunner, RunConfig
 from pzasync.errors import ConfigError
-from pzasync.learner_loop import target_updates
-from pzasync.plan import RunPlan
+from pzasync.runtime.learner_loop import target_updates
+from pzasync.runtime.plan import RunPlan
 
 SPREAD = "mpe2.simple_spread_v3"  # three agents
 AGENTS = ["agent_0", "agent_1", "agent_2"]
@@ -73,7 +73,7 @@ def test_every_learner_in_a_host_keeps_its_replay_ratio():
 
 
 def test_learning_units_are_dealt_out_to_hosts_in_turn(monkeypatch):
-    import pzasync.plan as plan_module
+    import pzasync.runtime.plan as plan_module
 
     def hosts(**config):
         return RunPlan(SPREAD, "dqn", RunConfig(**config)).learner_hosts()

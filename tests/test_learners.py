@@ -12,15 +12,15 @@ import torch
 from gymnasium import spaces
 
 from pzasync import SharedRingBuffer, make_env
-from pzasync.actor import env_action_converter
-from pzasync.collect import run_episodes
+from pzasync.core.spaces import env_action_converter
+from pzasync.core.collect import run_episodes
 from pzasync.errors import ConfigError, UnsupportedSpaceError
 from pzasync.learners import LearnerContext, policy_size, policy_to_vector, resolve_learner, vector_to_policy
 from pzasync.learners.dqn import DQNLearner
 from pzasync.learners.networks import Encoder, obs_tensors
 from pzasync.learners.players import FixedPlayer, RandomPlayer, load_checkpoint_policy, save_checkpoint
 from pzasync.learners.ppo import PPOLearner
-from pzasync.spaces import agent_layout, env_layouts, probe_info_masks
+from pzasync.core.spaces import agent_layout, env_layouts, probe_info_masks
 
 torch.set_num_threads(1)
 

@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 
 from pzasync import AsyncRunner, RunConfig, SequentialRunner
-from pzasync.environments import EnvSpec, make_env
-from pzasync.evaluate import EvalResult, evaluate_against, load_run_policies, play, random_actor, untrained_baseline
+from pzasync.core.environments import EnvSpec, make_env
+from pzasync.evaluation.evaluate import EvalResult, evaluate_against, load_run_policies, play, random_actor, untrained_baseline
 
 RUNNERS = [SequentialRunner, AsyncRunner]
 TTT = "pettingzoo.classic.tictactoe_v3"
@@ -90,7 +90,7 @@ def test_foragers_learn_to_outlive_random_foragers(tmp_path):
     result = AsyncRunner(spec, ("dqn", options), config).run(agent_steps=FORAGE_STEPS)
     policies = load_run_policies(result.run_dir)
     assert sorted(policies) == ["forager_0", "forager_1", "forager_2"]
-    from pzasync.evaluate import policy_actor
+    from pzasync.evaluation.evaluate import policy_actor
 
     trained = play(spec, {a: policy_actor(*policies[a]) for a in policies}, 100, seed=5)
     env = spec.make()

@@ -17,10 +17,10 @@ import pytest
 from faulty_envs import CrashingEnv, NaNEnv, StallingEnv, TextObsEnv
 
 from pzasync import AsyncRunner, RunConfig, SequentialRunner
-from pzasync.environments import EnvSpec
+from pzasync.core.environments import EnvSpec
 from pzasync.errors import (EnvCrashedError, EnvSpecError, InsufficientSharedMemoryError, NonFiniteError,
                             UnsupportedSpaceError)
-from pzasync.shm import clean_stale, list_segments
+from pzasync.transport.shm import clean_stale, list_segments
 
 RUNNERS = [AsyncRunner, SequentialRunner]
 SCRIPT = str(Path(__file__).parent / "run_script.py")
@@ -182,7 +182,7 @@ def test_bad_input_fails_before_any_process_starts(env, learners, error, message
 
 
 def test_buffers_that_do_not_fit_are_refused_with_both_numbers(monkeypatch):
-    monkeypatch.setattr("pzasync.shm.free_shm_bytes", lambda: 50_000_000)
+    monkeypatch.setattr("pzasync.transport.shm.free_shm_bytes", lambda: 50_000_000)
     with pytest.raises(InsufficientSharedMemoryError, match=r"needs [\d,]+ bytes of shared memory but only "
                                                            r"50,000,000 bytes are free"):
         AsyncRunner("pettingzoo.classic.connect_four_v3", "dqn", RunConfig(buffer_capacity=2_000_000))

@@ -215,7 +215,7 @@ def test_train_refuses_malformed_groups(group, message, tmp_path):
 
 
 def test_bench_passes_env_args_and_groups_to_every_trial(monkeypatch):
-    import pzasync.bench
+    import pzasync.bench.harness
 
     seen = {}
 
@@ -223,7 +223,7 @@ def test_bench_passes_env_args_and_groups_to_every_trial(monkeypatch):
         seen["settings"] = settings
         raise SystemExit(0)
 
-    monkeypatch.setattr(pzasync.bench, "run_bench", fake_run_bench)
+    monkeypatch.setattr(pzasync.bench.harness, "run_bench", fake_run_bench)
     result = CliRunner().invoke(main, ["bench", FORAGE, "--env-arg", "n_agents=2", "--group",
                                        "pack=forager_0,forager_1", "--option", "publish_every=5", "--configs",
                                        "bare_policy,sequential"])
@@ -234,7 +234,7 @@ def test_bench_passes_env_args_and_groups_to_every_trial(monkeypatch):
 
 
 def test_a_bench_trial_reports_an_agent_group_as_one_learning_unit():
-    from pzasync.bench import BenchSettings, TrialSpec, run_trial
+    from pzasync.bench.harness import BenchSettings, TrialSpec, run_trial
 
     settings = BenchSettings(env=FORAGE, env_kwargs={"n_agents": 2}, agent_steps=200, seeds=1, replay_ratio=0.25,
                              learners={"pack": ("dqn", {"learning_starts": 20, "batch_size": 8, "hidden": [16]})},
@@ -246,7 +246,7 @@ def test_a_bench_trial_reports_an_agent_group_as_one_learning_unit():
 
 
 def test_bench_bare_policy_loop_resolves_groups():
-    from pzasync.bench import bare_loop
+    from pzasync.bench.harness import bare_loop
 
     # The learner spec names the group: without the groups the plan would not know 'pack'.
     rate = bare_loop(FORAGE, {"pack": "dqn"}, 200, seed=0, groups={"pack": ["forager_*"]})
@@ -286,7 +286,7 @@ def test_random_play_offsets_mask_indices_by_the_action_spaces_start():
     StartOffsetEnv raises on an illegal one, so before the fix (index 0-2 sent as the action) every step failed."""
     from scripted_env import StartOffsetEnv
 
-    from pzasync.evaluate import play, random_actor
+    from pzasync.evaluation.evaluate import play, random_actor
     from pzasync.testing import check_env
 
     env = StartOffsetEnv()

@@ -21,11 +21,12 @@ import custom_players
 from pzasync import RunConfig, SequentialRunner
 from pzasync.cli import main
 from pzasync.errors import ConfigError, UnsupportedSpaceError
-from pzasync.evaluate import evaluate_against, load_run_policies, untrained_baseline
+from pzasync.evaluation.evaluate import evaluate_against, load_run_policies, untrained_baseline
 from pzasync.learners import SCRIPTED, is_scripted, resolve_learner
-from pzasync.learners.scripted import ConnectFour, NegamaxPlayer, ScriptedPlayer, TicTacToe
+from pzasync.learners.scripted import NegamaxPlayer, ScriptedPlayer
+from pzasync.players.boards import ConnectFour, TicTacToe
 from pzasync.runners import AsyncRunner
-from pzasync.spaces import agent_layout, env_layouts, probe_info_masks
+from pzasync.core.spaces import agent_layout, env_layouts, probe_info_masks
 
 torch.set_num_threads(1)
 

@@ -9,7 +9,7 @@ from click.testing import CliRunner
 from proc_helpers import hold_segment_then_wait
 
 from pzasync.cli import main
-from pzasync.shm import SHM_DIR, Segment, clean_stale, find_stale, list_segments, new_run_id
+from pzasync.transport.shm import SHM_DIR, Segment, clean_stale, find_stale, list_segments, new_run_id
 
 
 def _killed_owner_segment(spawn_ctx):
@@ -72,7 +72,7 @@ def test_normal_use_prints_no_resource_tracker_warning(tmp_path):
 
 def test_the_next_run_removes_leftovers_and_says_so(spawn_ctx, capfd):
     from pzasync import SequentialRunner
-    from pzasync.plan import RunPlan
+    from pzasync.runtime.plan import RunPlan
 
     run_id, _pid, name = _killed_owner_segment(spawn_ctx)
     RunPlan("pettingzoo.classic.rps_v2", "random")

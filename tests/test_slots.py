@@ -12,7 +12,7 @@ from proc_helpers import publish_constant_vectors
 
 from pzasync import PolicySlot
 from pzasync.errors import ConfigError
-from pzasync.slots import MODES
+from pzasync.transport.slots import MODES
 
 
 @pytest.fixture(params=MODES)

@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from pzasync import AsyncRunner, RunConfig
-from pzasync.environments import EnvSpec
-from pzasync.shm import SHM_DIR, list_segments
+from pzasync.core.environments import EnvSpec
+from pzasync.transport.shm import SHM_DIR, list_segments
 
 
 def _rss_mb(pid: int) -> float:

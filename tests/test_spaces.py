@@ -8,7 +8,7 @@ from gymnasium import spaces
 
 import pzasync
 from pzasync.errors import UnsupportedSpaceError
-from pzasync.spaces import agent_layout
+from pzasync.core.spaces import agent_layout
 
 
 def test_image_box_keeps_uint8_and_shape():

@@ -18,8 +18,8 @@ from pathlib import Path
 import pytest
 
 from pzasync import AsyncRunner, RunConfig
-from pzasync.progress import RunMonitor
-from pzasync.shm import list_segments
+from pzasync.runtime.monitor import RunMonitor
+from pzasync.transport.shm import list_segments
 
 STOP_WITHIN_S = 30.0
 #: A small default run: the self-play league on connect_four, its evaluator scoring every 2 s (so that it is

@@ -9,9 +9,9 @@ from pettingzoo.utils.wrappers import BaseWrapper
 from scripted_env import ScriptedEnv
 
 import pzasync
-from pzasync.collect import run_episodes, transitions_to_arrays
+from pzasync.core.collect import run_episodes, transitions_to_arrays
 from pzasync.errors import RewardConservationError, UnsupportedSpaceError
-from pzasync.transitions import LayoutBook, TransitionAssembler
+from pzasync.core.transitions import LayoutBook, TransitionAssembler
 
 
 def always_one(agent, obs, mask):
@@ -286,8 +286,8 @@ class RenamingGetattr(BaseWrapper):
 
 
 def test_forwarded_attribute_reads_what_getattr_reads():
-    from pzasync.environments import make_env
-    from pzasync.transitions import ForwardedAttribute
+    from pzasync.core.environments import make_env
+    from pzasync.core.transitions import ForwardedAttribute
 
     env = make_env("pettingzoo.classic.connect_four_v3")  # three PettingZoo wrappers around the raw env
     env.reset(seed=0)
@@ -329,16 +329,16 @@ class OwnLast(BaseWrapper):
 
 
 @pytest.mark.parametrize("make", [
-    lambda: __import__("pzasync.environments", fromlist=["make_env"]).make_env("pettingzoo.classic.connect_four_v3"),
+    lambda: __import__("pzasync.core.environments", fromlist=["make_env"]).make_env("pettingzoo.classic.connect_four_v3"),
     lambda: __import__("mpe2.simple_spread_v3", fromlist=["env"]).env(N=3, max_cycles=8),  # parallel_to_aec inside
-    lambda: DoublingRewards(__import__("pzasync.environments", fromlist=["make_env"]).make_env(
+    lambda: DoublingRewards(__import__("pzasync.core.environments", fromlist=["make_env"]).make_env(
         "pettingzoo.classic.connect_four_v3")),
     lambda: __import__("pzasync.envs.forage", fromlist=["env"]).env(),  # agents that die mid-episode
-    lambda: DoublingCumulative(__import__("pzasync.environments", fromlist=["make_env"]).make_env(
+    lambda: DoublingCumulative(__import__("pzasync.core.environments", fromlist=["make_env"]).make_env(
         "pettingzoo.classic.connect_four_v3")),
 ], ids=["connect_four", "simple_spread", "own-attributes", "forage", "own-cumulative-rewards"])
 def test_last_reader_returns_exactly_what_last_returns(make):
-    from pzasync.transitions import last_reader
+    from pzasync.core.transitions import last_reader
 
     env = make()
     env.reset(seed=3)
@@ -364,8 +364,8 @@ def test_last_reader_returns_exactly_what_last_returns(make):
 
 
 def test_last_reader_leaves_an_overridden_last_alone():
-    from pzasync.environments import make_env
-    from pzasync.transitions import last_reader
+    from pzasync.core.environments import make_env
+    from pzasync.core.transitions import last_reader
 
     env = OwnLast(make_env("pettingzoo.classic.connect_four_v3"))
     env.reset(seed=0)

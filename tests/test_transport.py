@@ -1,4 +1,4 @@
-"""The transport seam (pzasync/transport.py): the shared-memory classes implement it, rows appended in chunks
+"""The transport seam (pzasync/transport/protocols.py): the shared-memory classes implement it, rows appended in chunks
 (what a learner on another node receives) read back exactly as rows written one by one, a mirrored slot keeps
 its publisher's version numbers, and a learner's error is raised again as its own type."""
 
@@ -10,10 +10,10 @@ import pytest
 from pzasync import PolicyPublisher, PolicySlot, PolicySource, RunControl, SharedRingBuffer, TransitionSource
 from pzasync import TransitionWriter, agent_layout
 from pzasync.errors import ConfigError, LearnerCrashedError, RemoteTraceback, learner_error
-from pzasync.ray_workers import VersionedVector
-from pzasync.shm import new_run_id
-from pzasync.stats import RunStats
-from pzasync.transitions import Transition
+from pzasync.backends.ray.workers import VersionedVector
+from pzasync.transport.shm import new_run_id
+from pzasync.transport.stats import RunStats
+from pzasync.core.transitions import Transition
 from gymnasium import spaces
 
 

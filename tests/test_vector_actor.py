@@ -15,15 +15,15 @@ import pytest
 import torch
 
 from pzasync import AsyncRunner, RunConfig, SequentialRunner, rollout
-from pzasync.actor import Actor, ActingAgent
-from pzasync.collect import transitions_to_arrays
-from pzasync.env_workers import EnvWorkers
-from pzasync.environments import EnvSpec
+from pzasync.runtime.actor import Actor, ActingAgent
+from pzasync.core.collect import transitions_to_arrays
+from pzasync.runtime.copies.workers import EnvWorkers
+from pzasync.core.environments import EnvSpec
 from pzasync.errors import EnvCrashedError, RewardConservationError
 from pzasync.learners import LearnerContext, Policy
 from pzasync.learners.ppo import PPOLearner
-from pzasync.spaces import env_layouts, probe_info_masks
-from pzasync.transitions import Transition
+from pzasync.core.spaces import env_layouts, probe_info_masks
+from pzasync.core.transitions import Transition
 
 from faulty_envs import crash_in_seeded_copy, hanging_connect_four, leaky_connect_four
 
@@ -246,7 +246,7 @@ def test_a_hung_env_worker_is_reported_and_stopped():
 def test_gae_keeps_interleaved_tracks_apart():
     """Two copies' rows interleaved in one chunk, tagged by `track`: PPO's advantages equal those computed on
     each copy's rows alone."""
-    from pzasync.spaces import agent_layout
+    from pzasync.core.spaces import agent_layout
     from gymnasium import spaces
 
     layout = agent_layout("a", spaces.Box(-1, 1, (3,), np.float32), spaces.Discrete(2), False)
@@ -297,7 +297,7 @@ def test_a_cuda_actor_device_without_cuda_is_refused_before_anything_starts():
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device (RunConfig.actor_device='cuda')")
 def test_the_actor_runs_its_batched_forwards_on_cuda():
     """Policy copies on the GPU act like the same weights on the CPU (greedy), and the run trains."""
-    from pzasync.plan import RunPlan
+    from pzasync.runtime.plan import RunPlan
 
     plan = RunPlan("pettingzoo.classic.connect_four_v3", ("dqn", {"torso": "mlp"}), RunConfig())
     layout = plan.agents["player_0"].layout
@@ -344,7 +344,7 @@ def test_prepared_env_workers_serve_the_next_run_and_are_stopped_if_no_run_comes
 def test_the_worker_wire_rebuilds_arrays_and_numpy_scalars_exactly():
     import pickle
 
-    from pzasync.env_workers import wire_dumps
+    from pzasync.runtime.copies.workers import wire_dumps
 
     values = [np.arange(12, dtype=np.int16).reshape(3, 4).T, np.zeros((0, 3), np.float32), np.array(2.5),
               np.float32(1.5), np.int64(3), np.bool_(True), np.zeros(2, dtype=[("a", "<i4"), ("b", "<f8")]),
@@ -367,8 +367,8 @@ def test_a_transition_crosses_the_worker_pipe_as_references_to_the_decisions_the
     array, a copy that started a new episode) travels in full."""
     import pickle
 
-    from pzasync.env_workers import FINAL, AnsweredDecisions, wire_dumps
-    from pzasync.stepper import PendingDecision
+    from pzasync.runtime.copies.workers import FINAL, AnsweredDecisions, wire_dumps
+    from pzasync.core.stepper import PendingDecision
 
     rng = np.random.default_rng(0)
     worker, actor = AnsweredDecisions(), AnsweredDecisions()
@@ -436,9 +436,9 @@ def test_observation_slots_carry_nested_observations_and_masks_and_refuse_what_d
     copy; an observation that does not match its agent's layout is refused, so it goes through the pipe."""
     from gymnasium import spaces
 
-    from pzasync.obs_slots import ObservationSlots
-    from pzasync.shm import list_segments, new_run_id
-    from pzasync.spaces import agent_layout
+    from pzasync.transport.obs_slots import ObservationSlots
+    from pzasync.transport.shm import list_segments, new_run_id
+    from pzasync.core.spaces import agent_layout
 
     nested = spaces.Dict({"image": spaces.Box(0, 255, (3, 4), np.uint8), "cell": spaces.Discrete(5),
                           "pair": spaces.Tuple((spaces.Box(-1, 1, (2,), np.float32), spaces.MultiBinary(3)))})
@@ -484,8 +484,8 @@ def test_env_workers_send_observations_through_shared_memory_not_the_pipe(monkey
     """With one worker on connect_four, no array crosses the pipe in the worker's answers: pending decisions
     name their copy's slot, transitions name answered decisions or a final slot. The slots' segment goes with
     the run."""
-    import pzasync.env_workers as ew
-    from pzasync.shm import list_segments
+    import pzasync.runtime.copies.workers as ew
+    from pzasync.transport.shm import list_segments
 
     answers = []
 

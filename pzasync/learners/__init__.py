@@ -10,12 +10,12 @@ user's scripted player: it is wrapped in a never-learning `ScriptedPlayer`.
 from __future__ import annotations
 
 import difflib
-import importlib
 from importlib.metadata import entry_points
 from typing import Any
 
-from ..errors import ConfigError
-from .base import (Batch, Learner, LearnerContext, Option, Policy, policy_size, policy_to_vector, trajectory_ids,
+from pzasync.errors import ConfigError
+from pzasync.specs import import_object
+from pzasync.learners.base import (Batch, Learner, LearnerContext, Option, Policy, policy_size, policy_to_vector, trajectory_ids,
                    vector_to_policy)
 
 BUILTIN: dict[str, str] = {
@@ -41,23 +41,6 @@ def _entry_points() -> dict[str, Any]:
 def known_learner_names() -> list[str]:
     """Built-in names plus those registered by installed packages."""
     return sorted(set(BUILTIN) | set(_entry_points()))
-
-
-def import_object(path: str, agent: str, what: str = "learner", attr_what: str | None = None) -> Any:
-    """Import `module:attr` (or `module.attr`) of user code, with errors that name the agent and `what` it is
-    (`attr_what` in the message for a missing attribute, e.g. "learner class")."""
-    module_name, sep, attr = path.partition(":")
-    if not sep:
-        module_name, _, attr = path.rpartition(".")
-    try:
-        module = importlib.import_module(module_name)
-    except Exception as exc:  # noqa: BLE001 - any import failure of user code is reported the same way
-        raise ConfigError(
-            f"agent {agent!r}: {what} {path!r} failed to import: {type(exc).__name__}: {exc}"
-        ) from exc
-    if not hasattr(module, attr):
-        raise ConfigError(f"agent {agent!r}: module {module_name!r} has no {attr_what or what} {attr!r}")
-    return getattr(module, attr)
 
 
 def _import_path(path: str, agent: str) -> type:
@@ -88,7 +71,7 @@ def resolve_learner(spec: LearnerSpec, agent: str = "?") -> tuple[type[Learner],
     else:
         cls = spec
     if not (isinstance(cls, type) and issubclass(cls, Learner)):
-        from .scripted import ScriptedPlayer, is_player_object, player_reference
+        from pzasync.learners.scripted import ScriptedPlayer, is_player_object, player_reference
 
         if not is_player_object(cls):
             raise ConfigError(f"agent {agent!r}: {cls!r} is neither a subclass of pzasync.Learner nor a player "

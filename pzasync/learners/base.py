@@ -18,7 +18,7 @@ from typing import Any, ClassVar
 import numpy as np
 import torch
 
-from ..spaces import AgentLayout
+from pzasync.core.spaces import AgentLayout
 
 Batch = dict[str, np.ndarray]
 
@@ -202,7 +202,7 @@ class Learner(ABC):
     def validate_config(cls, agent: str, config: dict[str, Any]) -> dict[str, Any]:
         """Merge `config` over `defaults`, refusing unknown keys and values that break the `schema` (one line,
         naming the agent, the option, the value and what is accepted) before anything starts."""
-        from ..errors import ConfigError
+        from pzasync.errors import ConfigError
 
         unknown = sorted(set(config) - set(cls.defaults))
         if unknown:

@@ -21,18 +21,18 @@ import torch
 from gymnasium import spaces
 from torch import nn
 
-from ..errors import UnsupportedSpaceError
-from ..spaces import AgentLayout
-from .base import Batch, Learner, LearnerContext, Option, Policy, trajectory_ids
-from .networks import ACTIVATIONS, TORSOS, Encoder, explore_uniformly, adam, masked_logits, mlp, obs_tensors
-from .prioritized import PrioritizedReplay
+from pzasync.errors import UnsupportedSpaceError
+from pzasync.core.spaces import AgentLayout
+from pzasync.learners.base import Batch, Learner, LearnerContext, Option, Policy, trajectory_ids
+from pzasync.learners.networks import ACTIVATIONS, TORSOS, Encoder, explore_uniformly, adam, masked_logits, mlp, obs_tensors
+from pzasync.learners.prioritized import PrioritizedReplay
 
 
 def check_options(agent: str, config: dict[str, Any]) -> None:
     """Refuse bad values of the n-step, dueling, target and torso options where they are used (a config that
     did not go through `validate_config`, such as an old checkpoint's, may lack them: defaults apply)."""
-    from ..errors import ConfigError
-    from .networks import TORSOS
+    from pzasync.errors import ConfigError
+    from pzasync.learners.networks import TORSOS
 
     def bad(key: str, why: str) -> None:
         raise ConfigError(f"agent {agent!r}: DQN option {key!r} {why}, got {config.get(key)!r}")
@@ -57,7 +57,7 @@ def check_options(agent: str, config: dict[str, Any]) -> None:
 
 def check_mirror(layout: AgentLayout) -> None:
     """`mirror` needs one board-shaped (height, width, channels) observation and one action per column."""
-    from ..errors import ConfigError
+    from pzasync.errors import ConfigError
 
     leaves = layout.obs_leaves
     shape = tuple(leaves[0].shape) if len(leaves) == 1 else None
@@ -311,7 +311,7 @@ class DQNLearner(Learner):
 
     def _sample_prioritized(self, buffer: Any, rng: np.random.Generator) -> Batch:
         if not hasattr(buffer, "gather_logical"):
-            from ..errors import ConfigError
+            from pzasync.errors import ConfigError
 
             raise ConfigError(f"agent {self.ctx.agent!r}: DQN option prioritized=True needs the learner to read one "
                               f"buffer (one actor, shared memory); this learner reads a {type(buffer).__name__}")

@@ -16,7 +16,7 @@ import torch
 from gymnasium import spaces
 from torch import nn
 
-from ..spaces import AgentLayout
+from pzasync.core.spaces import AgentLayout
 
 ACTIVATIONS: dict[str, type[nn.Module]] = {"relu": nn.ReLU, "tanh": nn.Tanh}
 
@@ -201,7 +201,7 @@ def leaf_kind(space: spaces.Space, torso: str = "auto") -> str:
     whatever the torso.
     """
     if torso not in TORSOS:
-        from ..errors import ConfigError
+        from pzasync.errors import ConfigError
 
         raise ConfigError(f"torso must be one of {list(TORSOS)}, got {torso!r}")
     if isinstance(space, (spaces.Discrete, spaces.MultiDiscrete)):
@@ -236,7 +236,7 @@ class Encoder(nn.Module):
         self.keys = obs_keys(layout)
         leaves = leaf_spaces(layout.obs_space)
         if torso == "cnn" and not any(leaf_kind(space, "cnn") in ("image", "board") for space in leaves):
-            from ..errors import ConfigError
+            from pzasync.errors import ConfigError
 
             raise ConfigError(f"agent {layout.agent!r}: torso='cnn' needs a 3-dim Box observation (HWC board or "
                               f"image), got {layout.obs_space!r}; use 'auto' or 'mlp'")
@@ -267,7 +267,7 @@ def mlp(in_dim: int, hidden: Sequence[int], out_dim: int | None, activation: str
 
 def check_activation(agent: str, name: Any) -> None:
     """Refuse an unknown activation name before anything is built, naming the agent."""
-    from ..errors import ConfigError
+    from pzasync.errors import ConfigError
 
     if name not in ACTIVATIONS:
         raise ConfigError(f"agent {agent!r}: activation must be one of {sorted(ACTIVATIONS)}, got {name!r}")

@@ -14,9 +14,9 @@ import numpy as np
 import torch
 from gymnasium import spaces
 
-from ..errors import ConfigError
-from ..spaces import AgentLayout
-from .base import Batch, Learner, LearnerContext, Option, Policy
+from pzasync.errors import ConfigError
+from pzasync.core.spaces import AgentLayout
+from pzasync.learners.base import Batch, Learner, LearnerContext, Option, Policy
 
 
 def save_checkpoint(path: str, learner: Learner) -> None:
@@ -28,7 +28,7 @@ def save_checkpoint(path: str, learner: Learner) -> None:
 
 def load_checkpoint_policy(path: str, layout: AgentLayout) -> Policy:
     """The policy stored in a checkpoint, rebuilt for `layout` (in eval mode, gradients off)."""
-    from . import resolve_learner
+    from pzasync.learners import resolve_learner
 
     checkpoint = torch.load(path, map_location="cpu", weights_only=False)
     cls, _ = resolve_learner(checkpoint["learner"], layout.agent)

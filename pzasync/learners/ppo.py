@@ -17,10 +17,10 @@ import torch
 from gymnasium import spaces
 from torch import nn
 
-from ..errors import UnsupportedSpaceError
-from ..spaces import AgentLayout
-from .base import Batch, Learner, LearnerContext, Option, Policy, trajectory_ids
-from .networks import ACTIVATIONS, TORSOS, Encoder, adam, masked_logits, mlp, obs_tensors
+from pzasync.errors import UnsupportedSpaceError
+from pzasync.core.spaces import AgentLayout
+from pzasync.learners.base import Batch, Learner, LearnerContext, Option, Policy, trajectory_ids
+from pzasync.learners.networks import ACTIVATIONS, TORSOS, Encoder, adam, masked_logits, mlp, obs_tensors
 
 Dist = torch.distributions.Distribution
 _HALF_LOG_2PI = 0.5 * float(np.log(2 * np.pi))

@@ -1,0 +1,203 @@
+"""Turning whatever the user names into a PettingZoo AEC env (docs/running.md, Environments), and carrying it
+across processes.
+
+`make_env` accepts module ids, `module:callable` strings, Gymnasium ids, env instances and factories.
+`EnvSpec` is the picklable form that spawned processes rebuild the env from: an id with kwargs, or a factory
+sent with cloudpickle (as Gymnasium's AsyncVectorEnv sends its env functions). A live env never travels.
+"""
+
+from __future__ import annotations
+
+import difflib
+import importlib
+import pkgutil
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import cloudpickle
+import gymnasium
+from pettingzoo import AECEnv, ParallelEnv
+from pettingzoo.utils.conversions import parallel_to_aec
+
+from pzasync.errors import EnvSpecError
+from pzasync.core.gym_adapter import GymnasiumAECEnv
+
+#: Packages whose env modules are listed by `pzasync envs` and offered as close matches.
+ENV_PACKAGES = (
+    "pettingzoo.classic",
+    "pettingzoo.butterfly",
+    "pettingzoo.sisl",
+    "pettingzoo.atari",
+    "mpe2",
+    "pzasync.envs",
+)
+
+ACCEPTED = (
+    "an env module id ('pettingzoo.classic.connect_four_v3'), a PettingZoo registry id "
+    "('classic/connect_four_v3'), 'package.module:callable', a Gymnasium id ('CartPole-v1'), an AEC/parallel/Gymnasium env instance, or a zero-argument factory returning one"
+)
+
+
+def known_env_ids() -> list[str]:
+    """Module ids of the env modules that the installed packages ship, found without importing them."""
+    ids = []
+    for package in ENV_PACKAGES:
+        try:
+            pkg = importlib.import_module(package)
+        except ImportError:
+            continue
+        for info in pkgutil.iter_modules(pkg.__path__):
+            if not info.name.startswith("_") and not info.ispkg and info.name not in ("all_modules",):
+                ids.append(f"{package}.{info.name}")
+    return ids
+
+
+def as_aec(env: Any, source: str = "the env") -> AECEnv:
+    """Convert an AEC, parallel or Gymnasium env instance to an AEC env; anything else is an error."""
+    if isinstance(env, AECEnv):
+        return env
+    if isinstance(env, ParallelEnv):
+        return parallel_to_aec(env)
+    if isinstance(env, gymnasium.Env):
+        return GymnasiumAECEnv(env)
+    raise EnvSpecError(f"{source} returned {type(env).__name__!r}, which is not a PettingZoo or Gymnasium env")
+
+
+def _registry_ids() -> list[str]:
+    try:
+        import pettingzoo
+
+        return sorted(set(pettingzoo.aec_registry) | set(pettingzoo.parallel_registry))
+    except (ImportError, AttributeError):
+        return []
+
+
+def _close_matches(text: str) -> str:
+    modules = known_env_ids()
+    short = {c.rsplit(".", 1)[-1]: c for c in modules}
+    matches = difflib.get_close_matches(text, modules, n=3, cutoff=0.6)
+    matches += [short[m] for m in difflib.get_close_matches(text.rsplit(".", 1)[-1], list(short), n=3, cutoff=0.6)]
+    matches += difflib.get_close_matches(text, _registry_ids(), n=2, cutoff=0.6)
+    matches = list(dict.fromkeys(matches))[:4]
+    return f" Did you mean: {', '.join(matches)}?" if matches else ""
+
+
+def _from_registry(spec: str, kwargs: dict) -> AECEnv | None:
+    """PettingZoo >= 1.27 registry ids ('classic/connect_four_v3'); None where there is no such registry or id."""
+    try:
+        import pettingzoo
+        from pettingzoo.env_registry.exceptions import PettingZooRegistryError
+    except ImportError:
+        return None
+    from pettingzoo.env_registry.exceptions import FailedToImport
+
+    for kind in ("aec", "parallel"):
+        try:
+            return as_aec(pettingzoo.make(kind, spec, **kwargs), spec)
+        except FailedToImport as exc:
+            raise EnvSpecError(f"env {spec!r} cannot be made here: {exc}") from None
+        except PettingZooRegistryError:
+            continue
+    return None
+
+
+def _from_string(spec: str, kwargs: dict) -> AECEnv:
+    if ":" in spec:
+        module_name, _, attr = spec.partition(":")
+        try:
+            module = importlib.import_module(module_name)
+        except ImportError as exc:
+            raise EnvSpecError(f"cannot import module {module_name!r} of env spec {spec!r}: {exc}") from exc
+        factory = getattr(module, attr, None)
+        if not callable(factory):
+            raise EnvSpecError(f"module {module_name!r} has no callable {attr!r} (env spec {spec!r})")
+        return as_aec(factory(**kwargs), spec)
+    if spec in gymnasium.registry:
+        return as_aec(gymnasium.make(spec, **kwargs), spec)
+    if "/" in spec:
+        env = _from_registry(spec, kwargs)
+        if env is not None:
+            return env
+        raise EnvSpecError(f"unknown env {spec!r}; expected {ACCEPTED}.{_close_matches(spec)}")
+    try:
+        module = importlib.import_module(spec)
+    except ModuleNotFoundError as exc:
+        missing = exc.name or spec
+        if missing != spec and not spec.startswith(missing + "."):
+            raise EnvSpecError(f"env {spec!r} needs the package {missing!r}, which is not installed") from None
+        raise EnvSpecError(
+            f"unknown env {spec!r} (no module {missing!r}); expected {ACCEPTED}.{_close_matches(spec)}"
+        ) from None
+    for name in ("env", "parallel_env"):
+        factory = getattr(module, name, None)
+        if callable(factory):
+            return as_aec(factory(**kwargs), spec)
+    raise EnvSpecError(f"module {spec!r} has neither env() nor parallel_env(); expected {ACCEPTED}")
+
+
+def make_env(spec: Any, **kwargs: Any) -> AECEnv:
+    """Build a PettingZoo AEC env from `spec` (see `ACCEPTED`); kwargs go to the env's constructor."""
+    if isinstance(spec, EnvSpec):
+        return spec.make(**kwargs)
+    if isinstance(spec, str):
+        return _from_string(spec, kwargs)
+    if isinstance(spec, (AECEnv, ParallelEnv, gymnasium.Env)):
+        if kwargs:
+            raise EnvSpecError(f"kwargs {sorted(kwargs)} cannot be applied to an env instance")
+        return as_aec(spec)
+    if callable(spec):
+        return as_aec(spec(**kwargs), getattr(spec, "__name__", "the env factory"))
+    raise EnvSpecError(f"cannot make an env from {spec!r} ({type(spec).__name__}); expected {ACCEPTED}")
+
+
+@dataclass
+class EnvSpec:
+    """A recipe that rebuilds the same env in any process: an id string, or a factory sent with cloudpickle."""
+
+    source: str | Callable[..., Any]
+    kwargs: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, spec: Any, **kwargs: Any) -> EnvSpec:
+        """Wrap what the user gave. A live env is refused: it cannot be rebuilt in another process."""
+        if isinstance(spec, EnvSpec):
+            return EnvSpec(spec.source, {**spec.kwargs, **kwargs})
+        if isinstance(spec, (AECEnv, ParallelEnv, gymnasium.Env)):
+            raise EnvSpecError(
+                f"a live env instance ({type(spec).__name__}) cannot be sent to another process; pass its id or "
+                f"a factory such as `lambda: my_env(...)` instead"
+            )
+        if not isinstance(spec, str) and not callable(spec):
+            raise EnvSpecError(f"cannot make an env from {spec!r} ({type(spec).__name__}); expected {ACCEPTED}")
+        result = cls(spec, dict(kwargs))
+        result.check_picklable()
+        return result
+
+    @property
+    def name(self) -> str:
+        if isinstance(self.source, str):
+            return self.source
+        return getattr(self.source, "__qualname__", type(self.source).__name__)
+
+    def make(self, **overrides: Any) -> AECEnv:
+        return make_env(self.source, **{**self.kwargs, **overrides})
+
+    def check_picklable(self) -> None:
+        """Fail now, with the reason, if the factory cannot travel to a spawned process."""
+        try:
+            cloudpickle.dumps(self)
+        except Exception as exc:  # noqa: BLE001 - any pickling failure means the same to the user
+            raise EnvSpecError(
+                f"env factory {self.name!r} cannot be sent to a spawned process: it captures something "
+                f"unpicklable ({type(exc).__name__}: {exc}). Build the env inside the factory instead of "
+                f"capturing a live env, lock or open file."
+            ) from None
+
+    def __reduce__(self) -> tuple:
+        if isinstance(self.source, str):
+            return (EnvSpec, (self.source, self.kwargs))
+        return (_load_spec, (cloudpickle.dumps(self.source), self.kwargs))
+
+
+def _load_spec(payload: bytes, kwargs: dict) -> EnvSpec:
+    return EnvSpec(cloudpickle.loads(payload), kwargs)

@@ -1,0 +1,149 @@
+"""The AEC loop of one env copy as an object: it hands out pending decisions and takes actions back.
+
+`EpisodeStepper` walks `env.agent_iter()` one live decision at a time. Dead agents' turns (stepped with None)
+and the transitions they complete are handled inside `advance`; a live turn is handed to the caller as a
+`PendingDecision`, and nothing about that turn is recorded until the caller either `step`s it with an action
+or `cut`s the episode. That lets one loop (`collect.run_episodes`, the actor) interleave any number of copies,
+each with its own assembler, reward ledger and conservation check, with exactly `rollout`'s semantics
+(docs/transitions.md): an episode is never cut between an action and the turns that reveal its outcome.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, Iterator
+
+import numpy as np
+
+from pzasync.errors import RewardConservationError
+from pzasync.core.transitions import EpisodeSummary, LayoutBook, RewardLedger, Transition, TransitionAssembler, last_reader
+
+
+@dataclass(slots=True)
+class PendingDecision:
+    """A live agent's turn waiting for an action: what it observes (split into stored obs and mask)."""
+
+    copy: int
+    agent: str
+    obs: Any
+    mask: np.ndarray | None
+
+
+class EpisodeStepper:
+    """One env copy's episodes, stepped one decision at a time (module docstring).
+
+    `emit(transition)` gets each completed transition and `on_episode(summary)` each finished or cut episode.
+    The first `reset` gets `seed`, later ones none (docs/transitions.md, rule 8). `to_env(agent, action)` turns
+    a stored action into what `env.step` takes.
+    """
+
+    def __init__(
+        self,
+        env: Any,
+        emit: Callable[[Transition], None],
+        *,
+        copy: int = 0,
+        seed: int | None = None,
+        layouts: LayoutBook | None = None,
+        check_rewards: bool = True,
+        max_episode_steps: int | None = None,
+        to_env: Callable[[str, Any], Any] | None = None,
+        on_episode: Callable[[EpisodeSummary], None] | None = None,
+    ) -> None:
+        self.env = env
+        self.copy = copy
+        self.emit = emit
+        self.on_episode = on_episode
+        self.seed = seed
+        self.layouts = layouts or LayoutBook(env)
+        self.check_rewards = check_rewards
+        self.max_episode_steps = max_episode_steps
+        self.to_env = to_env
+        self.assembler = TransitionAssembler(self.layouts)
+        self.ledger = RewardLedger()
+        self.in_episode = False
+        #: Decisions taken in this copy (all episodes).
+        self.steps = 0
+        self._first_reset = True
+        self._turns: Iterator[str] | None = None
+        self._pending: tuple | None = None
+        #: `env.last()`, or its equivalent past forwarding wrappers (`transitions.last_reader`), made at the
+        #: first reset, once the env has its state.
+        self._last: Callable[[], tuple] | None = None
+
+    @property
+    def episode_index(self) -> int:
+        return self.assembler.episode_index
+
+    def reset(self) -> None:
+        """Start the next episode."""
+        self.env.reset(seed=self.seed if self._first_reset else None)
+        self._first_reset = False
+        if self._last is None:
+            self._last = last_reader(self.env)
+        self.assembler.start_episode()
+        self.ledger.start(self.env)
+        self._turns = iter(self.env.agent_iter())
+        self._pending = None
+        self.in_episode = True
+
+    def advance(self) -> PendingDecision | None:
+        """Play dead agents' turns until a live agent must act; None once the episode is over (it was then
+        passed to `on_episode`, ended by the env or cut at `max_episode_steps`)."""
+        if self._pending is not None:
+            raise RuntimeError(f"env copy {self.copy}: advance() called with a decision still pending")
+        env, assembler, last = self.env, self.assembler, self._last
+        for agent in self._turns:
+            observation, reward, terminated, truncated, info = last()
+            if terminated or truncated:
+                done, _, _ = assembler.turn(agent, observation, reward, terminated, truncated, info)
+                if done is not None:
+                    self.emit(done)
+                env.step(None)
+                self.ledger.after_step(env)
+                continue
+            if self.max_episode_steps is not None and assembler.agent_steps >= self.max_episode_steps:
+                self.cut()
+                return None
+            obs, mask = self.layouts.get(agent, info).split(observation, info)
+            self._pending = (agent, reward, info, obs, mask)
+            return PendingDecision(self.copy, agent, obs, mask)
+        self._end(cut=False)
+        return None
+
+    def step(self, action: Any, extras: dict | None = None) -> None:
+        """Take `action` at the pending decision: complete the agent's previous transition, record this one's
+        start and step the env."""
+        if self._pending is None:
+            raise RuntimeError(f"env copy {self.copy}: step() called with no pending decision")
+        agent, reward, info, obs, mask = self._pending
+        self._pending = None
+        done, _, _ = self.assembler.turn(agent, None, reward, False, False, info, split=(obs, mask))
+        if done is not None:
+            self.emit(done)
+        self.assembler.decide(agent, obs, mask, action, extras)
+        self.ledger.decided(agent)
+        self.steps += 1
+        self.env.step(action if self.to_env is None else self.to_env(agent, action))
+        self.ledger.after_step(self.env)
+
+    def cut(self) -> None:
+        """End the episode here (a budget, a stop request, `max_episode_steps`): every pending transition is
+        completed as truncated (docs/transitions.md, rule 5). Does nothing between episodes."""
+        if not self.in_episode:
+            return
+        self._pending = None
+        for done in self.assembler.cut_episode(self.env, self.ledger.since_decision):
+            self.emit(done)
+        self._end(cut=True)
+
+    def _end(self, cut: bool) -> None:
+        self.in_episode = False
+        self._turns = None
+        try:
+            summary = self.assembler.end_episode(self.ledger.paid if self.check_rewards else None, cut_by_actor=cut)
+        except RewardConservationError as exc:
+            raise RewardConservationError(f"env copy {self.copy}, {exc}") from None
+        summary.copy = self.copy
+        if self.on_episode is not None:
+            self.on_episode(summary)

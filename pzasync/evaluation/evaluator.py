@@ -1,0 +1,233 @@
+"""Evaluation while training: a separate, low-priority process scores the newest published policies.
+
+The evaluator is an evaluation actor apart from the exploration actor. Every `RunConfig.eval_every_s` it
+reads each learning unit's policy slot (a plain read of the published vector: the actor and the learners
+never wait for it), loads it into its own copy of the policy, and plays every learning agent's seat
+greedily for `eval_episodes` games against the yardstick (`RunConfig.eval_vs`: a scripted player, random,
+or another run's checkpoints) on a fixed seed. Each agent's score goes back to the runner as one row,
+written to metrics.jsonl (`"kind": "eval"`) and plotted to eval.png: win rate (or mean return) with a 95%
+interval against wall-clock seconds and against agent steps, the training returns as a secondary panel.
+
+The process runs at a lower CPU priority (nice 10), so on a busy machine it yields to the actor and the
+learners; it exits when the run asks it to, or by itself when the runner's process is gone.
+
+It talks to the runner over two one-way pipes, never a lock or an event that a dead process could leave
+held: rows come back on one; the other is the stop, which the runner closes (closing never waits, whatever
+state the evaluator is in, alive or dead) and the evaluator sees as end-of-file while it sleeps between rounds.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+import traceback
+from dataclasses import dataclass
+from typing import Any
+
+from pzasync.errors import report_unclean_exit
+from pzasync.runtime.stop_signals import ignore_stop_signals, shielded
+
+
+@dataclass
+class EvaluatorSetup:
+    """Everything the evaluator process needs, picklable."""
+
+    env_spec: Any
+    #: Env agent -> (learner unit, "module:Class", validated options, layout, policy slot).
+    seats: dict[str, tuple[str, str, dict, Any, Any]]
+    yardstick: str
+    every_s: float
+    episodes: int
+    seed: int
+    stats: Any
+    #: time.monotonic() when the run started (CLOCK_MONOTONIC is system-wide on Linux and macOS).
+    run_start: float
+    parent_pid: int
+    max_episode_steps: int | None = None
+    niceness: int = 10
+
+
+def evaluator_main(setup: EvaluatorSetup, rows: Any, stop: Any) -> None:
+    """Body of the evaluator process: score the newest policies every `every_s` until told to stop.
+
+    `rows`: the sending end of the runner's row pipe; `stop`: the receiving end of the stop pipe, readable
+    (end-of-file) once the runner closes its end or dies."""
+    ignore_stop_signals()
+    try:
+        os.nice(setup.niceness)
+    except OSError:
+        pass
+    import numpy as np
+    import torch
+
+    from pzasync.evaluation.evaluate import evaluate_against, load_run_policies
+    from pzasync.learners import resolve_learner, vector_to_policy
+
+    torch.set_num_threads(1)
+    try:
+        policies: dict[str, tuple[Any, Any]] = {}
+        vectors: dict[str, Any] = {}
+        for agent, (unit, path, options, layout, slot) in setup.seats.items():
+            cls, _ = resolve_learner(path, agent)
+            policy = cls.build_policy(layout, options)
+            policy.eval()
+            policies[agent] = (policy, layout)
+            if unit not in vectors:
+                vectors[unit] = np.zeros(slot.size, np.float32)
+        opponents: Any = setup.yardstick
+        if os.path.isdir(setup.yardstick):
+            opponents = load_run_policies(setup.yardstick)
+        round_index = 0
+        while not _should_stop(setup, stop):
+            started = time.monotonic()
+            versions: dict[str, int] = {}
+            for agent, (unit, _path, _options, _layout, slot) in setup.seats.items():
+                if unit not in versions:
+                    versions[unit] = slot.read(vectors[unit]) if slot.version > 0 else 0
+                vector_to_policy(vectors[unit], policies[agent][0])
+            if not all(v > 0 for v in versions.values()):
+                stop.poll(0.1)  # a learner has not published its first policy yet: look again soon
+                continue
+            agent_steps = setup.stats.total_steps
+            wall = started - setup.run_start
+            results = evaluate_against(setup.env_spec, policies, opponents, setup.episodes,
+                                       seed=setup.seed, max_episode_steps=setup.max_episode_steps)
+            for r in results:
+                lo, hi = r.win_rate_ci95
+                rows.send({"kind": "eval", "round": round_index, "wall_s": round(wall, 3),
+                          "agent_steps": agent_steps, "agent": r.agent, "unit": setup.seats[r.agent][0],
+                          "version": versions[setup.seats[r.agent][0]], "opponent": r.opponent,
+                          "episodes": r.episodes, "win_rate": r.win_rate, "win_rate_ci95": [lo, hi],
+                          "draws": r.draws, "losses": r.episodes - r.wins - r.draws,
+                          "mean_return": r.mean, "mean_return_ci95": r.mean_ci95, "outcomes": r.outcomes,
+                          "eval_seconds": round(time.monotonic() - started, 3)})
+            round_index += 1
+            deadline = started + setup.every_s
+            while time.monotonic() < deadline and not _should_stop(setup, stop):
+                stop.poll(0.25)
+    except Exception as exc:  # noqa: BLE001 - reported to the runner, which warns and goes on without it
+        try:
+            rows.send({"kind": "eval_error", "error": f"{type(exc).__name__}: {exc}",
+                       "traceback": traceback.format_exc()})
+        except OSError:
+            pass  # the runner is gone or has stopped listening
+    finally:
+        rows.close()
+        stop.close()
+
+
+def _should_stop(setup: EvaluatorSetup, stop: Any) -> bool:
+    return stop.poll() or os.getppid() != setup.parent_pid or setup.stats.stop_requested
+
+
+class Evaluator:
+    """The runner's handle on the evaluator process: start, collect rows, stop (never blocks the actor)."""
+
+    def __init__(self, setup: EvaluatorSetup) -> None:
+        import multiprocessing as mp
+
+        ctx = mp.get_context("spawn")
+        self.rows, self._rows_sender = ctx.Pipe(duplex=False)
+        self._stop_receiver, self._stop = ctx.Pipe(duplex=False)
+        self.process = ctx.Process(target=evaluator_main, args=(setup, self._rows_sender, self._stop_receiver),
+                                   name="pzasync-evaluator", daemon=True)
+        self.results: list[dict[str, Any]] = []
+        self.error: str | None = None
+
+    def start(self) -> None:
+        with shielded():
+            self.process.start()
+        # The child's ends: closed here, so that the child's death reads as end-of-file on `rows`.
+        self._rows_sender.close()
+        self._stop_receiver.close()
+
+    def collect(self) -> list[dict[str, Any]]:
+        """Rows that arrived since the last call (non-blocking)."""
+        new = []
+        while self.rows is not None:
+            try:
+                if not self.rows.poll():
+                    break
+                row = self.rows.recv()
+            except (EOFError, OSError):
+                break  # the evaluator has exited (a row cut short by its death is dropped)
+            if row.get("kind") == "eval_error":
+                self.error = row["error"]
+                print(f"pzasync: the evaluator failed ({row['error']}); training goes on without it.\n"
+                      f"{row['traceback']}", file=sys.stderr)
+                continue
+            new.append(row)
+        self.results += new
+        return new
+
+    def stop(self, timeout: float = 5.0) -> list[dict[str, Any]]:
+        """Ask the process to finish its round and exit; kill it past `timeout`. Returns the last rows.
+
+        Never waits without a deadline: closing the stop pipe returns at once whether the evaluator is alive,
+        busy or dead."""
+        self._stop.close()
+        deadline = time.monotonic() + timeout
+        new: list[dict[str, Any]] = []
+        while self.process.is_alive() and time.monotonic() < deadline:
+            new += self.collect()
+            self.process.join(0.1)
+        if self.process.is_alive():
+            self.process.kill()
+            self.process.join(5)
+        elif self.error is None:
+            report_unclean_exit("the evaluator process", self.process)
+        new += self.collect()
+        self.rows.close()
+        self.rows = None
+        self.process.close()
+        return new
+
+
+def plot_evaluations(run_dir: Any, rows: list[dict[str, Any]], title: str) -> str | None:
+    """eval.png: yardstick score with 95% intervals against wall-clock seconds and agent steps, per agent;
+    a secondary panel with the training episode returns (mirrored in self-play, so not a learning curve)."""
+    import numpy as np
+
+    from pzasync.runtime.rundir import draw_returns, pyplot
+
+    plt = pyplot()
+    if not rows or plt is None:
+        return None
+    signed = all(r.get("outcomes", True) for r in rows)  # game results (1/0/-1): win rates; else mean returns
+    fig, axes = plt.subplots(1, 3, figsize=(15, 4.5), gridspec_kw={"width_ratios": [2, 2, 1.3]})
+    agents = sorted({r["agent"] for r in rows})
+    opponent = rows[0]["opponent"]
+    for i, agent in enumerate(agents):
+        mine = sorted((r for r in rows if r["agent"] == agent), key=lambda r: r["wall_s"])
+        if signed:
+            y = np.array([r["win_rate"] for r in mine])
+            lo = np.array([r["win_rate_ci95"][0] for r in mine])
+            hi = np.array([r["win_rate_ci95"][1] for r in mine])
+        else:
+            y = np.array([r["mean_return"] for r in mine])
+            half = np.nan_to_num(np.array([r["mean_return_ci95"] for r in mine]))
+            lo, hi = y - half, y + half
+        for ax, key in ((axes[0], "wall_s"), (axes[1], "agent_steps")):
+            x = np.array([r[key] for r in mine])
+            ax.plot(x, y, "o-", markersize=3, color=f"C{i}", label=agent)
+            ax.fill_between(x, lo, hi, color=f"C{i}", alpha=0.2)
+    ylabel = f"win rate vs {opponent} (95% CI)" if signed else f"mean return vs {opponent} (95% CI)"
+    for ax, xlabel in ((axes[0], "wall-clock seconds"), (axes[1], "agent steps")):
+        ax.set_xlabel(xlabel)
+        ax.set_ylabel(ylabel)
+        if signed:
+            ax.set_ylim(-0.02, 1.02)
+        ax.grid(alpha=0.3)
+        ax.legend(loc="best", fontsize="small")
+    ax = axes[2]
+    draw_returns(ax, run_dir.read_jsonl("episodes.jsonl"), linewidth=1.0)
+    ax.set_title("training returns (secondary:\nself-play returns mirror each other)", fontsize="small")
+    ax.set_xlabel("wall-clock seconds")
+    ax.grid(alpha=0.3)
+    fig.suptitle(title)
+    fig.tight_layout()
+    out = str(run_dir.path / "eval.png")
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+    return out

@@ -1,0 +1,427 @@
+"""The actor: steps its env copies with each agent's latest published policy and writes transitions to buffers.
+
+It owns `RunConfig.envs_per_actor` env copies, each driven by an `EpisodeStepper` (stepper.py, the AEC loop
+`rollout` uses too), stepped here or by env workers (env_workers.py). Each round it collects the copies'
+pending decisions, groups them by acting policy (an agent's, an agent group's shared by its members, or a
+league opponent's), and answers each group with one batched forward; then the copies step. Before a
+group's forward it compares the slot version with the version it holds and, only when it changed, copies
+the new vector into its local policy. It never waits for a learner, except in the two opt-in modes
+that say so in their metrics: a replay ratio (bounded lead) and on-policy backpressure.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import numpy as np
+
+from pzasync.transport import stats as S
+from pzasync.errors import EnvCrashedError, NonFiniteError, PzasyncError
+from pzasync.runtime.learner_loop import target_updates
+from pzasync.core.spaces import AgentLayout
+from pzasync.transport.protocols import PolicySource, RunControl, TransitionWriter
+from pzasync.runtime.copies.workers import EnvWorkers, LocalCopies, WorkerCopies
+from pzasync.core.stepper import PendingDecision
+from pzasync.core.transitions import EpisodeSummary, Transition
+
+
+@dataclass
+class ActingAgent:
+    """The actor's view of one agent: its local policy copy, slot, buffer and schedule."""
+
+    agent: str
+    layout: AgentLayout
+    policy: Any
+    learns: bool
+    on_policy: bool = False
+    slot: PolicySource | None = None
+    buffer: TransitionWriter | None = None
+    learning_starts: int = 0
+    version: int = 0
+    steps: int = 0
+    vector: np.ndarray | None = None
+    may_wait: bool = False
+    nonfinite: int = 0
+    #: Indices of the observation leaves checked for NaN and inf (the floating ones).
+    float_leaves: list[int] = field(default_factory=list)
+    steps_offset: int = 0
+    #: Whose learner counters apply (its own name, or its agent group's) and, in a group, its member index.
+    unit: str = ""
+    member: int | None = None
+    #: Transitions this agent wrote (a group's buffer counts all members together).
+    written: int = 0
+    #: Trajectories interleaved in its unit's buffer (env copies x group members; RunPlan.tracks).
+    tracks: int = 1
+    #: With several actors: the unit's whole source (every actor's shard), whose `written` paces a replay
+    #: ratio; `buffer` is this actor's own shard.
+    pace: Any = None
+
+    def __post_init__(self) -> None:
+        self.unit = self.unit or self.agent
+        if self.slot is not None:
+            self.vector = np.zeros(self.slot.size, np.float32)
+        self.float_leaves = [i for i, leaf in enumerate(self.layout.obs_leaves) if leaf.dtype.kind == "f"]
+
+
+class Actor:
+    """Runs episodes on its env copies, answering each round's decisions with batched forwards per agent."""
+
+    def __init__(
+        self,
+        envs: Any,
+        agents: dict[str, ActingAgent],
+        stats: RunControl,
+        *,
+        replay_ratio: float | None,
+        max_lead: int,
+        backpressure: bool,
+        check_rewards: bool = True,
+        max_episode_steps: int | None = None,
+        before_decision: Callable[[str], None] | None = None,
+        env_name: str | None = None,
+        raise_on_nonfinite: bool = False,
+        actor_index: int = 0,
+        stores_track: bool | None = None,
+    ) -> None:
+        from pzasync.learners import vector_to_policy
+
+        #: The env copies (a list of envs stepped here) or, with env workers, what the workers are made from.
+        self.envs: list[Any] | EnvWorkers
+        if isinstance(envs, EnvWorkers):
+            self.envs, self.n_copies, self.env = envs, envs.copies, None
+            self.env_name = env_name or envs.env_spec.name
+        else:
+            self.envs = list(envs) if isinstance(envs, (list, tuple)) else [envs]
+            #: The first copy (the one a single-copy actor steps).
+            self.n_copies, self.env = len(self.envs), self.envs[0]
+            self.env_name = env_name or str(self.env)
+        self.raise_on_nonfinite = raise_on_nonfinite
+        #: Which of the run's actors this is (RunConfig.actors): its tracks follow those of the actors before it.
+        self.actor_index = actor_index
+        #: Whether transitions carry `track` (several env copies, in this actor or across actors).
+        self.stores_track = self.n_copies > 1 if stores_track is None else stores_track
+        self.agents = agents
+        self.stats = stats
+        self.replay_ratio = replay_ratio
+        self.max_lead_updates = max(1, int(round((replay_ratio or 0) * max_lead)))
+        self.backpressure = backpressure
+        self.check_rewards = check_rewards
+        self.max_episode_steps = max_episode_steps
+        self.before_decision = before_decision
+        self._load = vector_to_policy
+        self.layouts = {a: x.layout for a, x in agents.items()}
+        #: Policy module -> the agents acting with it (an agent group's members share one module and vector).
+        self._sharing: dict[int, list[ActingAgent]] = {}
+        for a in agents.values():
+            self._sharing.setdefault(id(a.policy), []).append(a)
+            a.may_wait = self._may_wait(a)
+            a.steps_offset = a.steps  # steps taken before this run (a resumed run) are not this run's
+        self.total_steps = 0
+        self.episodes = 0
+        #: The run's `League` (RunConfig.league), which draws each episode's opponents at its start.
+        self.league: Any = None
+        #: Per env copy: this episode's league match, and the seats it gives another policy (not recorded).
+        self.matches: list[Any] = [None] * self.n_copies
+        self.overrides: list[dict[str, Any]] = [{} for _ in range(self.n_copies)]
+        #: Copies whose decision `align` held back last round (answered this round whatever their group).
+        self._held: set[int] = set()
+        #: (seed, on_episode, copies) made ready by `prepare` for the next `run`.
+        self._prepared: tuple | None = None
+
+    # ------------------------------------------------------------------------------------------ per round
+    def refresh(self, a: ActingAgent) -> None:
+        """Copy the agent's newest published policy into its local module, if the version changed (for every
+        agent sharing that module)."""
+        if a.slot is not None and a.slot.version != a.version:
+            version = a.slot.read(a.vector)
+            self._load(a.vector, a.policy)
+            for member in self._sharing[id(a.policy)]:
+                member.version = version
+
+    def _may_wait(self, a: ActingAgent) -> bool:
+        if a.buffer is None:
+            return False
+        return (self.backpressure and a.on_policy) or (self.replay_ratio is not None and not a.on_policy)
+
+    def _wait_if_ahead(self, a: ActingAgent) -> None:
+        """Opt-in waits: under a replay ratio (bounded lead) or on-policy backpressure. Time is reported."""
+        stats, agent = self.stats, a.unit
+        if stats.get(agent, S.STATUS) == S.CRASHED:
+            return
+        def ahead() -> bool:
+            if a.on_policy:
+                return self.backpressure and a.buffer.unread >= a.buffer.capacity - self.n_copies
+            if self.replay_ratio is None:
+                return False
+            due = target_updates(self.replay_ratio, (a.pace or a.buffer).written, a.learning_starts)
+            return due - stats.get(agent, S.UPDATES) > self.max_lead_updates
+        if not ahead():
+            return
+        start = time.monotonic_ns()
+        while ahead() and not stats.stop_requested and stats.get(agent, S.STATUS) != S.CRASHED:
+            time.sleep(0.0001)
+        stats.add(agent, S.ACTOR_WAIT_NS, time.monotonic_ns() - start)
+
+    def decide(self, pending: list[PendingDecision]) -> list[tuple[Any, dict]]:
+        """Actions (and extras to store) for a round of pending decisions: one batched forward per acting
+        policy, i.e. per learner unit (an agent group's members share their policy module here), and per
+        league opponent standing in for one."""
+        groups: dict[tuple[int, int], list[int]] = {}
+        for i, d in enumerate(pending):
+            groups.setdefault(self._acting_policy(d), []).append(i)
+        out: list[Any] = [None] * len(pending)
+        for (_own, opponent), rows in groups.items():
+            decisions = [pending[i] for i in rows]
+            if opponent:
+                first = decisions[0]
+                self._act_as_opponent(self.agents[first.agent], self.overrides[first.copy][first.agent], decisions,
+                                      rows, out)
+            else:
+                self._act_as_self(decisions, rows, out)
+        return out
+
+    def _acting_policy(self, d: PendingDecision) -> tuple[int, int]:
+        """Which policy answers a decision: (the seat's own module, 0) or (0, the league opponent's module)."""
+        override = self.overrides[d.copy].get(d.agent)
+        return (id(self.agents[d.agent].policy), 0) if override is None else (0, id(override))
+
+    def align(self, pending: list[PendingDecision]) -> tuple[list[PendingDecision], list[PendingDecision]]:
+        """Split a round into the decisions answered now and those held back for one round.
+
+        Copies drift out of phase (episodes end at different turns), so a round of N copies splits over the
+        agents' policies into several small forwards. Answering only the largest group, plus any decision
+        already held once, brings the held copies back in phase: in a two-player game the held copies and
+        the answered ones are at the same seat next round. A held copy waits one round at most, so no agent
+        starves; per copy nothing changes, since its env is not stepped while it waits."""
+        groups: dict[tuple[int, int], list[PendingDecision]] = {}
+        for d in pending:
+            groups.setdefault(self._acting_policy(d), []).append(d)
+        if len(groups) < 2:
+            self._held = set()
+            return pending, []
+        largest = max(groups.values(), key=len)
+        now: list[PendingDecision] = []
+        held: list[PendingDecision] = []
+        for decisions in groups.values():
+            due = decisions is largest or any(d.copy in self._held for d in decisions)
+            (now if due else held).extend(decisions)
+        self._held = {d.copy for d in held}
+        return now, held
+
+    def _act_as_self(self, decisions: list[PendingDecision], rows: list[int], out: list) -> None:
+        """Decisions of agents that act with one policy module (an agent, or members of its group)."""
+        acting = {d.agent: self.agents[d.agent] for d in decisions}
+        for a in acting.values():
+            if self.before_decision is not None:
+                self.before_decision(a.agent)
+            if a.may_wait:
+                self._wait_if_ahead(a)
+        lead = next(iter(acting.values()))
+        if lead.slot is not None and lead.slot.version != lead.version:
+            self.refresh(lead)
+        actions, extras = lead.policy.act(lead.layout.batch([d.obs for d in decisions]), _masks(decisions), True)
+        for d in decisions:
+            acting[d.agent].steps += 1
+        self.total_steps += len(decisions)
+        sharing = self._sharing[id(lead.policy)]
+        lead.policy.on_actor_steps(lead.steps if len(sharing) == 1 else
+                                   round(sum(m.steps for m in sharing) / len(sharing)))
+        for a in acting.values():
+            self.stats.record_steps(a.agent, a.steps - a.steps_offset, self.total_steps)
+        members = lead.tracks // self.n_copies
+        for j, (i, d) in enumerate(zip(rows, decisions)):
+            a = acting[d.agent]
+            stored = {k: v[j] for k, v in extras.items()} if extras else {}
+            stored["policy_version"] = lead.version
+            if a.member is not None:
+                stored["member"] = a.member
+            if self.stores_track:
+                stored["track"] = (self.actor_index * self.n_copies + d.copy) * members + (a.member or 0)
+            out[i] = (actions[j], stored)
+
+    def _act_as_opponent(self, a: ActingAgent, policy: Any, decisions: list[PendingDecision], rows: list[int],
+                         out: list) -> None:
+        """A league opponent's decisions: counted in the run's steps, not in the seat's own schedule."""
+        actions, _ = policy.act(a.layout.batch([d.obs for d in decisions]), _masks(decisions), True)
+        self.total_steps += len(decisions)
+        self.stats.record_steps(None, 0, self.total_steps)
+        for j, i in enumerate(rows):
+            out[i] = (actions[j], {})
+
+    def _finite(self, a: ActingAgent, t: Transition) -> bool:
+        if not math.isfinite(t.reward):
+            return False
+        for obs in (t.obs, t.next_obs):
+            if a.float_leaves:
+                leaves = a.layout.leaves_of(obs)
+                if not all(np.isfinite(leaves[i]).all() for i in a.float_leaves):
+                    return False
+        return True
+
+    def emit(self, t: Transition, copy: int = 0) -> None:
+        a = self.agents[t.agent]
+        if not self._finite(a, t):
+            a.nonfinite += 1
+            if self.raise_on_nonfinite:
+                raise NonFiniteError(f"agent {t.agent!r}: NaN or inf in a transition (reward {t.reward!r}) after "
+                                     f"{self.total_steps} agent steps; RunConfig(nonfinite='count') counts instead")
+        if a.buffer is not None and t.agent not in self.overrides[copy]:
+            a.buffer.write(t)
+            a.written += 1
+
+    # ------------------------------------------------------------------------------------------ the loop
+    def run(
+        self,
+        *,
+        agent_steps: int | None,
+        seed: int | None,
+        keep_going: Callable[[], bool],
+        on_episode: Callable[[EpisodeSummary], None],
+    ) -> int:
+        """Play until `agent_steps` decisions or until `keep_going()` is False; returns decisions taken.
+
+        Copy k's first reset gets `seed + k`. A budget or a stop takes effect at each copy's next live
+        decision: every copy still in an episode is cut there (docs/transitions.md, rule 5)."""
+        start_steps = self.total_steps
+
+        def out_of_budget() -> bool:
+            return (agent_steps is not None and self.total_steps - start_steps >= agent_steps) or not keep_going()
+
+        prepared = self._prepared
+        if prepared is not None and prepared[0] == seed and prepared[1] == on_episode:  # bound methods: ==
+            self._prepared, copies = None, prepared[2]
+        else:
+            self._drop_prepared()
+            copies = self._copies(seed, lambda summary: self._episode_done(summary, on_episode))
+        # Copies stepped here are brought into phase (`align`); env workers step a group while the actor
+        # answers another, and a worker's group is answered whole.
+        aligning = isinstance(copies, LocalCopies) and self.n_copies > 1
+        self._held = set()
+        try:
+            # Rounds per group of copies (all of them in this process; one worker's with env workers, so the
+            # actor answers one worker while the others step).
+            copies.start(not out_of_budget())
+            while (ready := copies.next_ready()) is not None:
+                group, pending = ready
+                if not pending:
+                    continue  # every copy of the group is between episodes and may not start one: it is done
+                cut: list[int] = []
+                if out_of_budget():
+                    cut, pending = [d.copy for d in pending], []
+                elif agent_steps is not None:  # a round never takes more decisions than the budget has left
+                    left = agent_steps - (self.total_steps - start_steps)
+                    cut, pending = [d.copy for d in pending[left:]], pending[:left]
+                pending, held = self.align(pending) if aligning and pending else (pending, [])
+                answers = self.decide(pending) if pending else []
+                answered = [(d, action, extras) for d, (action, extras) in zip(pending, answers)]
+                copies.submit(group, answered, cut, not out_of_budget(), held)
+            copies.finish()
+            return self.total_steps - start_steps
+        except (PzasyncError, KeyboardInterrupt):
+            raise
+        except Exception as exc:
+            copy, agent, episode = copies.failure_context()
+            where = f" (env copy {copy})" if self.n_copies > 1 else ""
+            raise EnvCrashedError(
+                f"env {self.env_name!r}{where} raised {type(exc).__name__}: {exc} during the turn of agent "
+                f"{agent!r}, in episode {episode} (from 0){' of that copy' if where else ''}, "
+                f"at agent step {self.total_steps} of this run (original traceback above)"
+            ) from exc
+        finally:
+            if isinstance(copies, WorkerCopies):
+                copies.close()
+
+    def prepare(self, *, seed: int | None, on_episode: Callable[[EpisodeSummary], None]) -> None:
+        """Get the env copies ready before acting starts: with env workers, spawn them and build their envs,
+        which is start-up, not acting time. The next `run` with the same `seed` and `on_episode` uses them
+        (`close` stops them if no run does)."""
+        self._prepared = (seed, on_episode, self._copies(seed, lambda summary: self._episode_done(summary, on_episode)))
+
+    def _drop_prepared(self) -> None:
+        """Forget copies `prepare` made and no run used, stopping their env workers."""
+        prepared, self._prepared = self._prepared, None
+        if prepared is not None and isinstance(prepared[2], WorkerCopies):
+            prepared[2].close()
+
+    def _copies(self, seed: int | None, episode_done: Callable[[EpisodeSummary], None]) -> Any:
+        """The env copies for one `run`: stepped here, or by env workers (env_workers.py)."""
+        hooks = dict(emit=self.emit, on_episode=episode_done, on_start=self._episode_start,
+                     check_rewards=self.check_rewards, max_episode_steps=self.max_episode_steps)
+        if isinstance(self.envs, EnvWorkers):
+            w = self.envs
+            return WorkerCopies(w.env_spec, w.copies, w.workers, seed, self.layouts, timeout_s=w.timeout_s,
+                                env_name=self.env_name, run_id=w.run_id, **hooks)
+        return LocalCopies(self.envs, list(range(len(self.envs))), seed, self.layouts, **hooks)
+
+    def close(self) -> None:
+        """Close the env copies this actor holds in its process (and env workers prepared but never run)."""
+        self._drop_prepared()
+        if not isinstance(self.envs, EnvWorkers):
+            for env in self.envs:
+                env.close()
+
+    def _episode_start(self, copy: int) -> None:
+        if self.league is not None:
+            match = self.matches[copy] = self.league.start_episode(self.total_steps)
+            self.overrides[copy] = match.overrides
+
+    def _episode_done(self, summary: EpisodeSummary, on_episode: Callable[[EpisodeSummary], None]) -> None:
+        self.episodes += 1
+        self.stats.record_episodes(self.episodes)
+        if self.league is not None and self.matches[summary.copy] is not None:
+            summary.match = self.league.end_episode(summary, self.matches[summary.copy])
+            self.matches[summary.copy] = None
+            self.overrides[summary.copy] = {}
+        on_episode(summary)
+
+
+def acting_agents(plan: Any, actor: int = 0, resumed_steps: dict[str, int] | None = None) -> dict[str, ActingAgent]:
+    """Actor `actor`'s view of every agent of a `RunPlan`: a local policy copy (one per agent group), its
+    slot, the buffer shard it writes and its schedule. Actor 0's policies are seeded as a one-actor run's."""
+    config, resumed_steps = plan.config, resumed_steps or {}
+    seed = config.seed + 100_003 * actor
+    acting: dict[str, ActingAgent] = {}
+    shared: dict[str, ActingAgent] = {}  # a group's members act with one module and one vector
+    for agent, p in plan.agents.items():
+        starts = int(p.options.get("learning_starts", p.options.get("batch_size", 64)))
+        first = shared.get(p.unit) if p.unit != agent else None
+        policy = first.policy if first is not None else p.build_policy(seed)
+        if first is None and config.actor_device != "cpu" and hasattr(policy, "to"):
+            policy = policy.to(config.actor_device)
+        a = ActingAgent(agent, p.layout, policy, p.learns, p.learner_cls.on_policy, p.slot, p.writer(actor),
+                        starts, steps=resumed_steps.get(agent, 0), unit=p.unit, member=p.member,
+                        tracks=plan.tracks(p.unit), pace=p.buffer if plan.actors > 1 else None)
+        if first is not None:
+            a.vector = first.vector
+        shared.setdefault(p.unit, a)
+        a.policy.on_actor_steps(a.steps)
+        acting[agent] = a
+    return acting
+
+
+def build_actor(plan: Any, acting: dict[str, ActingAgent], stats: RunControl, *, paced: bool, actor: int = 0,
+                before_decision: Callable[[str], None] | None = None) -> Actor:
+    """Actor `actor` of a `RunPlan`, with its env copies (stepped in its process, or by env workers).
+    `paced`: its learners run apart from it, so the opt-in waits (replay ratio, backpressure) apply."""
+    cfg = plan.config
+    if cfg.env_workers:
+        envs: Any = EnvWorkers(plan.env_spec, plan.envs_per_actor, cfg.env_workers, cfg.heartbeat_timeout_s,
+                               run_id=plan.run_id)
+    else:
+        envs = [plan.env_spec.make() for _ in range(plan.envs_per_actor)]
+    return Actor(envs, acting, stats, replay_ratio=cfg.replay_ratio if paced else None,
+                 max_lead=cfg.max_actor_lead, backpressure=cfg.backpressure and paced,
+                 check_rewards=cfg.check_rewards, max_episode_steps=cfg.max_episode_steps,
+                 before_decision=before_decision, env_name=plan.env_spec.name,
+                 raise_on_nonfinite=cfg.nonfinite == "raise", actor_index=actor,
+                 stores_track=plan.envs_per_actor * plan.actors > 1)
+
+
+def _masks(decisions: list[PendingDecision]) -> np.ndarray | None:
+    mask = decisions[0].mask
+    if mask is None:
+        return None
+    return mask[None] if len(decisions) == 1 else np.stack([d.mask for d in decisions])

@@ -1,0 +1,530 @@
+"""The actor's env copies, stepped in its own process (`LocalCopies`) or in env workers (`WorkerCopies`).
+
+Both hand the actor the same things: each round, the copies' pending decisions (`PendingDecision`); after the
+actor answers them, the events the answers caused, in order per copy (completed transitions, episode starts
+and ends), delivered to the actor's callbacks, and the next pending decisions. Each copy is an
+`EpisodeStepper`, so transitions are assembled next to the env, with `rollout`'s exact semantics, wherever
+the env runs.
+
+Env workers (RunConfig.env_workers) are for envs whose step dominates: each spawned worker owns a contiguous
+slice of the copies, in two groups, and steps one group while the actor runs inference for another. One
+message per group and round carries the actions, which copies to cut and whether new episodes may start;
+the answer carries the events and pending decisions. Observations and masks go through shared-memory slots
+(obs_slots.py), the answer naming the slot; a transition crosses back without the observations, masks,
+action and extras the actor already holds from the decisions it answered (`AnsweredDecisions`).
+Errors follow Gymnasium's AsyncVectorEnv: a worker's exception comes back as its own type (also an
+`EnvCrashedError`), with the worker's traceback as its cause and the copy index in the message; a worker
+that dies or stays silent for `timeout_s` is reported with its copies. A worker whose actor dies sees its
+pipe close and exits.
+"""
+
+from __future__ import annotations
+
+import io
+import multiprocessing as mp
+import multiprocessing.connection as mp_connection
+import pickle
+import time
+import traceback
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import numpy as np
+
+from pzasync.errors import EnvCrashedError, error_type_path, remote_error
+from pzasync.core.spaces import env_action_converter
+from pzasync.transport.obs_slots import ObservationSlots
+from pzasync.transport.shm import new_run_id
+from pzasync.runtime.stop_signals import ignore_stop_signals, shielded
+from pzasync.core.stepper import EpisodeStepper, PendingDecision
+from pzasync.core.transitions import EpisodeSummary, LayoutBook, Transition
+
+Answer = tuple[PendingDecision, Any, dict]
+
+
+# ---------------------------------------------------------------------------------------------- the wire
+# What crosses a worker's pipes each round is mostly small arrays (observations, masks) and numpy scalars
+# (actions). Pickled as themselves each costs about 4 us to dump (numpy's generic reduction), and a transition
+# as a dataclass instance more: at 8 copies a round that was a tenth of a connect four worker's time. So
+# transitions and decisions travel as plain tuples, and arrays and numpy scalars as (dtype, shape, raw bytes),
+# rebuilt writable on the other side.
+def _array(dtype: str, shape: tuple, data: bytearray) -> np.ndarray:
+    return np.frombuffer(data, dtype=dtype).reshape(shape)
+
+
+def _scalar(dtype: str, data: bytes) -> np.generic:
+    return np.frombuffer(data, dtype=dtype)[0]
+
+
+class _WirePickler(pickle.Pickler):
+    def reducer_override(self, obj: Any) -> Any:
+        kind = type(obj)
+        if kind is np.ndarray and _plain(obj.dtype):
+            return _array, (obj.dtype.str, obj.shape, bytearray(obj.tobytes()))
+        if isinstance(obj, np.generic) and _plain(obj.dtype):
+            return _scalar, (obj.dtype.str, obj.tobytes())
+        return NotImplemented  # anything else (object or structured dtypes too) pickles as usual
+
+
+def _plain(dtype: np.dtype) -> bool:
+    """A dtype its `.str` describes fully: no objects, no named fields."""
+    return not dtype.hasobject and dtype.names is None and dtype.subdtype is None
+
+
+def wire_dumps(message: Any) -> bytes:
+    """`message` pickled for a worker pipe, with arrays and numpy scalars as raw bytes (see above)."""
+    out = io.BytesIO()
+    _WirePickler(out, protocol=pickle.HIGHEST_PROTOCOL).dump(message)
+    return out.getvalue()
+
+
+def _send_wire(conn: Any, message: Any) -> None:
+    conn.send_bytes(wire_dumps(message))
+
+
+def _recv_wire(conn: Any) -> Any:
+    return pickle.loads(conn.recv_bytes())
+
+
+def transition_fields(t: Transition) -> tuple:
+    """A transition as the tuple of its fields (`Transition(*fields)` rebuilds it)."""
+    return (t.agent, t.obs, t.action, t.reward, t.next_obs, t.terminated, t.truncated, t.action_mask,
+            t.next_action_mask, t.extras)
+
+
+FINAL = "final"  # an "r" event's end: the next observation is in the copy's final slot for the agent
+
+
+class AnsweredDecisions:
+    """The last two answered decisions of each agent in each copy (what was observed, and the action and extras
+    that answered it), kept the same way at both ends of a worker's pipe, so that a transition crosses it
+    without the arrays the actor already holds.
+
+    A transition usually starts at its agent's previous answered decision and ends at its latest one (its next
+    observation is what the agent saw when it acted again): the worker then sends only which entries those are
+    (`encode`), and the actor fills them back in from its own copies (`decode`). Both ends record an answer
+    before the copy is stepped with it (`answered`) and drop a copy's entries when it starts an episode
+    (`forget`); a copy's events reach the actor in the order they happened, so the two stay in step. An entry
+    is named only when the transition holds the very objects it recorded, so a wrapper or assembler that
+    copies them just sends them in full.
+    """
+
+    def __init__(self) -> None:
+        self._by_copy: dict[int, dict[str, tuple]] = {}
+
+    def answered(self, decision: PendingDecision, action: Any, extras: dict) -> None:
+        """Record that `decision` was answered with `action` (and `extras` to store)."""
+        agents = self._by_copy.setdefault(decision.copy, {})
+        entry = (decision.obs, decision.mask, action, extras)
+        entries = agents.get(decision.agent)
+        agents[decision.agent] = (entry,) if entries is None else (entries[-1], entry)
+
+    def forget(self, copy: int) -> None:
+        """`copy` starts an episode: no transition will start or end at its earlier decisions."""
+        self._by_copy.pop(copy, None)
+
+    def encode(self, t: Transition, copy: int,
+               stash: Callable[[int, str, Any, np.ndarray | None], bool] | None = None) -> tuple:
+        """The event that carries `t` (emitted by `copy`) over the pipe. A next observation that is no entry
+        goes to `stash(copy, agent, obs, mask)` (the final observation slot) when given and it takes it."""
+        start = end = None  # an entry, counted from the latest (-1); FINAL: in the final slot; None: sent in full
+        entries = self._by_copy.get(copy, {}).get(t.agent, ())
+        for i, (obs, mask, action, extras) in enumerate(entries, start=-len(entries)):
+            if t.obs is obs and t.action_mask is mask and t.action is action and (
+                    t.extras is extras or not (t.extras or extras)):  # the assembler stores no extras as {}
+                start = i
+            if t.next_obs is obs and t.next_action_mask is mask:
+                end = i
+        if end is None and stash is not None and stash(copy, t.agent, t.next_obs, t.next_action_mask):
+            end = FINAL
+        if start is None and end is None:
+            return ("t", copy, transition_fields(t))
+        return ("r", copy, t.agent, start, end, t.reward, t.terminated, t.truncated,
+                (t.obs, t.action_mask, t.action, t.extras) if start is None else None,
+                (t.next_obs, t.next_action_mask) if end is None else None)
+
+    def decode(self, event: tuple, final: Callable[[int, str], tuple[Any, np.ndarray | None]] | None = None
+               ) -> Transition:
+        """The transition an "r" event from `encode` stands for, with the entries' objects of this end and
+        `final(copy, agent)`'s copy of a final slot."""
+        _, copy, agent, start, end, reward, terminated, truncated, began, ended = event
+        entries = self._by_copy.get(copy, {}).get(agent, ())
+        obs, mask, action, extras = began if start is None else entries[start]
+        if end is None:
+            next_obs, next_mask = ended
+        elif end == FINAL:
+            next_obs, next_mask = final(copy, agent)
+        else:
+            next_obs, next_mask = entries[end][:2]
+        return Transition(agent, obs, action, reward, next_obs, terminated, truncated, mask, next_mask, extras or {})
+
+
+@dataclass
+class EnvWorkers:
+    """What the actor needs to step its copies in env workers: `copies` copies of `env_spec` over `workers`
+    processes, each answering within `timeout_s`."""
+
+    env_spec: Any
+    copies: int
+    workers: int
+    timeout_s: float = 120.0
+    #: The run whose name the observation slots' segment carries (a fresh id when None).
+    run_id: str | None = None
+
+
+class LocalCopies:
+    """Env copies stepped in this process. `emit(t, copy)`, `on_episode(summary)` and `on_start(copy)` are
+    called as things happen."""
+
+    def __init__(self, envs: list[Any], copies: list[int], seed: int | None, layouts: dict, *,
+                 emit: Callable[[Transition, int], None], on_episode: Callable[[EpisodeSummary], None],
+                 on_start: Callable[[int], None], check_rewards: bool = True,
+                 max_episode_steps: int | None = None) -> None:
+
+        to_env = env_action_converter(layouts)
+        self.envs = envs
+        self.on_start = on_start
+        self.steppers = {
+            k: EpisodeStepper(env, (lambda t, k=k: emit(t, k)), copy=k, seed=None if seed is None else seed + k,
+                              layouts=LayoutBook(env, layouts, fixed=True), check_rewards=check_rewards,
+                              max_episode_steps=max_episode_steps, to_env=to_env, on_episode=on_episode)
+            for k, env in zip(copies, envs)
+        }
+        #: The copy being stepped (for error messages).
+        self.current = copies[0]
+
+    def _next(self, stepper: EpisodeStepper, may_reset: bool) -> PendingDecision | None:
+        """The copy's next live decision, starting episodes while `may_reset`."""
+        self.current = stepper.copy
+        while True:
+            if not stepper.in_episode:
+                if not may_reset:
+                    return None
+                stepper.reset()
+                self.on_start(stepper.copy)
+            decision = stepper.advance()
+            if decision is not None:
+                return decision
+
+    # The group interface the actor drives (one group here; two per worker in WorkerCopies).
+    _ready: list[PendingDecision] | None = None
+
+    def start(self, may_reset: bool) -> None:
+        """Bring every copy to its first pending decision."""
+        self._ready = [d for s in self.steppers.values() if (d := self._next(s, may_reset)) is not None]
+
+    def submit(self, group: int, answered: list[Answer], cut: list[int], may_reset: bool,
+               held: list[PendingDecision] = ()) -> None:
+        """Answer the group's pending decisions (and cut the copies in `cut`); `held` ones, not answered this
+        round (Actor.align), are offered again first."""
+        self._ready = list(held) + self.step(answered, cut, may_reset)
+
+    def next_ready(self) -> tuple[int, list[PendingDecision]] | None:
+        """The next group with an answer outstanding and its new pending decisions; None when none is."""
+        ready, self._ready = self._ready, None
+        return None if ready is None else (0, ready)
+
+    def step(self, answered: list[Answer], cut: list[int], may_reset: bool) -> list[PendingDecision]:
+        """Cut the copies in `cut`, take each answered decision's action, and return the next decisions."""
+        for k in cut:
+            self.current = k
+            self.steppers[k].cut()
+        following = []
+        for decision, action, extras in answered:
+            stepper = self.steppers[decision.copy]
+            self.current = decision.copy
+            stepper.step(action, extras)
+            if (nxt := self._next(stepper, may_reset)) is not None:
+                following.append(nxt)
+        return following
+
+    def finish(self) -> None:
+        """Cut every copy still in an episode (the run is over)."""
+        for k, stepper in self.steppers.items():
+            self.current = k
+            stepper.cut()
+
+    def failure_context(self) -> tuple[int, Any, int]:
+        """(copy, agent whose turn it was, episode index of that copy) for an error raised while stepping."""
+        stepper = self.steppers[self.current]
+        return self.current, getattr(stepper.env, "agent_selection", None), stepper.episode_index
+
+    def close(self) -> None:
+        for env in self.envs:
+            env.close()
+
+
+# ---------------------------------------------------------------------------------------------- the worker
+def worker_main(inbox: Any, conn: Any, env_spec: Any, groups: dict[int, list[int]], seed: int | None,
+                layouts: dict, check_rewards: bool, max_episode_steps: int | None, slots_name: str,
+                n_copies: int) -> None:
+    """Body of an env worker: build its groups of copies, then answer the actor's messages (each about one
+    group) in order until told to close."""
+    ignore_stop_signals()  # SIGTERM and Ctrl-C are the runner's to handle; its actor closes us
+    events: list[tuple] = []
+    waiting: dict[int, PendingDecision] = {}  # each copy's decision the actor is answering
+    history = AnsweredDecisions()
+    slots: ObservationSlots | None = None
+    finals_named: set[int] = set()  # final slots named in the answer being built (each at most once)
+
+    def on_start(k: int) -> None:
+        history.forget(k)
+        events.append(("start", k))
+
+    def stash(k: int, agent: str, obs: Any, mask: np.ndarray | None) -> bool:
+        slot = slots.final_slot(k, agent)
+        if slot is None or slot in finals_named or not slots.put(slot, agent, obs, mask):
+            return False
+        finals_named.add(slot)
+        return True
+
+    local: dict[int, LocalCopies] = {}
+    group = next(iter(groups))
+    try:
+        slots = ObservationSlots.attach(slots_name, layouts, n_copies)
+        for group, copies in groups.items():
+            local[group] = LocalCopies([env_spec.make() for _ in copies], copies, seed, layouts,
+                                       emit=lambda t, k: events.append(history.encode(t, k, stash)),
+                                       on_episode=lambda s: events.append(("end", s)),
+                                       on_start=on_start, check_rewards=check_rewards,
+                                       max_episode_steps=max_episode_steps)
+        _send_wire(conn, ("ready",))
+        while True:
+            try:
+                message = _recv_wire(inbox)
+            except (EOFError, OSError):  # the actor is gone
+                return
+            kind, group = message[0], message[1] if len(message) > 1 else group
+            if kind == "close":
+                return
+            copies = local[group]
+            if kind == "start":
+                copies.start(message[2])
+                _, pending = copies.next_ready()
+            elif kind == "step":
+                _, _, answered_copies, actions, extras, cut, may_reset = message
+                answered = [(waiting.pop(k), a, x) for k, a, x in zip(answered_copies, actions, extras)]
+                for d, a, x in answered:
+                    history.answered(d, a, x)
+                pending = copies.step(answered, cut, may_reset)
+            else:  # "finish"
+                copies.finish()
+                pending = []
+            waiting.update((d.copy, d) for d in pending)
+            _send_wire(conn, ("ok", group, events, [
+                (d.copy, d.agent) if slots.put(slots.pending_slot(d.copy), d.agent, d.obs, d.mask)
+                else (d.copy, d.agent, d.obs, d.mask) for d in pending]))
+            events = []
+            finals_named.clear()
+    except Exception as exc:  # noqa: BLE001 - reported to the actor with the copy it happened in
+        where = local.get(group)
+        copy, agent, episode = where.failure_context() if where is not None else (groups[group][0], None, None)
+        try:
+            _send_wire(conn, ("error", group, copy, agent, episode, error_type_path(type(exc)), str(exc),
+                              traceback.format_exc()))
+        except OSError:
+            pass
+    finally:
+        for copies in local.values():
+            copies.close()
+        if slots is not None:
+            slots.close()
+        inbox.close()
+        conn.close()
+
+
+class WorkerCopies:
+    """Env copies stepped in `workers` spawned processes (module docstring).
+
+    The copies are split into two groups per worker, so that while a worker steps one of its groups the
+    actor runs inference for the other: with one worker on two cores, env and inference overlap."""
+
+    def __init__(self, env_spec: Any, copies: int, workers: int, seed: int | None, layouts: dict, *,
+                 emit: Callable[[Transition, int], None], on_episode: Callable[[EpisodeSummary], None],
+                 on_start: Callable[[int], None], check_rewards: bool = True,
+                 max_episode_steps: int | None = None, timeout_s: float = 120.0, env_name: str = "env",
+                 run_id: str | None = None) -> None:
+        self.emit, self.on_episode, self.on_start = emit, on_episode, on_start
+        self.timeout_s = timeout_s
+        self.env_name = env_name
+        self.history = AnsweredDecisions()
+        n_groups = min(copies, 2 * workers)
+        #: Group -> its copies, and group -> the worker stepping it (worker w holds consecutive groups).
+        self.members = [list(map(int, g)) for g in np.array_split(np.arange(copies), n_groups)]
+        self.worker_of = [int(w) for w, size in enumerate(np.array_split(np.arange(n_groups), workers))
+                          for _ in range(len(size))]
+        #: Per worker: the pipe its answers come from, and the pipe to send it messages.
+        self.conns: list[Any] = []
+        self.outboxes: list[Any] = []
+        self.procs: list[Any] = []
+        self._hung: set[int] = set()
+        #: Groups with an answer outstanding -> when their message was sent.
+        self._outstanding: dict[int, float] = {}
+        ctx = mp.get_context("spawn")
+        #: Where the workers put observations (obs_slots.py); this process owns the segment.
+        self.slots = ObservationSlots.create(run_id or new_run_id(), layouts, copies)
+        try:
+            for w in range(workers):
+                groups = {g: self.members[g] for g in range(n_groups) if self.worker_of[g] == w}
+                inbox, to_worker = ctx.Pipe(duplex=False)
+                from_worker, outbox = ctx.Pipe(duplex=False)
+                _enlarge_pipe(outbox)
+                proc = ctx.Process(target=worker_main, name=f"pzasync-env-worker-{w}", daemon=True,
+                                   args=(inbox, outbox, env_spec, groups, seed, layouts, check_rewards,
+                                         max_episode_steps, self.slots.name, copies))
+                with shielded():
+                    proc.start()
+                inbox.close()
+                outbox.close()
+                self.conns.append(from_worker)
+                self.outboxes.append(to_worker)
+                self.procs.append(proc)
+            for w in range(workers):
+                self._receive(w, startup=True)
+        except BaseException:
+            self.close()
+            raise
+
+    def _where(self, w: int) -> str:
+        ks = [k for g, members in enumerate(self.members) if self.worker_of[g] == w for k in members]
+        return f"env worker {w} (copies {ks[0]}-{ks[-1]})" if len(ks) > 1 else f"env worker {w} (copy {ks[0]})"
+
+    def _receive(self, w: int, startup: bool = False) -> tuple[int, list[PendingDecision]]:
+        """One answer of worker `w` (waiting for it): its events delivered, its group and pending decisions."""
+        conn, proc = self.conns[w], self.procs[w]
+        since = time.monotonic()
+        while not conn.poll(0.05):
+            self._check_alive(w, since)
+        try:
+            reply = _recv_wire(conn)
+        except (EOFError, OSError):
+            proc.join(5)
+            raise EnvCrashedError(f"{self._where(w)} of env {self.env_name!r} died with exit code "
+                                  f"{proc.exitcode}") from None
+        if reply[0] == "error":
+            _, _group, copy, agent, episode, type_path, message, trace = reply
+            what = "while building its env copies" if startup or episode is None else (
+                f"during the turn of agent {agent!r}, in episode {episode} (from 0) of that copy")
+            raise remote_error(EnvCrashedError, type_path, (
+                f"env {self.env_name!r} (env copy {copy}, in {self._where(w)}) raised "
+                f"{type_path.rpartition(':')[2]}: {message} {what} (the worker's traceback is the cause)"),
+                trace)
+        if reply[0] == "ready":
+            return -1, []
+        _, group, events, pending = reply
+        for event in events:
+            if event[0] == "r":
+                self.emit(self.history.decode(event, self._final), event[1])
+            elif event[0] == "t":
+                self.emit(Transition(*event[2]), event[1])
+            elif event[0] == "end":
+                self.on_episode(event[1])
+            else:
+                self.history.forget(event[1])
+                self.on_start(event[1])
+        slots = self.slots
+        return group, [PendingDecision(d[0], d[1], *slots.take(slots.pending_slot(d[0]), d[1])) if len(d) == 2
+                       else PendingDecision(*d) for d in pending]
+
+    def _final(self, copy: int, agent: str) -> tuple[Any, np.ndarray | None]:
+        return self.slots.take(self.slots.final_slot(copy, agent), agent)
+
+    def _send(self, group: int, message: tuple) -> None:
+        w = self.worker_of[group]
+        try:
+            _send_wire(self.outboxes[w], message)
+        except OSError:  # the worker is gone; what it said last (its error, usually) is still in its pipe
+            while True:
+                self._receive(w)
+        self._outstanding[group] = time.monotonic()
+
+    def start(self, may_reset: bool) -> None:
+        for g in range(len(self.members)):
+            self._send(g, ("start", g, may_reset))
+
+    def submit(self, group: int, answered: list[Answer], cut: list[int], may_reset: bool,
+               held: list[PendingDecision] = ()) -> None:
+        """Send the group's actions to its worker and return at once: it steps while the actor serves others.
+        A worker's group is answered whole, so nothing can be `held`."""
+        if held:
+            raise ValueError(f"env worker group {group}: {len(held)} decisions held back; a group is answered whole")
+        for d, action, extras in answered:
+            self.history.answered(d, action, extras)
+        self._send(group, ("step", group, [d.copy for d, _, _ in answered], _packed([a for _, a, _ in answered]),
+                           [x for _, _, x in answered], cut, may_reset))
+
+    def next_ready(self) -> tuple[int, list[PendingDecision]] | None:
+        """The next group to come back, among those with an answer outstanding (None when none is)."""
+        if not self._outstanding:
+            return None
+        while True:
+            workers = sorted({self.worker_of[g] for g in self._outstanding})
+            ready = mp_connection.wait([self.conns[w] for w in workers], 0.05)
+            if ready:
+                w = min(w for w in workers if self.conns[w] in ready)
+                group, pending = self._receive(w)
+                del self._outstanding[group]
+                return group, pending
+            for g, since in self._outstanding.items():
+                self._check_alive(self.worker_of[g], since)
+
+    def _check_alive(self, w: int, since: float) -> None:
+        """Raise if worker `w`, silent since `since`, has died or has been silent past the timeout."""
+        if not self.procs[w].is_alive() and not self.conns[w].poll(0.05):
+            raise EnvCrashedError(f"{self._where(w)} of env {self.env_name!r} died with exit code "
+                                  f"{self.procs[w].exitcode}")
+        if time.monotonic() - since > self.timeout_s:
+            self._hung.add(w)
+            raise EnvCrashedError(f"{self._where(w)} of env {self.env_name!r} has not answered for "
+                                  f"{self.timeout_s:g}s (an env step that never returns?); it was stopped")
+
+    def finish(self) -> None:
+        """Cut every copy still in an episode, in every worker, and deliver those transitions."""
+        for g in range(len(self.members)):
+            self._send(g, ("finish", g))
+        while self.next_ready() is not None:
+            pass
+
+    def failure_context(self) -> tuple[int, Any, int]:
+        return -1, None, -1  # errors inside a worker carry their own context
+
+    def close(self) -> None:
+        """Stop every worker (politely, then by force); never raises."""
+        for outbox in self.outboxes:
+            try:
+                _send_wire(outbox, ("close",))
+            except (OSError, ValueError):
+                pass
+        for w, proc in enumerate(self.procs):
+            if w in self._hung:
+                proc.kill()
+            proc.join(5)
+            if proc.is_alive():
+                proc.kill()
+                proc.join(5)
+        for conn in self.conns + self.outboxes:
+            conn.close()
+        self.slots.close()
+        self.slots.unlink()
+
+
+def _packed(actions: list) -> list | np.ndarray:
+    """A round's actions as one array when they are numpy scalars of one dtype (discrete actions, about 1 us
+    each to pickle alone); indexing it gives them back as the same scalars. Anything else stays a list."""
+    first = actions[0] if actions else None
+    if isinstance(first, np.generic) and all(type(a) is type(first) for a in actions):
+        packed = np.array(actions)
+        if packed.dtype == first.dtype and packed.shape == (len(actions),):
+            return packed
+    return actions
+
+
+def _enlarge_pipe(conn: Any) -> None:
+    """Let a worker's answer (a round of transitions: hundreds of KB with image observations) fit in the pipe
+    in one write, instead of waking the actor once per 64 KB (Linux; elsewhere, or if refused, a no-op)."""
+    try:
+        import fcntl
+
+        fcntl.fcntl(conn.fileno(), fcntl.F_SETPIPE_SZ, 1 << 20)
+    except (ImportError, AttributeError, OSError):
+        pass

@@ -1,0 +1,155 @@
+"""A run directory: config, metrics (JSONL, and TensorBoard when installed), checkpoints, result and plot.
+
+Layout:
+    run.json            what was run: env spec, learner specs, RunConfig, pzasync version
+    episodes.jsonl      one line per episode: wall time, agent steps, per-agent returns (and the league match)
+    metrics.jsonl       one line per agent report: wall time, agent steps, updates, version, learner metrics;
+                        and one per evaluation ("kind": "eval")
+    checkpoints/AGENT.pt learner + optimiser state (see learners.players.save_checkpoint)
+    result.json         the RunResult
+    returns.png         episode returns against wall time, per agent
+    eval.png            evaluation while training (RunConfig.eval_vs): yardstick score, 95% intervals
+    league.jsonl        league ratings every 20 rated games, at most once a second (RunConfig.league)
+    league.png          league ratings of the snapshots and players, ± 2 RD
+    league/UNIT-vN.npy  the league's snapshot pool (at most league_pool_size per unit)
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from pzasync.errors import ConfigError
+
+
+def safe_name(agent: str) -> str:
+    return "".join(c if c.isalnum() or c in "-_." else "_" for c in str(agent))
+
+
+def check_out_dir(root: str | os.PathLike) -> None:
+    """Create `root` if needed and write (then remove) a probe file in it: a ConfigError of one line, before
+    anything starts, if run directories cannot be written there."""
+    try:
+        Path(root).mkdir(parents=True, exist_ok=True)
+        fd, probe = tempfile.mkstemp(prefix=".pzasync-probe-", dir=root)
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as exc:
+        reason = f"{type(exc).__name__}: {exc.strerror or exc}"
+        raise ConfigError(f"option out_dir={str(root)!r}: cannot write run directories there ({reason})") from None
+
+
+class RunDirectory:
+    """Writes one run's files; every write is appended or atomically replaced, so a killed run stays readable."""
+
+    def __init__(self, path: str | os.PathLike, create: bool = True) -> None:
+        self.path = Path(path)
+        if create:
+            (self.path / "checkpoints").mkdir(parents=True, exist_ok=True)
+        elif not (self.path / "run.json").exists():
+            raise ConfigError(f"{self.path} is not a pzasync run directory (no run.json)")
+        self._tb = None
+
+    @classmethod
+    def new(cls, root: str | os.PathLike, env_name: str) -> RunDirectory:
+        check_out_dir(root)
+        stamp = time.strftime("%Y%m%d-%H%M%S")
+        base = Path(root) / f"{safe_name(env_name.rsplit('.', 1)[-1])}-{stamp}"
+        path, n = base, 1
+        while path.exists():
+            n += 1
+            path = Path(f"{base}-{n}")
+        return cls(path)
+
+    def checkpoint_path(self, agent: str) -> str:
+        return str(self.path / "checkpoints" / f"{safe_name(agent)}.pt")
+
+    def write_json(self, name: str, data: Any) -> None:
+        tmp = self.path / f".{name}.tmp"
+        tmp.write_text(json.dumps(data, indent=2, default=str))
+        os.replace(tmp, self.path / name)
+
+    def read_json(self, name: str) -> Any:
+        return json.loads((self.path / name).read_text())
+
+    def append(self, name: str, row: dict[str, Any]) -> None:
+        with open(self.path / name, "a") as f:
+            f.write(json.dumps(row, default=float) + "\n")
+
+    def read_jsonl(self, name: str) -> list[dict[str, Any]]:
+        file = self.path / name
+        if not file.exists():
+            return []
+        return [json.loads(line) for line in file.read_text().splitlines() if line.strip()]
+
+    def tensorboard(self, step: int, agent: str, metrics: dict[str, float]) -> None:
+        """Mirror metrics to TensorBoard when the optional extra is installed; silently skipped otherwise."""
+        if self._tb is None:
+            try:
+                from torch.utils.tensorboard import SummaryWriter
+            except Exception:  # noqa: BLE001 - tensorboard is optional
+                self._tb = False
+                return
+            self._tb = SummaryWriter(str(self.path / "tb"))
+        if self._tb:
+            for key, value in metrics.items():
+                self._tb.add_scalar(f"{agent}/{key}", value, step)
+
+    def close(self) -> None:
+        if self._tb:
+            self._tb.close()
+
+
+def pyplot() -> Any:
+    """matplotlib.pyplot on the Agg backend, or None when the `plot` extra is not installed."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return None
+    return plt
+
+
+def draw_returns(ax: Any, rows: list[dict[str, Any]], window: int | None = None, linewidth: float = 1.2) -> int:
+    """Episode returns of episodes.jsonl rows, as moving averages against wall seconds, one line per agent.
+
+    The default window is 2% of the episodes (at least 10), so long runs show trends rather than noise.
+    Returns the window used.
+    """
+    import numpy as np
+
+    window = window or max(10, len(rows) // 50)
+    for i, agent in enumerate(sorted({a for r in rows for a in r["returns"]})):
+        points = [(r["wall_s"], r["returns"][agent]) for r in rows if agent in r["returns"]]
+        t = np.array([p[0] for p in points])
+        y = np.array([p[1] for p in points], dtype=float)
+        w = max(1, min(window, len(y) // 5 or 1))
+        ax.plot(t[w - 1:], np.convolve(y, np.ones(w) / w, mode="valid"), label=agent, linewidth=linewidth,
+                color=f"C{i}")
+    return window
+
+
+def plot_returns(run_dir: RunDirectory, title: str, window: int | None = None) -> str | None:
+    """Episode returns (moving average) against wall-clock seconds, one line per agent; returns the PNG path."""
+    rows = run_dir.read_jsonl("episodes.jsonl")
+    plt = pyplot()
+    if not rows or plt is None:
+        return None
+    fig, ax = plt.subplots(figsize=(8, 4.5))
+    window = draw_returns(ax, rows, window)
+    ax.set_xlabel("wall-clock seconds")
+    ax.set_ylabel(f"episode return (moving average of {window})")
+    ax.set_title(title)
+    ax.grid(alpha=0.3)
+    ax.legend(loc="best", fontsize="small")
+    fig.tight_layout()
+    out = str(run_dir.path / "returns.png")
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+    return out

@@ -1,0 +1,131 @@
+"""The transport seam: what the actor, the learners and the runner need from whatever carries data between them.
+
+```
+env --actor--> TransitionWriter ==> TransitionSource --learner--> PolicyPublisher ==> PolicySource --> actor
+                                   RunControl: stop flag, status, heartbeats, counters
+```
+
+Each arrow's two ends are one object today: `SharedRingBuffer` (buffer.py) is a writer and a source,
+`PolicySlot` (slots.py) a publisher and a source, `RunStats` (stats.py) the run control, all in local shared
+memory. The Ray backend (ray_backend.py) adds implementations for learners on another node: transitions go
+in chunks through Ray's object store into a local ring buffer on the learner's node, and policies come back
+as versioned object references. Code that moves data names these protocols, never the classes; a new
+transport implements them and a `LearnerHost` (hosts.py) that knows where to run learners.
+
+The contracts (docs/shared-memory.md states them for the shared-memory implementation):
+
+- a reader never gets a torn transition or a half-written policy vector;
+- on-policy reads are in write order, and `returned + dropped == written`;
+- a policy source's `version` is cheap to read on every decision; `read` is called only when it changed.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol, runtime_checkable
+
+import numpy as np
+
+from pzasync.core.transitions import Transition
+
+
+@runtime_checkable
+class TransitionWriter(Protocol):
+    """The actor's end of one learner unit's transitions (one writer)."""
+
+    capacity: int
+
+    def write(self, t: Transition) -> int:
+        """Append one transition; returns its logical index. Never blocks on the reader."""
+
+    @property
+    def written(self) -> int:
+        """Transitions written so far."""
+
+    @property
+    def unread(self) -> int:
+        """Transitions written but not yet read in order (on-policy backpressure looks at this)."""
+
+    @property
+    def dropped(self) -> int:
+        """Transitions that will never reach the in-order reader (overwritten, or lost in transit)."""
+
+
+@runtime_checkable
+class TransitionSource(Protocol):
+    """A learner's end: random samples (off-policy) or every transition once, in order (on-policy)."""
+
+    capacity: int
+
+    @property
+    def written(self) -> int: ...
+
+    @property
+    def dropped(self) -> int: ...
+
+    def sample(self, batch_size: int, rng: np.random.Generator) -> dict[str, np.ndarray]:
+        """`batch_size` untorn rows drawn uniformly among those written."""
+
+    def sample_windows(self, batch_size: int, window: int, rng: np.random.Generator) -> dict[str, np.ndarray]:
+        """Sampled rows, each with the `window` rows written after it (n-step returns)."""
+
+    def read_new(self, max_rows: int | None = None) -> dict[str, np.ndarray] | None:
+        """The next unread transitions in order, or None; skipped ones are counted in `dropped`."""
+
+
+@runtime_checkable
+class PolicyPublisher(Protocol):
+    """A learner's end of its policy: flat float32 vectors with increasing versions (one publisher)."""
+
+    size: int
+
+    def publish(self, vector: np.ndarray) -> int:
+        """Make `vector` the newest version and return that version."""
+
+    @property
+    def version(self) -> int: ...
+
+
+@runtime_checkable
+class PolicySource(Protocol):
+    """The actor's (and evaluator's) end: the newest complete vector, never a half-written one."""
+
+    size: int
+
+    @property
+    def version(self) -> int:
+        """The newest version this process can read (0 before the first); cheap, read every decision."""
+
+    def read(self, out: np.ndarray) -> int:
+        """Copy the newest complete vector into `out`; returns its version (0: none yet, `out` untouched)."""
+
+
+@runtime_checkable
+class RunControl(Protocol):
+    """Run-wide flags and counters: one writer per word, any number of readers."""
+
+    def request_stop(self) -> None: ...
+
+    @property
+    def stop_requested(self) -> bool: ...
+
+    def beat(self, agent: str | None = None) -> None:
+        """Record that a process (the actor when agent is None) is alive."""
+
+    def get(self, agent: str, word: int) -> int: ...
+
+    def set(self, agent: str, word: int, value: int) -> None: ...
+
+    def add(self, agent: str, word: int, value: int) -> None: ...
+
+    def record_steps(self, agent: str | None, agent_steps: int, total_steps: int) -> None:
+        """The actor's counts after each decision (hot path: must cost next to nothing)."""
+
+    def record_episodes(self, episodes: int) -> None:
+        """The actor's count of finished episodes, all env copies together."""
+
+
+def check_implements(obj: Any, *protocols: type) -> None:
+    """Fail loudly (TypeError naming the missing protocol) when a transport object lacks part of the seam."""
+    for protocol in protocols:
+        if not isinstance(obj, protocol):
+            raise TypeError(f"{type(obj).__name__} does not implement {protocol.__name__} (pzasync.transport.protocols)")
