@@ -8,8 +8,8 @@ a traceback. The others report failures of the runtime itself.
 from __future__ import annotations
 
 import signal
-import sys
 from multiprocessing.process import BaseProcess
+from pzasync.logs import logger
 
 
 class PzasyncError(Exception):
@@ -139,5 +139,5 @@ def report_unclean_exit(what: str, process: BaseProcess) -> None:
     """Say on stderr that a child process whose work was complete did not exit cleanly (a C++ runtime's
     `std::terminate` at exit, say): its results stand, but the line names which process it was."""
     if process.exitcode not in (0, None):
-        print(f"pzasync: {what} (pid {process.pid}) ended with {exit_description(process.exitcode)} "
-              f"after finishing its work; its results are kept", file=sys.stderr)
+        logger.warning(f"{what} (pid {process.pid}) ended with {exit_description(process.exitcode)} "
+              f"after finishing its work; its results are kept")

@@ -49,6 +49,25 @@ def _semaphores() -> set[str]:
     return {p.name for p in Path("/dev/shm").glob("sem.*")}
 
 
+def _unmapped(semaphores: set[str]) -> set[str]:
+    """Those of `semaphores` that no live process has mapped: leaked (other processes' live semaphores, a test
+    or benchmark running beside this one, are mapped by them)."""
+    inodes = {}
+    for name in semaphores:
+        try:
+            inodes[os.stat(f"/dev/shm/{name}").st_ino] = name
+        except OSError:
+            pass
+    for maps in Path("/proc").glob("[0-9]*/maps"):
+        try:
+            for line in maps.read_text().splitlines():
+                if "/dev/shm/sem." in line:
+                    inodes.pop(int(line.split()[4]), None)
+        except (OSError, ValueError, IndexError):
+            continue
+    return set(inodes.values())
+
+
 class TrainRun:
     """`pzasync train` in a process group of its own, as a scheduler runs a job."""
 
@@ -96,7 +115,7 @@ class TrainRun:
         assert not _group_processes(self.proc.pid), f"processes of the run left: {_group_processes(self.proc.pid)}"
         segments = [name for name, _run, pid in list_segments() if pid in self.pids]
         assert not segments, f"shared memory left behind: {segments}"
-        assert not _semaphores() - self.semaphores_before, "semaphores left in /dev/shm"
+        assert not _unmapped(_semaphores() - self.semaphores_before), "semaphores left in /dev/shm"
 
     def kill(self) -> None:
         try:

@@ -344,7 +344,7 @@ def test_prepared_env_workers_serve_the_next_run_and_are_stopped_if_no_run_comes
 def test_the_worker_wire_rebuilds_arrays_and_numpy_scalars_exactly():
     import pickle
 
-    from pzasync.runtime.copies.workers import wire_dumps
+    from pzasync.runtime.copies.wire import wire_dumps
 
     values = [np.arange(12, dtype=np.int16).reshape(3, 4).T, np.zeros((0, 3), np.float32), np.array(2.5),
               np.float32(1.5), np.int64(3), np.bool_(True), np.zeros(2, dtype=[("a", "<i4"), ("b", "<f8")]),
@@ -367,7 +367,7 @@ def test_a_transition_crosses_the_worker_pipe_as_references_to_the_decisions_the
     array, a copy that started a new episode) travels in full."""
     import pickle
 
-    from pzasync.runtime.copies.workers import FINAL, AnsweredDecisions, wire_dumps
+    from pzasync.runtime.copies.wire import FINAL, AnsweredDecisions, wire_dumps
     from pzasync.core.stepper import PendingDecision
 
     rng = np.random.default_rng(0)
@@ -485,6 +485,7 @@ def test_env_workers_send_observations_through_shared_memory_not_the_pipe(monkey
     name their copy's slot, transitions name answered decisions or a final slot. The slots' segment goes with
     the run."""
     import pzasync.runtime.copies.workers as ew
+    from pzasync.runtime.copies.wire import FINAL
     from pzasync.transport.shm import list_segments
 
     answers = []
@@ -513,7 +514,7 @@ def test_env_workers_send_observations_through_shared_memory_not_the_pipe(monkey
     assert len(pending) >= 600 and all(len(d) == 2 for d in pending), "each decision's obs came in its slot"
     assert sum(len(w.rows) for w in writers.values()) == len(events) and events
     assert all(e[0] == "r" for e in events)
-    finals = [e for e in events if e[4] == ew.FINAL]
+    finals = [e for e in events if e[4] == FINAL]
     assert finals and all(e[6] or e[7] for e in finals) and any(e[6] for e in finals), \
         "episodes' last observations came through final slots"
     assert sum(arrays_in(a) for a in replies) == 0

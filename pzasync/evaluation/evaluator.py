@@ -19,7 +19,6 @@ state the evaluator is in, alive or dead) and the evaluator sees as end-of-file 
 from __future__ import annotations
 
 import os
-import sys
 import time
 import traceback
 from dataclasses import dataclass
@@ -27,6 +26,7 @@ from typing import Any
 
 from pzasync.errors import report_unclean_exit
 from pzasync.runtime.stop_signals import ignore_stop_signals, shielded
+from pzasync.logs import logger
 
 
 @dataclass
@@ -154,8 +154,8 @@ class Evaluator:
                 break  # the evaluator has exited (a row cut short by its death is dropped)
             if row.get("kind") == "eval_error":
                 self.error = row["error"]
-                print(f"pzasync: the evaluator failed ({row['error']}); training goes on without it.\n"
-                      f"{row['traceback']}", file=sys.stderr)
+                logger.error(f"the evaluator failed ({row['error']}); training goes on without it.\n"
+                      f"{row['traceback']}")
                 continue
             new.append(row)
         self.results += new

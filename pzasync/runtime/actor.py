@@ -23,7 +23,7 @@ from pzasync.errors import EnvCrashedError, NonFiniteError, PzasyncError
 from pzasync.runtime.learner_loop import target_updates
 from pzasync.core.spaces import AgentLayout
 from pzasync.transport.protocols import PolicySource, RunControl, TransitionWriter
-from pzasync.runtime.copies.workers import EnvWorkers, LocalCopies, WorkerCopies
+from pzasync.runtime.copies import EnvCopies, EnvCopiesFactory, LocalEnvs, copies_for
 from pzasync.core.stepper import PendingDecision
 from pzasync.core.transitions import EpisodeSummary, Transition
 
@@ -71,7 +71,7 @@ class Actor:
 
     def __init__(
         self,
-        envs: Any,
+        copies: EnvCopiesFactory | Any,
         agents: dict[str, ActingAgent],
         stats: RunControl,
         *,
@@ -88,16 +88,12 @@ class Actor:
     ) -> None:
         from pzasync.learners import vector_to_policy
 
-        #: The env copies (a list of envs stepped here) or, with env workers, what the workers are made from.
-        self.envs: list[Any] | EnvWorkers
-        if isinstance(envs, EnvWorkers):
-            self.envs, self.n_copies, self.env = envs, envs.copies, None
-            self.env_name = env_name or envs.env_spec.name
-        else:
-            self.envs = list(envs) if isinstance(envs, (list, tuple)) else [envs]
-            #: The first copy (the one a single-copy actor steps).
-            self.n_copies, self.env = len(self.envs), self.envs[0]
-            self.env_name = env_name or str(self.env)
+        #: What the env copies are made from (copies/protocol.py); env instances are stepped here.
+        self.factory: EnvCopiesFactory = copies if hasattr(copies, "open") else LocalEnvs(copies, env_name)
+        self.n_copies = self.factory.copies
+        #: The copy stepped in this process, if any (read for messages).
+        self.env = self.factory.env
+        self.env_name = env_name or self.factory.env_name
         self.raise_on_nonfinite = raise_on_nonfinite
         #: Which of the run's actors this is (RunConfig.actors): its tracks follow those of the actors before it.
         self.actor_index = actor_index
@@ -296,9 +292,9 @@ class Actor:
         else:
             self._drop_prepared()
             copies = self._copies(seed, lambda summary: self._episode_done(summary, on_episode))
-        # Copies stepped here are brought into phase (`align`); env workers step a group while the actor
-        # answers another, and a worker's group is answered whole.
-        aligning = isinstance(copies, LocalCopies) and self.n_copies > 1
+        # Copies that may be answered in part are brought into phase (`align`); env workers step a group while
+        # the actor answers another, and a worker's group is answered whole.
+        aligning = copies.holds_back and self.n_copies > 1
         self._held = set()
         try:
             # Rounds per group of copies (all of them in this process; one worker's with env workers, so the
@@ -331,8 +327,7 @@ class Actor:
                 f"at agent step {self.total_steps} of this run (original traceback above)"
             ) from exc
         finally:
-            if isinstance(copies, WorkerCopies):
-                copies.close()
+            copies.close()
 
     def prepare(self, *, seed: int | None, on_episode: Callable[[EpisodeSummary], None]) -> None:
         """Get the env copies ready before acting starts: with env workers, spawn them and build their envs,
@@ -343,25 +338,19 @@ class Actor:
     def _drop_prepared(self) -> None:
         """Forget copies `prepare` made and no run used, stopping their env workers."""
         prepared, self._prepared = self._prepared, None
-        if prepared is not None and isinstance(prepared[2], WorkerCopies):
+        if prepared is not None:
             prepared[2].close()
 
-    def _copies(self, seed: int | None, episode_done: Callable[[EpisodeSummary], None]) -> Any:
-        """The env copies for one `run`: stepped here, or by env workers (env_workers.py)."""
-        hooks = dict(emit=self.emit, on_episode=episode_done, on_start=self._episode_start,
-                     check_rewards=self.check_rewards, max_episode_steps=self.max_episode_steps)
-        if isinstance(self.envs, EnvWorkers):
-            w = self.envs
-            return WorkerCopies(w.env_spec, w.copies, w.workers, seed, self.layouts, timeout_s=w.timeout_s,
-                                env_name=self.env_name, run_id=w.run_id, **hooks)
-        return LocalCopies(self.envs, list(range(len(self.envs))), seed, self.layouts, **hooks)
+    def _copies(self, seed: int | None, episode_done: Callable[[EpisodeSummary], None]) -> EnvCopies:
+        """The env copies for one `run` (copies/protocol.py: in this process, or in env workers)."""
+        return self.factory.open(seed, self.layouts, emit=self.emit, on_episode=episode_done,
+                                 on_start=self._episode_start, check_rewards=self.check_rewards,
+                                 max_episode_steps=self.max_episode_steps)
 
     def close(self) -> None:
-        """Close the env copies this actor holds in its process (and env workers prepared but never run)."""
+        """Close the env copies this actor holds (and env workers prepared but never run)."""
         self._drop_prepared()
-        if not isinstance(self.envs, EnvWorkers):
-            for env in self.envs:
-                env.close()
+        self.factory.close()
 
     def _episode_start(self, copy: int) -> None:
         if self.league is not None:
@@ -407,12 +396,7 @@ def build_actor(plan: Any, acting: dict[str, ActingAgent], stats: RunControl, *,
     """Actor `actor` of a `RunPlan`, with its env copies (stepped in its process, or by env workers).
     `paced`: its learners run apart from it, so the opt-in waits (replay ratio, backpressure) apply."""
     cfg = plan.config
-    if cfg.env_workers:
-        envs: Any = EnvWorkers(plan.env_spec, plan.envs_per_actor, cfg.env_workers, cfg.heartbeat_timeout_s,
-                               run_id=plan.run_id)
-    else:
-        envs = [plan.env_spec.make() for _ in range(plan.envs_per_actor)]
-    return Actor(envs, acting, stats, replay_ratio=cfg.replay_ratio if paced else None,
+    return Actor(copies_for(plan), acting, stats, replay_ratio=cfg.replay_ratio if paced else None,
                  max_lead=cfg.max_actor_lead, backpressure=cfg.backpressure and paced,
                  check_rewards=cfg.check_rewards, max_episode_steps=cfg.max_episode_steps,
                  before_decision=before_decision, env_name=plan.env_spec.name,

@@ -20,7 +20,6 @@ from __future__ import annotations
 import dataclasses
 import multiprocessing as mp
 import os
-import sys
 import time
 import traceback
 from dataclasses import dataclass
@@ -29,6 +28,7 @@ from typing import Any
 from pzasync.errors import EnvCrashedError, PzasyncError, error_type_path, remote_error, report_unclean_exit
 from pzasync.transport.shm import unlink_run
 from pzasync.runtime.stop_signals import ignore_stop_signals, shielded
+from pzasync.logs import logger
 
 
 def split_budget(agent_steps: int | None, actors: int) -> list[int | None]:
@@ -235,7 +235,7 @@ class ActorPool:
         elif isinstance(message, ActorDone):
             self.done[k] = message
         elif isinstance(message, ActorFailed):
-            print(f"pzasync: actor {k} failed:\n{message.traceback}", file=sys.stderr)
+            logger.error(f"actor {k} failed:\n{message.traceback}")
             self._fail(monitor, remote_error(EnvCrashedError, message.error_type, f"actor {k}: {message.message}",
                                              message.traceback))
             self.done[k] = ActorDone(k, {}, {}, 0.0, 0.0)
@@ -256,7 +256,7 @@ class ActorPool:
         beat = stats.actor_beat(k)
         if beat and (time.monotonic_ns() - beat) / 1e9 > timeout:
             self._warned_silent.add(k)
-            print(f"pzasync: actor {k} has not stepped for {timeout:.0f}s (stuck in an env step?)", file=sys.stderr)
+            logger.warning(f"actor {k} has not stepped for {timeout:.0f}s (stuck in an env step?)")
 
     def wait(self, monitor: Any) -> None:
         """Poll until every actor has finished (its budget, or the run's stop flag)."""

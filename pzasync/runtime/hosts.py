@@ -18,7 +18,6 @@ Learners talk to their host through typed messages (`LearnerReport`, `LearnerFai
 
 from __future__ import annotations
 
-import sys
 import time
 from typing import Any, Callable
 
@@ -27,6 +26,7 @@ from pzasync.errors import LearnerCrashedError, LearnerStartupError, learner_err
 from pzasync.runtime.learner_loop import (LearnerDriver, LearnerFailed, LearnerReport, LearnerSetup, MessagePipe,
                            learner_host_process_main, restarted, start_driver)
 from pzasync.runtime.stop_signals import shielded
+from pzasync.logs import logger
 
 
 class LearnerHost:
@@ -164,8 +164,8 @@ class LearnerHost:
 
     def announce_restart(self, unit: str, setup: LearnerSetup) -> None:
         source = f"checkpoint {setup.resume_state_path}" if setup.resume_state_path else "its last published weights"
-        print(f"pzasync: restarting the learner of agent {unit!r} from {source} "
-              f"(restart {self.stats.get(unit, S.RESTARTS)} of {self.config.max_learner_restarts})", file=sys.stderr)
+        logger.warning(f"restarting the learner of agent {unit!r} from {source} "
+              f"(restart {self.stats.get(unit, S.RESTARTS)} of {self.config.max_learner_restarts})")
 
 
 class InlineHost(LearnerHost):

@@ -6,7 +6,6 @@ logs, redrawing) only every few hundred microseconds of wall time, so the actor'
 
 from __future__ import annotations
 
-import sys
 import threading
 import time
 from collections import defaultdict
@@ -17,6 +16,7 @@ import numpy as np
 from pzasync.transport import stats as S
 from pzasync.runtime.results import PolicySnapshot, process_usage
 from pzasync.runtime.rundir import RunDirectory
+from pzasync.logs import logger
 
 
 class RunMonitor:
@@ -95,8 +95,8 @@ class RunMonitor:
             silent = (time.monotonic_ns() - stats.actor_beat(0)) / 1e9
             if silent > timeout and not self._watch_stop.is_set():
                 agent = getattr(self._actor.env, "agent_selection", None)
-                print(f"pzasync: the actor has not stepped for {silent:.0f}s (stuck in the env at agent "
-                      f"{agent!r}'s turn?); learners keep their last state", file=sys.stderr)
+                logger.warning(f"the actor has not stepped for {silent:.0f}s (stuck in the env at agent "
+                      f"{agent!r}'s turn?); learners keep their last state")
                 stats.beat()  # report again only after another full timeout
 
     def startup_seconds(self, wall: float) -> float:
@@ -159,10 +159,10 @@ class RunMonitor:
         self.errors[agent] = summary
         self.tracebacks[agent] = trace
         if first:
-            print(f"pzasync: the learner of agent {agent!r} crashed ({summary}); the actor goes on with its last "
-                  f"published policy.\n{trace}", file=sys.stderr)
+            logger.error(f"the learner of agent {agent!r} crashed ({summary}); the actor goes on with its last "
+                  f"published policy.\n{trace}")
         else:
-            print(f"pzasync: the learner of agent {agent!r} crashed again ({summary})", file=sys.stderr)
+            logger.error(f"the learner of agent {agent!r} crashed again ({summary})")
 
     def request_stop(self, reason: str) -> None:
         if self.stop_reason is None:

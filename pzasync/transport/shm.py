@@ -20,6 +20,7 @@ import _posixshmem
 import numpy as np
 
 from pzasync.errors import InsufficientSharedMemoryError
+from pzasync.logs import logger
 
 PREFIX = "pzasync"
 SHM_DIR = Path("/dev/shm")
@@ -168,15 +169,13 @@ def run_id_of(segment_name: str) -> str:
 
 
 def remove_stale_segments() -> list[StaleSegment]:
-    """A run's first step before it allocates: `clean_stale`, saying on stderr what it removed."""
-    import sys
-
+    """A run's first step before it allocates: `clean_stale`, saying what it removed (the `pzasync` logger)."""
     removed = clean_stale()
     if removed:
         total = sum(seg.size for seg in removed)
         runs = sorted({seg.run_id for seg in removed})
-        print(f"pzasync: removed {len(removed)} shared-memory segment(s) ({total:,} bytes) left by dead run(s) "
-              f"{', '.join(runs)}", file=sys.stderr)
+        logger.warning(f"removed {len(removed)} shared-memory segment(s) ({total:,} bytes) left by dead run(s) "
+              f"{', '.join(runs)}")
     return removed
 
 

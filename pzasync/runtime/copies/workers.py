@@ -1,10 +1,6 @@
-"""The actor's env copies, stepped in its own process (`LocalCopies`) or in env workers (`WorkerCopies`).
-
-Both hand the actor the same things: each round, the copies' pending decisions (`PendingDecision`); after the
-actor answers them, the events the answers caused, in order per copy (completed transitions, episode starts
-and ends), delivered to the actor's callbacks, and the next pending decisions. Each copy is an
-`EpisodeStepper`, so transitions are assembled next to the env, with `rollout`'s exact semantics, wherever
-the env runs.
+"""Env copies stepped in env worker processes (`EnvWorkers`, `WorkerCopies`), behind the same `EnvCopies`
+interface as copies stepped in the actor's process (protocol.py). Each copy is still an `EpisodeStepper`, so
+transitions are assembled next to the env, with `rollout`'s exact semantics.
 
 Env workers (RunConfig.env_workers) are for envs whose step dominates: each spawned worker owns a contiguous
 slice of the copies, in two groups, and steps one group while the actor runs inference for another. One
@@ -20,143 +16,24 @@ pipe close and exits.
 
 from __future__ import annotations
 
-import io
 import multiprocessing as mp
 import multiprocessing.connection as mp_connection
-import pickle
 import time
 import traceback
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
+from pzasync.core.stepper import PendingDecision
+from pzasync.core.transitions import EpisodeSummary, Transition
 from pzasync.errors import EnvCrashedError, error_type_path, remote_error
-from pzasync.core.spaces import env_action_converter
+from pzasync.runtime.copies.local import LocalCopies, LocalEnvs
+from pzasync.runtime.copies.protocol import Answer
+from pzasync.runtime.copies.wire import AnsweredDecisions, _enlarge_pipe, _packed, _recv_wire, _send_wire
+from pzasync.runtime.stop_signals import ignore_stop_signals, shielded
 from pzasync.transport.obs_slots import ObservationSlots
 from pzasync.transport.shm import new_run_id
-from pzasync.runtime.stop_signals import ignore_stop_signals, shielded
-from pzasync.core.stepper import EpisodeStepper, PendingDecision
-from pzasync.core.transitions import EpisodeSummary, LayoutBook, Transition
-
-Answer = tuple[PendingDecision, Any, dict]
-
-
-# ---------------------------------------------------------------------------------------------- the wire
-# What crosses a worker's pipes each round is mostly small arrays (observations, masks) and numpy scalars
-# (actions). Pickled as themselves each costs about 4 us to dump (numpy's generic reduction), and a transition
-# as a dataclass instance more: at 8 copies a round that was a tenth of a connect four worker's time. So
-# transitions and decisions travel as plain tuples, and arrays and numpy scalars as (dtype, shape, raw bytes),
-# rebuilt writable on the other side.
-def _array(dtype: str, shape: tuple, data: bytearray) -> np.ndarray:
-    return np.frombuffer(data, dtype=dtype).reshape(shape)
-
-
-def _scalar(dtype: str, data: bytes) -> np.generic:
-    return np.frombuffer(data, dtype=dtype)[0]
-
-
-class _WirePickler(pickle.Pickler):
-    def reducer_override(self, obj: Any) -> Any:
-        kind = type(obj)
-        if kind is np.ndarray and _plain(obj.dtype):
-            return _array, (obj.dtype.str, obj.shape, bytearray(obj.tobytes()))
-        if isinstance(obj, np.generic) and _plain(obj.dtype):
-            return _scalar, (obj.dtype.str, obj.tobytes())
-        return NotImplemented  # anything else (object or structured dtypes too) pickles as usual
-
-
-def _plain(dtype: np.dtype) -> bool:
-    """A dtype its `.str` describes fully: no objects, no named fields."""
-    return not dtype.hasobject and dtype.names is None and dtype.subdtype is None
-
-
-def wire_dumps(message: Any) -> bytes:
-    """`message` pickled for a worker pipe, with arrays and numpy scalars as raw bytes (see above)."""
-    out = io.BytesIO()
-    _WirePickler(out, protocol=pickle.HIGHEST_PROTOCOL).dump(message)
-    return out.getvalue()
-
-
-def _send_wire(conn: Any, message: Any) -> None:
-    conn.send_bytes(wire_dumps(message))
-
-
-def _recv_wire(conn: Any) -> Any:
-    return pickle.loads(conn.recv_bytes())
-
-
-def transition_fields(t: Transition) -> tuple:
-    """A transition as the tuple of its fields (`Transition(*fields)` rebuilds it)."""
-    return (t.agent, t.obs, t.action, t.reward, t.next_obs, t.terminated, t.truncated, t.action_mask,
-            t.next_action_mask, t.extras)
-
-
-FINAL = "final"  # an "r" event's end: the next observation is in the copy's final slot for the agent
-
-
-class AnsweredDecisions:
-    """The last two answered decisions of each agent in each copy (what was observed, and the action and extras
-    that answered it), kept the same way at both ends of a worker's pipe, so that a transition crosses it
-    without the arrays the actor already holds.
-
-    A transition usually starts at its agent's previous answered decision and ends at its latest one (its next
-    observation is what the agent saw when it acted again): the worker then sends only which entries those are
-    (`encode`), and the actor fills them back in from its own copies (`decode`). Both ends record an answer
-    before the copy is stepped with it (`answered`) and drop a copy's entries when it starts an episode
-    (`forget`); a copy's events reach the actor in the order they happened, so the two stay in step. An entry
-    is named only when the transition holds the very objects it recorded, so a wrapper or assembler that
-    copies them just sends them in full.
-    """
-
-    def __init__(self) -> None:
-        self._by_copy: dict[int, dict[str, tuple]] = {}
-
-    def answered(self, decision: PendingDecision, action: Any, extras: dict) -> None:
-        """Record that `decision` was answered with `action` (and `extras` to store)."""
-        agents = self._by_copy.setdefault(decision.copy, {})
-        entry = (decision.obs, decision.mask, action, extras)
-        entries = agents.get(decision.agent)
-        agents[decision.agent] = (entry,) if entries is None else (entries[-1], entry)
-
-    def forget(self, copy: int) -> None:
-        """`copy` starts an episode: no transition will start or end at its earlier decisions."""
-        self._by_copy.pop(copy, None)
-
-    def encode(self, t: Transition, copy: int,
-               stash: Callable[[int, str, Any, np.ndarray | None], bool] | None = None) -> tuple:
-        """The event that carries `t` (emitted by `copy`) over the pipe. A next observation that is no entry
-        goes to `stash(copy, agent, obs, mask)` (the final observation slot) when given and it takes it."""
-        start = end = None  # an entry, counted from the latest (-1); FINAL: in the final slot; None: sent in full
-        entries = self._by_copy.get(copy, {}).get(t.agent, ())
-        for i, (obs, mask, action, extras) in enumerate(entries, start=-len(entries)):
-            if t.obs is obs and t.action_mask is mask and t.action is action and (
-                    t.extras is extras or not (t.extras or extras)):  # the assembler stores no extras as {}
-                start = i
-            if t.next_obs is obs and t.next_action_mask is mask:
-                end = i
-        if end is None and stash is not None and stash(copy, t.agent, t.next_obs, t.next_action_mask):
-            end = FINAL
-        if start is None and end is None:
-            return ("t", copy, transition_fields(t))
-        return ("r", copy, t.agent, start, end, t.reward, t.terminated, t.truncated,
-                (t.obs, t.action_mask, t.action, t.extras) if start is None else None,
-                (t.next_obs, t.next_action_mask) if end is None else None)
-
-    def decode(self, event: tuple, final: Callable[[int, str], tuple[Any, np.ndarray | None]] | None = None
-               ) -> Transition:
-        """The transition an "r" event from `encode` stands for, with the entries' objects of this end and
-        `final(copy, agent)`'s copy of a final slot."""
-        _, copy, agent, start, end, reward, terminated, truncated, began, ended = event
-        entries = self._by_copy.get(copy, {}).get(agent, ())
-        obs, mask, action, extras = began if start is None else entries[start]
-        if end is None:
-            next_obs, next_mask = ended
-        elif end == FINAL:
-            next_obs, next_mask = final(copy, agent)
-        else:
-            next_obs, next_mask = entries[end][:2]
-        return Transition(agent, obs, action, reward, next_obs, terminated, truncated, mask, next_mask, extras or {})
 
 
 @dataclass
@@ -170,88 +47,24 @@ class EnvWorkers:
     timeout_s: float = 120.0
     #: The run whose name the observation slots' segment carries (a fresh id when None).
     run_id: str | None = None
+    #: No copy is stepped in the actor's process.
+    env: Any = None
 
+    @property
+    def env_name(self) -> str:
+        return self.env_spec.name
 
-class LocalCopies:
-    """Env copies stepped in this process. `emit(t, copy)`, `on_episode(summary)` and `on_start(copy)` are
-    called as things happen."""
-
-    def __init__(self, envs: list[Any], copies: list[int], seed: int | None, layouts: dict, *,
-                 emit: Callable[[Transition, int], None], on_episode: Callable[[EpisodeSummary], None],
-                 on_start: Callable[[int], None], check_rewards: bool = True,
-                 max_episode_steps: int | None = None) -> None:
-
-        to_env = env_action_converter(layouts)
-        self.envs = envs
-        self.on_start = on_start
-        self.steppers = {
-            k: EpisodeStepper(env, (lambda t, k=k: emit(t, k)), copy=k, seed=None if seed is None else seed + k,
-                              layouts=LayoutBook(env, layouts, fixed=True), check_rewards=check_rewards,
-                              max_episode_steps=max_episode_steps, to_env=to_env, on_episode=on_episode)
-            for k, env in zip(copies, envs)
-        }
-        #: The copy being stepped (for error messages).
-        self.current = copies[0]
-
-    def _next(self, stepper: EpisodeStepper, may_reset: bool) -> PendingDecision | None:
-        """The copy's next live decision, starting episodes while `may_reset`."""
-        self.current = stepper.copy
-        while True:
-            if not stepper.in_episode:
-                if not may_reset:
-                    return None
-                stepper.reset()
-                self.on_start(stepper.copy)
-            decision = stepper.advance()
-            if decision is not None:
-                return decision
-
-    # The group interface the actor drives (one group here; two per worker in WorkerCopies).
-    _ready: list[PendingDecision] | None = None
-
-    def start(self, may_reset: bool) -> None:
-        """Bring every copy to its first pending decision."""
-        self._ready = [d for s in self.steppers.values() if (d := self._next(s, may_reset)) is not None]
-
-    def submit(self, group: int, answered: list[Answer], cut: list[int], may_reset: bool,
-               held: list[PendingDecision] = ()) -> None:
-        """Answer the group's pending decisions (and cut the copies in `cut`); `held` ones, not answered this
-        round (Actor.align), are offered again first."""
-        self._ready = list(held) + self.step(answered, cut, may_reset)
-
-    def next_ready(self) -> tuple[int, list[PendingDecision]] | None:
-        """The next group with an answer outstanding and its new pending decisions; None when none is."""
-        ready, self._ready = self._ready, None
-        return None if ready is None else (0, ready)
-
-    def step(self, answered: list[Answer], cut: list[int], may_reset: bool) -> list[PendingDecision]:
-        """Cut the copies in `cut`, take each answered decision's action, and return the next decisions."""
-        for k in cut:
-            self.current = k
-            self.steppers[k].cut()
-        following = []
-        for decision, action, extras in answered:
-            stepper = self.steppers[decision.copy]
-            self.current = decision.copy
-            stepper.step(action, extras)
-            if (nxt := self._next(stepper, may_reset)) is not None:
-                following.append(nxt)
-        return following
-
-    def finish(self) -> None:
-        """Cut every copy still in an episode (the run is over)."""
-        for k, stepper in self.steppers.items():
-            self.current = k
-            stepper.cut()
-
-    def failure_context(self) -> tuple[int, Any, int]:
-        """(copy, agent whose turn it was, episode index of that copy) for an error raised while stepping."""
-        stepper = self.steppers[self.current]
-        return self.current, getattr(stepper.env, "agent_selection", None), stepper.episode_index
+    def open(self, seed: int | None, layouts: dict, *, emit: Callable[[Transition, int], None],
+             on_episode: Callable[[EpisodeSummary], None], on_start: Callable[[int], None],
+             check_rewards: bool = True, max_episode_steps: int | None = None) -> WorkerCopies:
+        """Spawn the workers and build their env copies (start-up: `Actor.prepare` does this before acting)."""
+        return WorkerCopies(self.env_spec, self.copies, self.workers, seed, layouts, emit=emit,
+                            on_episode=on_episode, on_start=on_start, check_rewards=check_rewards,
+                            max_episode_steps=max_episode_steps, timeout_s=self.timeout_s,
+                            env_name=self.env_spec.name, run_id=self.run_id)
 
     def close(self) -> None:
-        for env in self.envs:
-            env.close()
+        """Nothing held between runs: each run's `WorkerCopies` stops its own workers."""
 
 
 # ---------------------------------------------------------------------------------------------- the worker
@@ -279,11 +92,13 @@ def worker_main(inbox: Any, conn: Any, env_spec: Any, groups: dict[int, list[int
         return True
 
     local: dict[int, LocalCopies] = {}
+    envs: list[LocalEnvs] = []
     group = next(iter(groups))
     try:
         slots = ObservationSlots.attach(slots_name, layouts, n_copies)
         for group, copies in groups.items():
-            local[group] = LocalCopies([env_spec.make() for _ in copies], copies, seed, layouts,
+            envs.append(LocalEnvs([env_spec.make() for _ in copies]))
+            local[group] = LocalCopies(envs[-1].envs, copies, seed, layouts,
                                        emit=lambda t, k: events.append(history.encode(t, k, stash)),
                                        on_episode=lambda s: events.append(("end", s)),
                                        on_start=on_start, check_rewards=check_rewards,
@@ -325,8 +140,8 @@ def worker_main(inbox: Any, conn: Any, env_spec: Any, groups: dict[int, list[int
         except OSError:
             pass
     finally:
-        for copies in local.values():
-            copies.close()
+        for group_envs in envs:
+            group_envs.close()
         if slots is not None:
             slots.close()
         inbox.close()
@@ -338,6 +153,8 @@ class WorkerCopies:
 
     The copies are split into two groups per worker, so that while a worker steps one of its groups the
     actor runs inference for the other: with one worker on two cores, env and inference overlap."""
+
+    holds_back = False
 
     def __init__(self, env_spec: Any, copies: int, workers: int, seed: int | None, layouts: dict, *,
                  emit: Callable[[Transition, int], None], on_episode: Callable[[EpisodeSummary], None],
@@ -443,7 +260,7 @@ class WorkerCopies:
             self._send(g, ("start", g, may_reset))
 
     def submit(self, group: int, answered: list[Answer], cut: list[int], may_reset: bool,
-               held: list[PendingDecision] = ()) -> None:
+               held: Sequence[PendingDecision] = ()) -> None:
         """Send the group's actions to its worker and return at once: it steps while the actor serves others.
         A worker's group is answered whole, so nothing can be `held`."""
         if held:
@@ -506,25 +323,3 @@ class WorkerCopies:
             conn.close()
         self.slots.close()
         self.slots.unlink()
-
-
-def _packed(actions: list) -> list | np.ndarray:
-    """A round's actions as one array when they are numpy scalars of one dtype (discrete actions, about 1 us
-    each to pickle alone); indexing it gives them back as the same scalars. Anything else stays a list."""
-    first = actions[0] if actions else None
-    if isinstance(first, np.generic) and all(type(a) is type(first) for a in actions):
-        packed = np.array(actions)
-        if packed.dtype == first.dtype and packed.shape == (len(actions),):
-            return packed
-    return actions
-
-
-def _enlarge_pipe(conn: Any) -> None:
-    """Let a worker's answer (a round of transitions: hundreds of KB with image observations) fit in the pipe
-    in one write, instead of waking the actor once per 64 KB (Linux; elsewhere, or if refused, a no-op)."""
-    try:
-        import fcntl
-
-        fcntl.fcntl(conn.fileno(), fcntl.F_SETPIPE_SZ, 1 << 20)
-    except (ImportError, AttributeError, OSError):
-        pass

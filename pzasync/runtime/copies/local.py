@@ -1,0 +1,114 @@
+"""Env copies stepped in the actor's own process: `LocalEnvs` holds the env instances, `LocalCopies` steps
+them for one run, each copy an `EpisodeStepper` (so transitions are assembled with `rollout`'s exact
+semantics). An env worker steps its own groups with the same class."""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Sequence
+
+from pzasync.core.spaces import env_action_converter
+from pzasync.core.stepper import EpisodeStepper, PendingDecision
+from pzasync.core.transitions import EpisodeSummary, LayoutBook, Transition
+from pzasync.runtime.copies.protocol import Answer
+
+
+class LocalEnvs:
+    """Env instances stepped in this process (`EnvCopiesFactory`); they live until `close`."""
+
+    def __init__(self, envs: Any, env_name: str | None = None) -> None:
+        self.envs = list(envs) if isinstance(envs, (list, tuple)) else [envs]
+        self.copies = len(self.envs)
+        self.env = self.envs[0]
+        self.env_name = env_name or str(self.env)
+
+    def open(self, seed: int | None, layouts: dict, *, emit: Callable[[Transition, int], None],
+             on_episode: Callable[[EpisodeSummary], None], on_start: Callable[[int], None],
+             check_rewards: bool = True, max_episode_steps: int | None = None) -> LocalCopies:
+        return LocalCopies(self.envs, list(range(self.copies)), seed, layouts, emit=emit, on_episode=on_episode,
+                           on_start=on_start, check_rewards=check_rewards, max_episode_steps=max_episode_steps)
+
+    def close(self) -> None:
+        for env in self.envs:
+            env.close()
+
+
+class LocalCopies:
+    """Env copies stepped in this process. `emit(t, copy)`, `on_episode(summary)` and `on_start(copy)` are
+    called as things happen."""
+
+    def __init__(self, envs: list[Any], copies: list[int], seed: int | None, layouts: dict, *,
+                 emit: Callable[[Transition, int], None], on_episode: Callable[[EpisodeSummary], None],
+                 on_start: Callable[[int], None], check_rewards: bool = True,
+                 max_episode_steps: int | None = None) -> None:
+
+        to_env = env_action_converter(layouts)
+        self.envs = envs
+        self.on_start = on_start
+        self.steppers = {
+            k: EpisodeStepper(env, (lambda t, k=k: emit(t, k)), copy=k, seed=None if seed is None else seed + k,
+                              layouts=LayoutBook(env, layouts, fixed=True), check_rewards=check_rewards,
+                              max_episode_steps=max_episode_steps, to_env=to_env, on_episode=on_episode)
+            for k, env in zip(copies, envs)
+        }
+        #: The copy being stepped (for error messages).
+        self.current = copies[0]
+
+    def _next(self, stepper: EpisodeStepper, may_reset: bool) -> PendingDecision | None:
+        """The copy's next live decision, starting episodes while `may_reset`."""
+        self.current = stepper.copy
+        while True:
+            if not stepper.in_episode:
+                if not may_reset:
+                    return None
+                stepper.reset()
+                self.on_start(stepper.copy)
+            decision = stepper.advance()
+            if decision is not None:
+                return decision
+
+    # The group interface the actor drives (one group here; two per worker in WorkerCopies).
+    _ready: list[PendingDecision] | None = None
+    holds_back = True
+
+    def start(self, may_reset: bool) -> None:
+        """Bring every copy to its first pending decision."""
+        self._ready = [d for s in self.steppers.values() if (d := self._next(s, may_reset)) is not None]
+
+    def submit(self, group: int, answered: list[Answer], cut: list[int], may_reset: bool,
+               held: Sequence[PendingDecision] = ()) -> None:
+        """Answer the group's pending decisions (and cut the copies in `cut`); `held` ones, not answered this
+        round (Actor.align), are offered again first."""
+        self._ready = list(held) + self.step(answered, cut, may_reset)
+
+    def next_ready(self) -> tuple[int, list[PendingDecision]] | None:
+        """The next group with an answer outstanding and its new pending decisions; None when none is."""
+        ready, self._ready = self._ready, None
+        return None if ready is None else (0, ready)
+
+    def step(self, answered: list[Answer], cut: list[int], may_reset: bool) -> list[PendingDecision]:
+        """Cut the copies in `cut`, take each answered decision's action, and return the next decisions."""
+        for k in cut:
+            self.current = k
+            self.steppers[k].cut()
+        following = []
+        for decision, action, extras in answered:
+            stepper = self.steppers[decision.copy]
+            self.current = decision.copy
+            stepper.step(action, extras)
+            if (nxt := self._next(stepper, may_reset)) is not None:
+                following.append(nxt)
+        return following
+
+    def finish(self) -> None:
+        """Cut every copy still in an episode (the run is over)."""
+        for k, stepper in self.steppers.items():
+            self.current = k
+            stepper.cut()
+
+    def failure_context(self) -> tuple[int, Any, int]:
+        """(copy, agent whose turn it was, episode index of that copy) for an error raised while stepping."""
+        stepper = self.steppers[self.current]
+        return self.current, getattr(stepper.env, "agent_selection", None), stepper.episode_index
+
+    def close(self) -> None:
+        """Nothing to release: the envs belong to their `LocalEnvs`."""
