@@ -18,19 +18,21 @@ import json
 import time
 
 from pzasync import AsyncRunner, RunConfig, SequentialRunner
-from pzasync.cli import DEFAULT_TRAIN, default_trainee_weights, default_train_learner
+from pzasync.recipes import (TRAIN_ENV, default_trainee_weights, default_train_learner, default_yardstick,
+                             train_recipe)
 from pzasync.specs import parse_learner_spec
-from pzasync.evaluation.evaluate import default_yardstick, evaluate_against, load_run_policies, untrained_baseline
+from pzasync.evaluation.evaluate import evaluate_against, load_run_policies, untrained_baseline
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--env", default=DEFAULT_TRAIN["env"])
+    parser.add_argument("--env", default=TRAIN_ENV)
     parser.add_argument("--learner", default=None, help="learner spec (default: what `pzasync train` uses for --env)")
-    parser.add_argument("--league", default=DEFAULT_TRAIN["league"], help="opponent mix of the group, '' for none")
+    parser.add_argument("--league", default=None, help="opponent mix of the group, '' for none (default: the "
+                        "env's self-play recipe's)")
     parser.add_argument("--no-group", action="store_true", help="one learner per seat instead of a shared one")
-    parser.add_argument("--minutes", type=float, default=DEFAULT_TRAIN["minutes"])
-    parser.add_argument("--envs-per-actor", type=int, default=DEFAULT_TRAIN["envs_per_actor"])
+    parser.add_argument("--minutes", type=float, default=None, help="default: the env's recipe's")
+    parser.add_argument("--envs-per-actor", type=int, default=None, help="default: the env's self-play recipe's")
     parser.add_argument("--runner", choices=["async", "sequential"], default="async")
     parser.add_argument("--replay-ratio", type=float, default=None)
     parser.add_argument("--vs", default=None, help="comma-free list separated by '/', e.g. 'one_ply/random'")
@@ -39,7 +41,11 @@ def main() -> None:
     parser.add_argument("--option", action="append", default=[], help="RunConfig KEY=VALUE")
     parser.add_argument("--json", default=None)
     args = parser.parse_args()
+    recipe = train_recipe(args.env, self_play=True)  # `pzasync train ENV --self-play`'s choices
     args.learner = args.learner or default_train_learner(args.env)
+    args.league = recipe.league if args.league is None else args.league
+    args.minutes = recipe.minutes if args.minutes is None else args.minutes
+    args.envs_per_actor = recipe.envs_per_actor if args.envs_per_actor is None else args.envs_per_actor
 
     import ast
 

@@ -7,6 +7,7 @@ import sys
 import time
 from collections import defaultdict
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any, Iterator
 
 import click
@@ -16,54 +17,17 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from pzasync.bench.harness import CONFIGS, SCORES
-from pzasync.config import AUTO, AUTO_ENVS_PER_ACTOR
+from pzasync.config import AUTO
 from pzasync.errors import UserInputError
+from pzasync.recipes import DEFAULT_RECIPE, SELF_PLAY, TRAIN_ENV, recipe_for, train_recipe
 from pzasync.specs import parse_key_value, parse_learner_spec
 from pzasync.runtime.stop_signals import STOP_SIGNALS, exit_code as signal_exit_code, reason as signal_reason
 
 console = Console()
 errors = Console(stderr=True)
 
+#: What a bare `pzasync rollout` plays: the project's own env, whose agents die mid-episode.
 DEFAULT_ENV = "pzasync.envs.forage"
-DEFAULT_TRAIN_ENV = "pettingzoo.classic.connect_four_v3"
-#: What a bare `pzasync train` runs (chosen by measurement: docs/benchmarks.md, "The default run"): both seats
-#: share one learner through an agent group and play a league of their latest and past selves; a separate
-#: evaluator scores them against the one-ply player, which they never train against. `epsilon_end=0.2` keeps
-#: both seats exploring, so the buffer holds the off-self-play positions a yardstick's moves produce.
-DEFAULT_TRAIN: dict[str, Any] = {
-    "env": DEFAULT_TRAIN_ENV,
-    "learner": "dqn,gamma=0.9,epsilon_end=0.2",
-    "league": "latest=0.5;snapshot=0.5",
-    "minutes": 5.0,
-    "envs_per_actor": AUTO_ENVS_PER_ACTOR,
-}
-#: Self-play envs whose board plays the same mirrored left to right, one action per column: there the default
-#: learner also trains on mirror images (`mirror=True`, measured in docs/benchmarks.md, "Mirror images").
-MIRROR_SYMMETRIC_ENVS = ("pettingzoo.classic.connect_four_v3",)
-
-
-#: Self-play envs whose second seat is the harder one to learn: there it is the trainee of 4 in 5 league games
-#: against a snapshot (RunConfig.league_trainee_weights; measured in docs/benchmarks.md, "The second seat trains
-#: more"). `--league-trainee` replaces it, `--league-trainee player_1=1` restores uniform draws.
-SECOND_SEAT_TRAINEE_WEIGHTS: dict[str, dict[str, float]] = {"pettingzoo.classic.connect_four_v3": {"player_1": 4.0}}
-
-
-def default_trainee_weights(env_name: str) -> dict[str, float]:
-    """The self-play league's trainee weights for an env: SECOND_SEAT_TRAINEE_WEIGHTS's, else uniform ({})."""
-    from pzasync.evaluation.evaluate import same_env
-
-    for name, weights in SECOND_SEAT_TRAINEE_WEIGHTS.items():
-        if same_env(env_name, name):
-            return dict(weights)
-    return {}
-
-
-def default_train_learner(env_name: str) -> str:
-    """The self-play learner spec for an env: DEFAULT_TRAIN's, with `mirror=True` where the board allows it."""
-    from pzasync.evaluation.evaluate import same_env
-
-    mirrored = any(same_env(env_name, name) for name in MIRROR_SYMMETRIC_ENVS)
-    return DEFAULT_TRAIN["learner"] + (",mirror=True" if mirrored else "")
 
 
 class IntOrAuto(click.ParamType):
@@ -157,7 +121,7 @@ def rollout(env_id: str, steps: int, seed: int, max_episode_steps: int | None) -
               help="Build each env to report its API and agents (slower).")
 @click.option("--all", "show_all", is_flag=True, help="Also list envs that cannot load here, with the reason.")
 def envs(instantiate: bool, show_all: bool) -> None:
-    """List the PettingZoo and MPE (mpe2) environments importable here, with API and agent count."""
+    """List the PettingZoo and MPE (mpe2) environments importable here, with API, agent count and recipe."""
     import importlib
     import warnings
 
@@ -165,9 +129,11 @@ def envs(instantiate: bool, show_all: bool) -> None:
 
     from pzasync.core.environments import known_env_ids
 
-    table = Table(title="Environments (use the id with `pzasync rollout` / `make_env`)")
+    table = Table(title="Environments (use the id with `pzasync rollout` / `make_env`)",
+                  caption="recipe: what `pzasync train ENV` trains the env with (docs/running.md, \"Recipes\"); "
+                          f"-: none, {DEFAULT_RECIPE.learner!r} for every agent, scored against {DEFAULT_RECIPE.vs}")
     table.add_column("env id", no_wrap=True)
-    for column in ("API", "agents", "action spaces"):
+    for column in ("API", "agents", "action spaces", "recipe"):
         table.add_column(column)
     if show_all:
         table.add_column("status")
@@ -193,16 +159,26 @@ def envs(instantiate: bool, show_all: bool) -> None:
                         env.close()
                         if "env" in apis and not isinstance(env, AECEnv):
                             apis = ["parallel_env"]
-                row = [env_id, "+".join("AEC" if a == "env" else "par" for a in apis), agents, kinds]
+                row = [env_id, "+".join("AEC" if a == "env" else "par" for a in apis), agents, kinds,
+                       recipe_column(env_id)]
                 table.add_row(*row, *(["[green]ok[/]"] if show_all else []))
             except Exception as exc:  # noqa: BLE001 - an env that cannot load is reported, not fatal
                 unavailable += 1
                 if show_all:
-                    table.add_row(env_id, "-", "-", "-", f"[red]unavailable[/]: {type(exc).__name__}: {exc}")
+                    table.add_row(env_id, "-", "-", "-", recipe_column(env_id),
+                                  f"[red]unavailable[/]: {type(exc).__name__}: {exc}")
     console.print(table)
     if unavailable and not show_all:
         console.print(f"{unavailable} more env module(s) cannot load here (missing dependencies); see --all.",
                       soft_wrap=True)
+
+
+def recipe_column(env_id: str) -> str:
+    """`pzasync envs`'s recipe cell: the learner spec of the env's recipe (self-play marked), "-" without one."""
+    recipe = recipe_for(env_id)
+    if recipe is None:
+        return "-"
+    return recipe.learner_spec + (" (self-play)" if recipe.self_play else "")
 
 
 def learners_from_options(learner: str, learner_for: tuple[str, ...]) -> Any:
@@ -247,11 +223,12 @@ def check_budget_options(steps: int | None, minutes: float | None) -> None:
 
 
 @main.command()
-@click.argument("env_id", default=DEFAULT_TRAIN_ENV)
+@click.argument("env_id", default=TRAIN_ENV)
 @click.option("--learner", "learner", default=None,
               help="Learner for every agent: NAME[,KEY=VALUE...], e.g. 'ppo,lr=3e-4' or 'mypkg.mod:MyLearner'. "
-                   f"Default: {DEFAULT_TRAIN['learner']!r} in self-play (see --self-play), with ',mirror=True' on "
-                   "connect_four; 'dqn' otherwise.")
+                   "Default: the env's recipe's (`pzasync envs`, docs/running.md \"Recipes\"): "
+                   f"{SELF_PLAY.learner!r} in self-play (see --self-play), with ',mirror=True' on connect_four; "
+                   f"{DEFAULT_RECIPE.learner!r} otherwise.")
 @click.option("--learner-for", "learner_for", multiple=True, metavar="AGENT=SPEC",
               help="Learner for one agent, overriding --learner (repeatable).")
 @click.option("--env-arg", "env_args", multiple=True, metavar="KEY=VALUE", help="Env keyword argument, e.g. N=4.")
@@ -262,27 +239,28 @@ def check_budget_options(steps: int | None, minutes: float | None) -> None:
               show_default=True, help="How learners publish parameters to the actor.")
 @click.option("--steps", type=int, default=None, help="Agent steps (decisions) to train for.")
 @click.option("--minutes", type=float, default=None,
-              help=f"Wall-clock minutes to train for (default {DEFAULT_TRAIN['minutes']:g} if no --steps).")
+              help="Wall-clock minutes to train for (default: the env's recipe's, "
+                   f"{DEFAULT_RECIPE.minutes:g} where it has none, if no --steps).")
 @click.option("--replay-ratio", type=float, default=None, help="Updates per agent step (default: async runs free).")
 @click.option("--device", default="cpu", show_default=True, help="Learner device: cpu, cuda, cuda:N.")
 @click.option("--seed", default=0, show_default=True)
 @click.option("--out", "out_dir", default="runs", show_default=True, help="Parent folder of the run directory.")
 @click.option("--self-play/--independent", "self_play", default=None,
               help="Seats share one learner (an agent group) and train in a league against their latest and past "
-                   "selves. Default: on for the two-player board games with a yardstick (connect_four, "
-                   "tictactoe) when no --group or --learner-for is given.")
+                   "selves. Default: on where the env's recipe says so (connect_four, tictactoe) when no "
+                   "--group or --learner-for is given.")
 @click.option("--league", "league", default=None, metavar="MIX",
               help=f"Opponent mix of every learning agent or group, drawn per episode: KIND=WEIGHT joined by ';', "
                    f"kinds 'latest', 'snapshot' or a player such as 'negamax,depth=2' (docs/league.md). 'none' for "
-                   f"no league. Self-play default: {DEFAULT_TRAIN['league']!r}.")
+                   f"no league. Self-play default: {SELF_PLAY.league!r}.")
 @click.option("--league-trainee", "league_trainee", multiple=True, metavar="SEAT=WEIGHT",
               help="How often SEAT is the one that trains in a league game against a snapshot or player, "
                    "relative to the unit's other seats (1 each unless given; repeatable). Self-play default: "
                    "player_1=4 on connect_four, uniform elsewhere.")
 @click.option("--vs", "versus", default=None, metavar="PLAYER",
               help="Yardstick to score against while training and at the end: random, one_ply, negamax,depth=N, "
-                   "perfect, module:callable or a RUN_DIR. Default: one_ply (connect_four), perfect (tictactoe), "
-                   "random elsewhere.")
+                   "perfect, module:callable or a RUN_DIR. Default: the env's recipe's, one_ply (connect_four), "
+                   "perfect (tictactoe), random elsewhere.")
 @click.option("--eval-every", "eval_every", type=float, default=30.0, show_default=True,
               help="Seconds between evaluations while training, in a separate low-priority process (0: none).")
 @click.option("--eval-episodes", default=400, show_default=True,
@@ -295,7 +273,7 @@ def check_budget_options(steps: int | None, minutes: float | None) -> None:
               help="With --backend ray: the cluster to join ('auto', 'HOST:6379'); default: a local Ray instance.")
 @click.option("--envs-per-actor", "envs_per_actor", type=INT_OR_AUTO, default=None, metavar="N|auto",
               help="Env copies the actor steps side by side, with one batched forward per agent "
-                   f"[default: {DEFAULT_TRAIN['envs_per_actor']} in self-play, 1 otherwise].")
+                   f"[default: {SELF_PLAY.envs_per_actor} in self-play, {DEFAULT_RECIPE.envs_per_actor} otherwise].")
 @click.option("--env-workers", "env_workers", type=INT_OR_AUTO, default=0, show_default=True, metavar="N|auto",
               help="Processes that step the env copies while the actor runs inference (0: the actor steps them; "
                    "auto: the cores left, for an env whose step is slow enough to pay).")
@@ -353,6 +331,58 @@ def _exit_on_stop_signals() -> Iterator[None]:
             signal.signal(sig, handler)
 
 
+@dataclass(frozen=True)
+class TrainChoices:
+    """What `pzasync train ENV` runs once its options and the env's recipe are combined (`train_choices`)."""
+
+    #: The --learner spec, the recipe's where none was given; `learners` adds --learner-for, parsed.
+    learner: str
+    learners: Any
+    #: The --league mix ("none" or None: no league), the recipe's where none was given.
+    league: str | None
+    #: The player scored against: --vs, else the recipe's.
+    yardstick: str
+    #: Wall-clock minutes: --minutes, the recipe's if neither --steps nor --minutes was given, else None.
+    minutes: float | None
+    #: The RunConfig options chosen here: agent_groups, league, league_trainee_weights, envs_per_actor.
+    config: dict[str, Any]
+
+
+def train_choices(env_name: str, *, learner: str | None = None, learner_for: tuple[str, ...] = (),
+                  groups: tuple[str, ...] = (), steps: int | None = None, minutes: float | None = None,
+                  self_play: bool | None = None, league: str | None = None, league_trainee: tuple[str, ...] = (),
+                  versus: str | None = None, envs_per_actor: int | str | None = None) -> TrainChoices:
+    """`pzasync train`'s options combined with the env's recipe (docs/running.md, "Recipes"): what the options
+    leave open comes from `train_recipe(env_name, self_play)`. Raises UserInputError for options that cannot
+    go together. Builds nothing: `RunPlan(env, choices.learners, RunConfig(**choices.config))` checks them."""
+    recipe = train_recipe(env_name)
+    if steps is None and minutes is None:
+        minutes = recipe.minutes
+    agent_groups = parse_groups(groups)
+    yardstick = versus or recipe.vs
+    if self_play is None:
+        self_play = recipe.self_play and not groups and not learner_for
+    recipe = train_recipe(env_name, self_play)
+    if self_play:
+        agent_groups = {"players": ["*"]}
+    if league is None:
+        league = recipe.league
+    if learner is None:
+        learner = recipe.learner_spec
+    if envs_per_actor is None:
+        envs_per_actor = recipe.envs_per_actor
+    learners = learners_from_options(learner, learner_for)
+    league_config = {"*": league} if league is not None and league != "none" else {}
+    trainee_weights = parse_options(league_trainee, "--league-trainee")
+    if not trainee_weights and league_config:
+        trainee_weights = dict(recipe.league_trainee_weights)
+    if trainee_weights and not league_config:
+        raise UserInputError("--league-trainee weighs the seats of a league; give --league too (or --self-play)")
+    return TrainChoices(learner, learners, league, yardstick, minutes,
+                        {"agent_groups": agent_groups, "league": league_config,
+                         "league_trainee_weights": trainee_weights, "envs_per_actor": envs_per_actor})
+
+
 def _train(env_id: str, learner: str, learner_for: tuple[str, ...], env_args: tuple[str, ...],
            groups: tuple[str, ...], runner: str, publish: str, steps: int | None,
            minutes: float | None, replay_ratio: float | None, device: str, seed: int, out_dir: str,
@@ -375,38 +405,19 @@ def _train(env_id: str, learner: str, learner_for: tuple[str, ...], env_args: tu
         raise UserInputError("--learner-processes: learner host processes are the async runner's on shared "
                              "memory; drop it with --runner sequential or --backend ray")
     env = EnvSpec.of(env_id, **parse_options(env_args, "--env-arg"))
-    if steps is None and minutes is None:
-        minutes = DEFAULT_TRAIN["minutes"]
     if eval_every < 0:
         raise UserInputError(f"--eval-every {eval_every:g}: must be >= 0 seconds (0: no evaluation while training)")
     if eval_episodes < 0:
         raise UserInputError(f"--eval-episodes {eval_episodes}: must be >= 0")
-    agent_groups = parse_groups(groups)
-    from pzasync.evaluation.evaluate import default_yardstick
-
-    yardstick = versus or default_yardstick(env.name)
-    if self_play is None:
-        self_play = default_yardstick(env.name) != "random" and not groups and not learner_for
-    if self_play:
-        agent_groups = {"players": ["*"]}
-        if league is None:
-            league = DEFAULT_TRAIN["league"]
-    if learner is None:
-        learner = default_train_learner(env.name) if self_play else "dqn"
-    if envs_per_actor is None:
-        envs_per_actor = DEFAULT_TRAIN["envs_per_actor"] if self_play else 1
-    learners = learners_from_options(learner, learner_for)
-    league_config = {"*": league} if league is not None and league != "none" else {}
-    trainee_weights = parse_options(league_trainee, "--league-trainee")
-    if not trainee_weights and self_play and league_config:
-        trainee_weights = default_trainee_weights(env.name)
-    if trainee_weights and not league_config:
-        raise UserInputError("--league-trainee weighs the seats of a league; give --league too (or --self-play)")
+    chosen = train_choices(env.name, learner=learner, learner_for=learner_for, groups=groups, steps=steps,
+                           minutes=minutes, self_play=self_play, league=league, league_trainee=league_trainee,
+                           versus=versus, envs_per_actor=envs_per_actor)
+    learner, learners, minutes, yardstick = chosen.learner, chosen.learners, chosen.minutes, chosen.yardstick
+    league_config, trainee_weights = chosen.config["league"], chosen.config["league_trainee_weights"]
     config = RunConfig(seed=seed, publish_mode=publish, replay_ratio=replay_ratio, device=device, out_dir=out_dir,
-                       progress=console.is_terminal, agent_groups=agent_groups, league=league_config,
-                       league_trainee_weights=trainee_weights,
+                       progress=console.is_terminal, **chosen.config,
                        eval_vs=yardstick if eval_every > 0 else None, eval_every_s=eval_every or 30.0,
-                       backend=backend, ray_address=ray_address, envs_per_actor=envs_per_actor,
+                       backend=backend, ray_address=ray_address,
                        env_workers=env_workers, actors=actors, actor_device=actor_device,
                        learner_processes=learner_processes)
     cls = AsyncRunner if runner == "async" else SequentialRunner
@@ -415,7 +426,7 @@ def _train(env_id: str, learner: str, learner_for: tuple[str, ...], env_args: tu
     console.print(f"training {env.name} with the {runner} runner: " + ", ".join(
         f"{a}={p.learner_name}" + (f" (group {p.unit})" if p.unit != a else "") for a, p in run.plan.agents.items())
         + (f"; learner {learner}" if not learner_for else "")
-        + (f"; league {league}" if league_config else "")
+        + (f"; league {chosen.league}" if league_config else "")
         + (" (trainee weights " + ", ".join(f"{k}={v:g}" for k, v in trainee_weights.items()) + ")"
            if trainee_weights else "")
         + (f"; {run.plan.envs_per_actor} env copies" if run.plan.envs_per_actor > 1 else "")
@@ -560,7 +571,7 @@ def evaluate_cmd(run_dir: str, versus: str, episodes: int, seed: int) -> None:
 
 
 @main.command()
-@click.argument("env_id", default=DEFAULT_TRAIN_ENV)
+@click.argument("env_id", default=TRAIN_ENV)
 @click.option("--learner", "learner", default="dqn", show_default=True, help="Learner for every agent (as in train).")
 @click.option("--learner-for", "learner_for", multiple=True, metavar="AGENT=SPEC",
               help="Learner for one agent, e.g. player_1=random (repeatable).")
@@ -587,8 +598,9 @@ def evaluate_cmd(run_dir: str, versus: str, episodes: int, seed: int) -> None:
 @click.option("--score", type=click.Choice(list(SCORES)), default="win_rate", show_default=True,
               help="Evaluation score against the yardstick (--vs).")
 @click.option("--vs", "versus", default=None, metavar="PLAYER",
-              help="Yardstick the snapshots are scored against: default one_ply (connect_four), perfect (tictactoe), "
-                   "random elsewhere; or random, negamax,depth=N, module:callable.")
+              help="Yardstick the snapshots are scored against: default the env's recipe's, one_ply "
+                   "(connect_four), perfect (tictactoe), random elsewhere; or random, negamax,depth=N, "
+                   "module:callable.")
 @click.option("--eval-every", type=int, default=None, help="Agent steps between policy snapshots [steps/20].")
 @click.option("--eval-episodes", default=100, show_default=True, help="Games per snapshot evaluation.")
 @click.option("--cores", type=int, default=None, help="Pin each trial and its learners to the first N cores.")

@@ -14,7 +14,7 @@ from pzasync.transport.slots import MODES
 #: The value of `envs_per_actor`, `env_workers` and `actors` that asks the plan to pick from the core count
 #: (plan.resolve_auto).
 AUTO = "auto"
-#: RunConfig(envs_per_actor="auto"), and `pzasync train`'s self-play: the copies chosen by measurement
+#: RunConfig(envs_per_actor="auto"), and the self-play recipes (pzasync.recipes): the copies chosen by measurement
 #: (docs/benchmarks.md, "Why 8 copies"). Env copies amortise forwards on one core, so their number does not
 #: follow the core count.
 AUTO_ENVS_PER_ACTOR = 8

@@ -89,7 +89,7 @@ def test_connect_four_self_play_trains_its_second_seat_more_by_default(tmp_path)
     (docs/benchmarks.md, "The second seat trains more"); tictactoe keeps uniform draws."""
     import json
 
-    from pzasync.cli import default_trainee_weights
+    from pzasync.recipes import default_trainee_weights
 
     assert default_trainee_weights("connect_four_v3") == {"player_1": 4.0}
     assert default_trainee_weights("pettingzoo.classic.tictactoe_v3") == {}
@@ -138,12 +138,12 @@ def test_train_refuses_backend_options_that_cannot_go_together(tmp_path, args, m
 def test_the_self_play_default_learns_from_mirror_images_only_where_the_board_is_symmetric():
     """connect_four plays the same mirrored and its actions are columns; tictactoe's actions are cells, and
     `mirror` would refuse it, so its default must not ask for it."""
-    from pzasync.cli import DEFAULT_TRAIN, default_train_learner
+    from pzasync.recipes import SELF_PLAY, default_train_learner
     from pzasync.specs import parse_learner_spec
 
     for env_id in ("pettingzoo.classic.connect_four_v3", "connect_four_v3"):
         assert parse_learner_spec(default_train_learner(env_id))[1]["mirror"] is True, env_id
-    assert default_train_learner("pettingzoo.classic.tictactoe_v3") == DEFAULT_TRAIN["learner"]
+    assert default_train_learner("pettingzoo.classic.tictactoe_v3") == SELF_PLAY.learner
     assert "mirror" not in parse_learner_spec(default_train_learner("pettingzoo.classic.tictactoe_v3"))[1]
 
 

@@ -19,8 +19,8 @@ The bare loops stay single-env references, so ``async_idle@16 / bare_policy`` is
 over the single-env limit.
 
 With a target score, runners keep policy snapshots every `eval_every` agent steps; after the run (outside its
-timing) each snapshot plays `eval_episodes` games against the yardstick player (`versus`: the env's one from
-`evaluate.YARDSTICKS`, random play elsewhere) on a fixed seed, giving learning
+timing) each snapshot plays `eval_episodes` games against the yardstick player (`versus`: the env's recipe's,
+`pzasync.recipes`, random play elsewhere) on a fixed seed, giving learning
 curves and the time and agent steps to reach the target. The JSON layout is `docs/bench-schema.json`.
 """
 
@@ -41,6 +41,7 @@ import numpy as np
 
 from pzasync.errors import ConfigError, PzasyncError, report_unclean_exit
 from pzasync.core.spaces import env_action_converter
+from pzasync.recipes import TRAIN_ENV, default_yardstick
 
 SCHEMA_VERSION = 2
 BARE_CONFIGS = ("bare_random", "bare_policy")
@@ -55,7 +56,7 @@ SCORES = ("win_rate", "mean_return")
 class BenchSettings:
     """What one `pzasync bench` invocation measures; validated before any trial starts."""
 
-    env: str = "pettingzoo.classic.connect_four_v3"
+    env: str = TRAIN_ENV
     env_kwargs: dict[str, Any] = field(default_factory=dict)
     #: Learner spec as the runners take it: one spec for every agent, or a dict with "*" as the default.
     learners: Any = "dqn"
@@ -69,7 +70,7 @@ class BenchSettings:
     #: The target counts as reached where the mean of this many consecutive evaluations first reaches it.
     target_window: int = 3
     score: str = "win_rate"
-    #: The player snapshots are scored against (evaluate.YARDSTICKS): None picks the env's yardstick (the
+    #: The player snapshots are scored against: None picks the env's recipe's yardstick (pzasync.recipes: the
     #: one-ply player on connect_four, the perfect player on tictactoe), random play elsewhere.
     versus: str | None = None
     #: Agent steps between policy snapshots (default: agent_steps / 20).
@@ -137,8 +138,6 @@ class BenchSettings:
 
     @property
     def yardstick(self) -> str:
-        from pzasync.evaluation.evaluate import default_yardstick
-
         return self.versus or default_yardstick(self.env)
 
     @property

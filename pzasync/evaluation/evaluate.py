@@ -1,7 +1,8 @@
 """Evaluating trained agents: each agent's greedy policy against opponents, with confidence intervals.
 
 Opponents are yardsticks: random players, a never-learning player spec (`"one_ply"`, `"negamax,depth=2"`,
-`"perfect"`, `"mypkg.mod:func"`), or another run's policies. `untrained_baseline` scores freshly initialised
+`"perfect"`, `"mypkg.mod:func"`), or another run's policies; an env's own yardstick is its recipe's
+(`pzasync.recipes.default_yardstick`). `untrained_baseline` scores freshly initialised
 networks the same way, so a trained result can be read against where learning started.
 
 Used by `pzasync eval`, at the end of `pzasync train`, and by the learning tests. Evaluation runs in-process
@@ -26,24 +27,6 @@ from pzasync.core.spaces import env_action_converter
 from pzasync.specs import parse_learner_spec
 from pzasync.core.spaces import AgentLayout, env_layouts, probe_info_masks
 from pzasync.core.transitions import EpisodeSummary, LayoutBook
-
-#: The yardstick each env is scored against by default (`pzasync train`, `eval`, `bench --target`): a player
-#: well above random, so that learning shows; random play for every env not listed.
-YARDSTICKS: dict[str, str] = {"pettingzoo.classic.connect_four_v3": "one_ply",
-                              "pettingzoo.classic.tictactoe_v3": "perfect"}
-
-
-def same_env(env_name: str, env_id: str) -> bool:
-    """Whether an env id in module or registry form names the env `env_id` (its last dotted part compared)."""
-    def short(name: str) -> str:
-        return name.rsplit(".", 1)[-1].rsplit("/", 1)[-1].replace("-", "_")
-    return short(env_name) == short(env_id)
-
-
-def default_yardstick(env_name: str) -> str:
-    """The yardstick player for an env id (module or registry form), 'random' if it has none."""
-    return next((player for name, player in YARDSTICKS.items() if same_env(env_name, name)), "random")
-
 
 ActFn = Callable[[str, Any, "np.ndarray | None"], Any]
 

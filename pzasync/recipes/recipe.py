@@ -1,0 +1,69 @@
+"""`Recipe`: what pzasync knows about training one env by default, and `same_env`, how a recipe finds its env."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Mapping
+
+
+def same_env(env_name: str, env_id: str) -> bool:
+    """Whether an env id in module or registry form names the env `env_id` (its last dotted part compared):
+    "connect_four_v3", "classic/connect_four_v3" and "pettingzoo.classic.connect_four_v3" are one env."""
+    def short(name: str) -> str:
+        return name.rsplit(".", 1)[-1].rsplit("/", 1)[-1].replace("-", "_")
+    return short(env_name) == short(env_id)
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """How `pzasync train ENV` trains one env when its options leave a choice open, and what it scores the
+    result against (also `pzasync bench --target`'s yardstick and the `recipe` column of `pzasync envs`).
+
+    Every field has the behaviour of an env without a recipe as its default (`registry.DEFAULT_RECIPE`), so an
+    entry names only what was measured to do better. Options given on the command line always win.
+    """
+
+    #: The env the recipe applies to, in module form ("pettingzoo.classic.connect_four_v3"). Any id naming the
+    #: same env matches it, registry or short form included (`same_env`). None for the fallbacks
+    #: (`registry.DEFAULT_RECIPE`, `registry.SELF_PLAY`), which apply to no env by name.
+    env: str | None = None
+    #: Learner spec (`NAME[,KEY=VALUE...]`, as --learner takes it) every learning agent, or the shared group,
+    #: gets unless --learner or --learner-for is given; `mirror` may add `mirror=True` to it (`learner_spec`).
+    learner: str = "dqn"
+    #: Self-play: every agent shares one learner (the agent group "players" = "*", RunConfig.agent_groups) and
+    #: trains in `league`, unless --group, --learner-for or --independent is given. `--self-play` asks for it
+    #: on any env, `--independent` turns it off (`registry.train_recipe`).
+    self_play: bool = False
+    #: Opponent mix of every learning agent or group, drawn per episode (RunConfig.league, docs/league.md),
+    #: unless --league is given; None: no league.
+    league: str | None = None
+    #: How often each seat is the one that trains in a league game against a snapshot or player
+    #: (RunConfig.league_trainee_weights, --league-trainee); empty: uniform. Used only with a league.
+    league_trainee_weights: Mapping[str, float] = field(default_factory=dict, hash=False)
+    #: The yardstick player scored against while training and at the end (--vs; also `pzasync bench
+    #: --target`'s): a player spec such as "one_ply" or "perfect", well above random so learning shows.
+    vs: str = "random"
+    #: The board plays the same mirrored left to right, one action per column: the learner also trains on
+    #: mirror images (DQN's `mirror=True`, appended to `learner` by `learner_spec`; docs/learners.md).
+    mirror: bool = False
+    #: Env copies the actor steps side by side (--envs-per-actor) unless given.
+    envs_per_actor: int = 1
+    #: Wall-clock minutes to train when neither --steps nor --minutes is given.
+    minutes: float = 5.0
+    #: What measured choice the recipe rests on, pointing at the docs/benchmarks.md sections that hold the
+    #: numbers: documentation for whoever changes the entry, never read by the code.
+    why: str = ""
+
+    def __post_init__(self) -> None:
+        # Frozen all the way down: a registry entry's weights cannot be changed through a lookup's result.
+        object.__setattr__(self, "league_trainee_weights", MappingProxyType(dict(self.league_trainee_weights)))
+
+    @property
+    def learner_spec(self) -> str:
+        """The learner spec `pzasync train ENV` uses: `learner`, with `mirror=True` where `mirror` is set."""
+        return self.learner + (",mirror=True" if self.mirror else "")
+
+    def matches(self, env_name: str) -> bool:
+        """Whether this recipe applies to `env_name` (module, registry or short form)."""
+        return self.env is not None and same_env(env_name, self.env)

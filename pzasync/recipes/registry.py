@@ -1,0 +1,83 @@
+"""The recipes: one entry per env that `pzasync train ENV` trains in its own way, and the fallbacks for every
+other env. Adding an env is adding one `Recipe` to `RECIPES` (docs/running.md, "Recipes")."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from pzasync.config import AUTO_ENVS_PER_ACTOR
+from pzasync.recipes.recipe import Recipe
+
+#: The env a bare `pzasync train` and `pzasync bench` run: connect four, where the defaults were measured.
+TRAIN_ENV = "pettingzoo.classic.connect_four_v3"
+
+#: Every env without a recipe (and `--independent`): one DQN per agent on its own, no league, one env copy,
+#: scored against random play.
+DEFAULT_RECIPE = Recipe(
+    why="No measured choice: DQN's own defaults for every agent, and random play as the only yardstick every "
+        "env has.")
+
+#: Self-play as measured on connect four (docs/benchmarks.md, "The default run, against a yardstick"): both
+#: seats share one learner through an agent group and play a league of their latest and past selves; a
+#: separate evaluator scores them against the yardstick, which they never train against. The self-play
+#: recipes below start from it, and `pzasync train --self-play` uses it on an env without one.
+SELF_PLAY = Recipe(
+    learner="dqn,gamma=0.9,epsilon_end=0.2", self_play=True, league="latest=0.5;snapshot=0.5",
+    envs_per_actor=AUTO_ENVS_PER_ACTOR,
+    why='docs/benchmarks.md, "How the default was chosen": gamma 0.9 mattered most, and a negamax opponent in '
+        'the league did worse than past selves; "Why epsilon_end=0.2": more exploration puts the positions a '
+        'yardstick plays into the buffer; "Why 8 copies": 8 env copies per actor beat one.')
+
+#: One entry per env; the first that matches an env id is its recipe (`recipe_for`).
+RECIPES: tuple[Recipe, ...] = (
+    replace(SELF_PLAY, env="pettingzoo.classic.connect_four_v3", vs="one_ply", mirror=True,
+            league_trainee_weights={"player_1": 4.0},
+            why=SELF_PLAY.why + ' Scored against one_ply (wins now, else blocks, else random): an untrained '
+                'network already beats random play ("The default run, against a yardstick"). Mirror images '
+                'added 4.4 / 6.3 points against one_ply ("Mirror images"); the second seat, the harder one, '
+                'training in 4 of 5 games against a past self added 3.7 ("The second seat trains more").'),
+    replace(SELF_PLAY, env="pettingzoo.classic.tictactoe_v3", vs="perfect",
+            why=SELF_PLAY.why + ' Scored against the perfect player, which never loses: in 2 minutes neither '
+                'seat lost a game to it ("Tictactoe, 2 minutes, against the perfect player"). No mirror images '
+                '(its actions are cells, which DQN refuses to mirror); trainees drawn uniformly.'),
+)
+
+
+def recipe_for(env_name: str) -> Recipe | None:
+    """The recipe of an env id (module, registry or short form), None if it has none."""
+    return next((recipe for recipe in RECIPES if recipe.matches(env_name)), None)
+
+
+def train_recipe(env_name: str, self_play: bool | None = None) -> Recipe:
+    """What `pzasync train ENV` uses: the env's recipe, else DEFAULT_RECIPE; with `self_play` True
+    (`--self-play`) or False (`--independent`) where that differs from the recipe's own choice.
+
+    Switched on, the training choices (`learner`, `league`, `envs_per_actor`) come from SELF_PLAY; switched
+    off, from DEFAULT_RECIPE, and the self-play extras (`mirror`, `league_trainee_weights`, measured in
+    self-play only) go too. The env's yardstick and budget stay either way.
+    """
+    recipe = recipe_for(env_name) or DEFAULT_RECIPE
+    if self_play is None or self_play == recipe.self_play:
+        return recipe
+    if self_play:
+        return replace(recipe, self_play=True, learner=SELF_PLAY.learner, league=SELF_PLAY.league,
+                       envs_per_actor=SELF_PLAY.envs_per_actor)
+    return replace(recipe, self_play=False, learner=DEFAULT_RECIPE.learner, league=DEFAULT_RECIPE.league,
+                   envs_per_actor=DEFAULT_RECIPE.envs_per_actor, mirror=DEFAULT_RECIPE.mirror,
+                   league_trainee_weights=DEFAULT_RECIPE.league_trainee_weights)
+
+
+def default_yardstick(env_name: str) -> str:
+    """The yardstick player of an env id (module, registry or short form): its recipe's, else "random"."""
+    return train_recipe(env_name).vs
+
+
+def default_train_learner(env_name: str) -> str:
+    """The learner spec of `pzasync train ENV` in self-play: the env's recipe's (with `mirror=True` where its
+    board allows it), else SELF_PLAY's."""
+    return train_recipe(env_name, self_play=True).learner_spec
+
+
+def default_trainee_weights(env_name: str) -> dict[str, float]:
+    """The self-play league's trainee weights of an env: its recipe's, else uniform ({})."""
+    return dict(train_recipe(env_name, self_play=True).league_trainee_weights)

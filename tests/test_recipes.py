@@ -1,0 +1,149 @@
+"""The env recipes (pzasync.recipes; docs/running.md, "Recipes"): every entry resolves through the path
+`pzasync train ENV` takes, the lookups match every form of an env id, and an env without a recipe keeps the
+plain defaults (one DQN per agent, no self-play, one env copy, scored against random play)."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from pzasync.bench.harness import BenchSettings
+from pzasync.cli import main, train_choices
+from pzasync.config import RunConfig
+from pzasync.recipes import (DEFAULT_RECIPE, RECIPES, SELF_PLAY, TRAIN_ENV, Recipe, default_yardstick, recipe_for,
+                             same_env, train_recipe)
+from pzasync.runtime.plan import RunPlan
+from pzasync.specs import parse_learner_spec
+
+CONNECT_FOUR = "pettingzoo.classic.connect_four_v3"
+TICTACTOE = "pettingzoo.classic.tictactoe_v3"
+NO_RECIPE = "mpe2.simple_spread_v3"
+
+
+def plan_for(env_id: str, **options) -> tuple[RunPlan, object]:
+    """The run `pzasync train ENV [options]` would start, planned (validated, nothing allocated or run)."""
+    chosen = train_choices(env_id, **options)
+    return RunPlan(env_id, chosen.learners, RunConfig(**chosen.config, eval_vs=chosen.yardstick)), chosen
+
+
+@pytest.mark.parametrize("recipe", RECIPES, ids=lambda r: r.env.rsplit(".", 1)[-1])
+def test_every_recipe_resolves_for_its_env_the_way_pzasync_train_uses_it(recipe):
+    """The learner spec parses and its options pass the learner's schema and space checks for every seat (DQN
+    refuses `mirror` on a board whose actions are not columns), the league and trainee seats exist, and the
+    yardstick is a player of this env: RunPlan checks them all before anything starts."""
+    name, options = parse_learner_spec(recipe.learner_spec)
+    assert options.get("mirror", False) is recipe.mirror
+    plan, chosen = plan_for(recipe.env)
+    assert chosen.learner == recipe.learner_spec and chosen.yardstick == recipe.vs
+    assert chosen.minutes == recipe.minutes
+    assert plan.envs_per_actor == recipe.envs_per_actor
+    for agent, p in plan.agents.items():
+        assert p.learner_name == name, agent
+        assert {k: p.options[k] for k in options} == options, agent
+    if recipe.self_play:
+        assert set(plan.units) == {"players"} and len(plan.learning) == 1
+        assert plan.config.league == {"*": recipe.league}
+    else:
+        assert "players" not in plan.units and not plan.config.league
+    assert plan.config.league_trainee_weights == dict(recipe.league_trainee_weights)
+    assert plan.config.eval_vs == recipe.vs
+
+
+def test_the_registry_reproduces_the_measured_defaults():
+    """connect_four: self-play with mirror images, the second seat the trainee of 4 in 5 league games, scored
+    against one_ply; tictactoe: the same self-play without either, scored against the perfect player."""
+    c4, ttt = recipe_for(CONNECT_FOUR), recipe_for(TICTACTOE)
+    assert c4.learner_spec == "dqn,gamma=0.9,epsilon_end=0.2,mirror=True"
+    assert c4.vs == "one_ply" and dict(c4.league_trainee_weights) == {"player_1": 4.0}
+    assert ttt.learner_spec == "dqn,gamma=0.9,epsilon_end=0.2" and ttt.vs == "perfect"
+    assert not ttt.mirror and dict(ttt.league_trainee_weights) == {}
+    for recipe in (c4, ttt):
+        assert recipe.self_play and recipe.league == "latest=0.5;snapshot=0.5"
+        assert recipe.envs_per_actor == 8 and recipe.minutes == 5.0
+    assert recipe_for(TRAIN_ENV) is c4 and BenchSettings().env == TRAIN_ENV
+
+
+def test_an_env_without_a_recipe_gets_the_plain_defaults():
+    assert recipe_for(NO_RECIPE) is None and train_recipe(NO_RECIPE) is DEFAULT_RECIPE
+    assert default_yardstick(NO_RECIPE) == "random"
+    assert BenchSettings(env=NO_RECIPE).yardstick == "random"
+    assert BenchSettings(env="classic/connect_four_v3").yardstick == "one_ply"
+    plan, chosen = plan_for(NO_RECIPE)
+    assert chosen.learner == "dqn" and chosen.yardstick == "random" and chosen.minutes == 5.0
+    assert chosen.config == {"agent_groups": {}, "league": {}, "league_trainee_weights": {}, "envs_per_actor": 1}
+    assert set(plan.units) == set(plan.agents) and len(plan.agents) == 3  # one DQN per agent
+    assert {p.learner_name for p in plan.agents.values()} == {"dqn"}
+
+
+def test_self_play_and_independent_switch_the_training_choices_but_keep_the_yardstick():
+    """`--independent` on connect_four: one plain DQN per seat on one env copy, no league, no mirror images,
+    still scored against one_ply. `--self-play` on an env without a recipe: SELF_PLAY's choices, no extras."""
+    independent = train_choices(CONNECT_FOUR, self_play=False)
+    assert independent.learner == "dqn" and independent.yardstick == "one_ply" and independent.league is None
+    assert independent.config == {"agent_groups": {}, "league": {}, "league_trainee_weights": {}, "envs_per_actor": 1}
+    forced = train_choices(NO_RECIPE, self_play=True)
+    assert forced.learner == SELF_PLAY.learner_spec == "dqn,gamma=0.9,epsilon_end=0.2"
+    assert forced.yardstick == "random"
+    assert forced.config == {"agent_groups": {"players": ["*"]}, "league": {"*": SELF_PLAY.league},
+                             "league_trainee_weights": {}, "envs_per_actor": SELF_PLAY.envs_per_actor}
+    # --group or --learner-for turn the recipe's self-play off unless --self-play asks for it.
+    grouped = train_choices(CONNECT_FOUR, learner_for=("player_1=random",))
+    assert grouped.config["agent_groups"] == {} and grouped.learner == "dqn"
+    # Options given always win over the recipe.
+    given = train_choices(CONNECT_FOUR, learner="dqn,gamma=0.5", league="latest=1", league_trainee=("player_0=2",),
+                          versus="random", envs_per_actor=2, minutes=1.0)
+    assert given.learner == "dqn,gamma=0.5" and given.yardstick == "random" and given.minutes == 1.0
+    assert given.config == {"agent_groups": {"players": ["*"]}, "league": {"*": "latest=1"},
+                            "league_trainee_weights": {"player_0": 2}, "envs_per_actor": 2}
+
+
+@pytest.mark.parametrize("form", ["pettingzoo.classic.connect_four_v3", "classic/connect_four_v3",
+                                  "connect_four_v3", "connect-four_v3"])
+def test_a_recipe_is_found_by_any_form_of_its_env_id(form):
+    assert recipe_for(form) is recipe_for(CONNECT_FOUR) is not None
+    assert default_yardstick(form) == "one_ply"
+
+
+def test_same_env_compares_the_last_part_of_an_id():
+    assert same_env("classic/tictactoe_v3", TICTACTOE)
+    assert not same_env("pettingzoo.classic.tictactoe_v2", TICTACTOE)
+    assert not same_env(CONNECT_FOUR, TICTACTOE)
+
+
+def test_the_registry_is_well_formed():
+    """One entry per env (a second one would never be found), each documented by measured choices that name
+    sections docs/benchmarks.md has; entries cannot be changed through a lookup."""
+    envs = [r.env for r in RECIPES]
+    assert None not in envs and len(envs) == len(set(envs))
+    for recipe in RECIPES:
+        assert recipe_for(recipe.env) is recipe
+        assert [other for other in RECIPES if other.matches(recipe.env)] == [recipe]
+    headings = {re.sub(r"^#+\s*", "", line).replace("`", "").strip()
+                for line in (Path(__file__).parents[1] / "docs" / "benchmarks.md").read_text().splitlines()
+                if line.startswith("#")}
+    for recipe in (*RECIPES, SELF_PLAY):
+        cited = re.findall(r'"([^"]+)"', recipe.why)
+        assert "docs/benchmarks.md" in recipe.why and cited, recipe.env
+        assert set(cited) <= headings, (recipe.env, set(cited) - headings)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        RECIPES[0].vs = "random"  # type: ignore[misc]
+    with pytest.raises(TypeError):
+        recipe_for(CONNECT_FOUR).league_trainee_weights["player_0"] = 9.0  # type: ignore[index]
+    assert dict(Recipe(league_trainee_weights={"a": 1.0}).league_trainee_weights) == {"a": 1.0}
+
+
+def test_pzasync_envs_marks_the_envs_with_a_recipe():
+    result = CliRunner().invoke(main, ["envs", "--no-instantiate"], env={"COLUMNS": "220"})
+    assert result.exit_code == 0, result.output
+    header = next(line for line in result.output.splitlines() if "env id" in line)
+    assert "recipe" in header
+    rows = {cells[0]: cells for cells in ([c.strip() for c in line.split("│")[1:-1]]
+                                          for line in result.output.splitlines() if line.count("│") > 3)}
+    assert rows[CONNECT_FOUR][-1] == "dqn,gamma=0.9,epsilon_end=0.2,mirror=True (self-play)"
+    assert rows[TICTACTOE][-1] == "dqn,gamma=0.9,epsilon_end=0.2 (self-play)"
+    assert rows[NO_RECIPE][-1] == "-"
+    assert sum(cells[-1] != "-" for cells in rows.values()) == len(RECIPES)
