@@ -1,7 +1,7 @@
 """pzasync: an asynchronous actor-learner runtime for any PettingZoo environment.
 
 Data flows env -> actor (`collect.run_episodes`, `transitions.TransitionAssembler`) -> per-agent
-`TransitionWriter` (a `SharedRingBuffer`) -> learner, in a `LearnerHost` (hosts.py; ray_backend.py) ->
+`TransitionWriter` (a `SharedRingBuffer`) -> learner, in a `LearnerHost` (runtime/hosts.py; backends/ray/host.py) ->
 per-agent `PolicyPublisher` (a `PolicySlot`) -> back to the actor. See docs/architecture.md.
 """
 

@@ -1,8 +1,8 @@
 """AsyncRunner and SequentialRunner (docs/running.md, Runners): the same plan, actor, learners and seeds, two schedules.
 
-A run is assembled from the same parts whatever the runner: the plan (plan.py) and its transport (shared
-memory: buffers, slots, run control), the actor (actor.py) in the calling process, a monitor (progress.py)
-and a learner host (hosts.py). The runners differ only in the host they make, as Sample Factory's serial and
+A run is assembled from the same parts whatever the runner: the plan (runtime/plan.py) and its transport (shared
+memory: buffers, slots, run control), the actor (runtime/actor.py) in the calling process, a monitor (runtime/monitor.py)
+and a learner host (runtime/hosts.py). The runners differ only in the host they make, as Sample Factory's serial and
 parallel runners differ only in where components run:
 
 - `SequentialRunner`: `InlineHost`, each learner's updates run just before its agents' decisions, on the

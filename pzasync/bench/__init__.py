@@ -1,2 +1,2 @@
 """Tooling, not runtime: `pzasync bench` (harness.py: async against sequential and the bare loops on the
-same work; report.py: tables and plots) and `pzasync microbench` (microbench.py)."""
+same work; report.py: tables and plots) and `pzasync microbench` (bench/microbench.py)."""

@@ -1,6 +1,6 @@
 """`rollout`: episodes played in-process, their transitions returned as arrays.
 
-`run_episodes` drives one `EpisodeStepper` (stepper.py, the AEC loop every actor uses) with a policy
+`run_episodes` drives one `EpisodeStepper` (core/stepper.py, the AEC loop every actor uses) with a policy
 callback; completed transitions go to a sink. A budget takes effect at the next live decision, so an episode
 is never cut between an action and the turns that reveal its outcome.
 """

@@ -1,7 +1,7 @@
 """The actor: steps its env copies with each agent's latest published policy and writes transitions to buffers.
 
-It owns `RunConfig.envs_per_actor` env copies, each driven by an `EpisodeStepper` (stepper.py, the AEC loop
-`rollout` uses too), stepped here or by env workers (env_workers.py). Each round it collects the copies'
+It owns `RunConfig.envs_per_actor` env copies, each driven by an `EpisodeStepper` (core/stepper.py, the AEC loop
+`rollout` uses too), stepped here or by env workers (runtime/copies/workers.py). Each round it collects the copies'
 pending decisions, groups them by acting policy (an agent's, an agent group's shared by its members, or a
 league opponent's), and answers each group with one batched forward; then the copies step. Before a
 group's forward it compares the slot version with the version it holds and, only when it changed, copies

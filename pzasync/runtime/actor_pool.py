@@ -3,9 +3,9 @@
 Each extra actor is a spawned process that rebuilds its own env copies and policy copies from the run's
 plan, says it is ready and waits for the runner's go, so that every actor starts acting at once (an actor
 that started late would act alone at the end, skewing the budget split and every rate measured). It reads
-the same policy slots as every other actor and writes its own buffer shard per learning unit (shards.py),
+the same policy slots as every other actor and writes its own buffer shard per learning unit (transport/shards.py),
 so every buffer keeps one writer. It counts its steps and episodes in its own words of the
-run's counters (stats.py) and sends its finished episodes to the runner in batches, for the returns, the
+run's counters (transport/stats.py) and sends its finished episodes to the runner in batches, for the returns, the
 episode log and the live display. The runner's monitor polls the pool with the learner host.
 
 Stopping: the run's stop flag (a time budget, Ctrl-C, SIGTERM, a failure) stops every actor at its next

@@ -6,7 +6,7 @@ learners run:
 - `InlineHost`: in the actor's own process, updates interleaved with decisions (the sequential baseline);
 - `ProcessHost`: spawned local learner host processes, each with one or several learner units (the async
   runner on shared memory);
-- `RayHost` (ray_backend.py): one Ray actor per learner unit, on any node of a Ray cluster.
+- `RayHost` (backends/ray/host.py): one Ray actor per learner unit, on any node of a Ray cluster.
 
 Every host keeps the same failure semantics (docs/reliability.md): a learner that raises, dies or stops
 sending heartbeats is reported, then restarted (after a backoff) from its latest checkpoint or, without

@@ -241,7 +241,7 @@ class RunPlan:
         self._check_yardstick()
         #: Bytes of shared memory actually created by `allocate` (0 before).
         self.shm_in_use = 0
-        #: Bytes of the actors' observation slots (obs_slots.py), which each actor creates with env workers.
+        #: Bytes of the actors' observation slots (transport/obs_slots.py), which each actor creates with env workers.
         self.env_obs_bytes = self.actors * ObservationSlots.nbytes(
             {a: p.layout for a, p in self.agents.items()}, self.envs_per_actor) if self.config.env_workers else 0
         self.shm_bytes = sum(self._buffer_bytes(p) + 2 * 4 * p.policy_floats + 4096

@@ -17,7 +17,7 @@ so a row's frames outlive it unless episodes average fewer than about 16 decisio
 Off-policy learners `sample` uniformly among rows already written (or `sample_windows`: each sampled row with
 the rows written after it, for n-step returns). On-policy learners `read_new` every
 transition once, in order; transitions overwritten before they were read are counted in `dropped`, so
-`returned + dropped == written` always holds (docs/shared-memory.md, invariant 3). See slots.py for the
+`returned + dropped == written` always holds (docs/shared-memory.md, invariant 3). See transport/slots.py for the
 memory-ordering argument, which is the same here.
 """
 
@@ -167,7 +167,7 @@ class SharedRingBuffer:
                     run_id: str | None = None, label: str = "buf", what: str = "a learner",
                     frames: int = 0) -> SharedRingBuffer:
         """An empty buffer with the given columns, e.g. a learner's local copy of the actor's buffer on another
-        node (ray_backend.py), filled with `write_rows`."""
+        node (backends/ray/host.py), filled with `write_rows`."""
         nbytes = packed_size(_segment_specs(fields, int(capacity), frames))
         check_fits(f"the replay buffer of {what} ({capacity:,} transitions)", nbytes)
         segment = Segment.create(run_id or new_run_id(), label, nbytes)

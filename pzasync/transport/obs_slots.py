@@ -1,4 +1,4 @@
-"""Shared-memory slots that carry observations from env workers to their actor (env_workers.py).
+"""Shared-memory slots that carry observations from env workers to their actor (runtime/copies/workers.py).
 
 Each env copy has a pending slot: the observation and action mask of the decision it waits on (a copy waits
 on at most one at a time). Each (copy, agent) also has a final slot: an observation that ends the agent's

@@ -5,12 +5,12 @@ env --actor--> TransitionWriter ==> TransitionSource --learner--> PolicyPublishe
                                    RunControl: stop flag, status, heartbeats, counters
 ```
 
-Each arrow's two ends are one object today: `SharedRingBuffer` (buffer.py) is a writer and a source,
-`PolicySlot` (slots.py) a publisher and a source, `RunStats` (stats.py) the run control, all in local shared
-memory. The Ray backend (ray_backend.py) adds implementations for learners on another node: transitions go
+Each arrow's two ends are one object today: `SharedRingBuffer` (transport/buffer.py) is a writer and a source,
+`PolicySlot` (transport/slots.py) a publisher and a source, `RunStats` (transport/stats.py) the run control, all in local shared
+memory. The Ray backend (backends/ray/host.py) adds implementations for learners on another node: transitions go
 in chunks through Ray's object store into a local ring buffer on the learner's node, and policies come back
 as versioned object references. Code that moves data names these protocols, never the classes; a new
-transport implements them and a `LearnerHost` (hosts.py) that knows where to run learners.
+transport implements them and a `LearnerHost` (runtime/hosts.py) that knows where to run learners.
 
 The contracts (docs/shared-memory.md states them for the shared-memory implementation):
 

@@ -2,7 +2,7 @@
 
 With `RunConfig.actors` > 1 every actor writes its own `SharedRingBuffer` shard, so no buffer ever has two
 writers (docs/shared-memory.md). The unit's learner reads them through one `ShardedBuffer`, a
-`TransitionSource` (transport.py):
+`TransitionSource` (transport/protocols.py):
 
 - `sample` / `sample_windows` draw from each shard in proportion to the rows it holds; a window never spans
   two shards (each shard is one actor's trajectories), so `capacity` is one shard's;

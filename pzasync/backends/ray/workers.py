@@ -1,4 +1,4 @@
-"""What runs inside Ray's processes for the Ray backend (ray_backend.py has the host that drives them).
+"""What runs inside Ray's processes for the Ray backend (backends/ray/host.py has the host that drives them).
 
 - `LearnerActor`: one learner unit in a Ray actor: the same learning loop as a local learner process
   (`learner_loop.learner_process_main`), on the run's shared memory when it is on the actor's node, or on a

@@ -6,7 +6,7 @@ Env workers (RunConfig.env_workers) are for envs whose step dominates: each spaw
 slice of the copies, in two groups, and steps one group while the actor runs inference for another. One
 message per group and round carries the actions, which copies to cut and whether new episodes may start;
 the answer carries the events and pending decisions. Observations and masks go through shared-memory slots
-(obs_slots.py), the answer naming the slot; a transition crosses back without the observations, masks,
+(transport/obs_slots.py), the answer naming the slot; a transition crosses back without the observations, masks,
 action and extras the actor already holds from the decisions it answered (`AnsweredDecisions`).
 Errors follow Gymnasium's AsyncVectorEnv: a worker's exception comes back as its own type (also an
 `EnvCrashedError`), with the worker's traceback as its cause and the copy index in the message; a worker
@@ -178,7 +178,7 @@ class WorkerCopies:
         #: Groups with an answer outstanding -> when their message was sent.
         self._outstanding: dict[int, float] = {}
         ctx = mp.get_context("spawn")
-        #: Where the workers put observations (obs_slots.py); this process owns the segment.
+        #: Where the workers put observations (transport/obs_slots.py); this process owns the segment.
         self.slots = ObservationSlots.create(run_id or new_run_id(), layouts, copies)
         try:
             for w in range(workers):
