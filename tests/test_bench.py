@@ -240,3 +240,22 @@ def test_actor_counts_are_a_trial_dimension_with_labels_that_round_trip():
                                       f"policies: 1.50x; / one env copy: 1.20x"]
     with pytest.raises(ConfigError, match="bench option actors"):
         BenchSettings(env=C4, actors=(0,)).validate()
+
+
+def test_overlap_is_the_better_limit_over_the_async_wall():
+    """async_idle at 1,000 steps/s: the actor alone takes 1 ms a step. Sequential at 400/s: 2.5 ms, so the
+    learner alone takes 1.5 ms and binds. An async run at 500/s (2 ms a step) is 0.75 of that limit; one at
+    600/s would be 0.9."""
+    from pzasync.bench.harness import headline
+
+    def rates(**configs):
+        return {c: {"agent_steps_per_s": {"median": r}} for c, r in configs.items()}
+
+    h = headline(rates(async_idle=1000.0, sequential=400.0, async_double_buffer=500.0, async_snapshot=600.0))
+    assert h["async_overlap"] == pytest.approx({"double_buffer": 0.75, "snapshot": 0.9})
+    assert h["async_limit"] == {"double_buffer": "learner", "snapshot": "learner"}
+    actor_bound = headline(rates(async_idle=1000.0, sequential=900.0, async_double_buffer=800.0))
+    assert actor_bound["async_limit"] == {"double_buffer": "actor"}
+    assert actor_bound["async_overlap"]["double_buffer"] == pytest.approx(0.8)
+    assert headline(rates(sequential=400.0, async_double_buffer=500.0))["async_overlap"] == {}, \
+        "without the idle actor's figure there is no limit to compare with"

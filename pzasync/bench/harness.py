@@ -305,6 +305,11 @@ def headline(summary: dict[str, dict]) -> dict[str, Any]:
     - `bare_policy_over_bare_random`: what the policy forwards cost against the env alone.
     - `async_over_sequential_wall[mode]`: wall time of the same agent steps, async / sequential (< 1 is faster).
     - `async_over_sequential_time_to_target[mode]`: median time to the target score, async / sequential.
+    - `async_overlap[mode]`: how close the async run came to the better of its two limits, on the same agent
+      steps: max(actor alone, learner alone) / async wall, where the actor alone is `async_idle`'s wall and
+      the learner alone is sequential's wall less that (the same updates, interleaved with the same acting).
+      1 is perfect overlap; a low figure is a runtime that overlaps badly, while a learner-bound run
+      (`async_limit[mode]` = "learner") can be slow yet overlap well.
     - `async_free_updates_per_agent_step`: the replay ratio free running reached (a different algorithm).
     - `vector[config@N(wW)]`: a configuration at N env copies per actor (and W env workers) against the
       single-env references: `over_bare_policy`, `over_bare_random`, and `over_one_env` (the same
@@ -320,12 +325,19 @@ def headline(summary: dict[str, dict]) -> dict[str, Any]:
         "actor_over_bare_policy": ratio(rate("async_idle"), rate("bare_policy")),
         "bare_policy_over_bare_random": ratio(rate("bare_policy"), rate("bare_random")),
         "async_over_sequential_wall": {}, "async_over_sequential_time_to_target": {},
+        "async_overlap": {}, "async_limit": {},
     }
+    actor_alone = ratio(1.0, rate("async_idle"))  # seconds per agent step
+    sequential = ratio(1.0, rate("sequential"))
     seq_ttt = summary.get("sequential", {}).get("time_to_target", {}).get("median_seconds_unreached_as_inf")
     for config in SAME_ALGORITHM:
         if config in summary:
             mode = config.removeprefix("async_")
             out["async_over_sequential_wall"][mode] = ratio(rate("sequential"), rate(config))
+            if actor_alone is not None and sequential is not None and rate(config):
+                learner_alone = max(0.0, sequential - actor_alone)
+                out["async_overlap"][mode] = max(actor_alone, learner_alone) * rate(config)
+                out["async_limit"][mode] = "learner" if learner_alone > actor_alone else "actor"
             ttt = summary[config].get("time_to_target", {}).get("median_seconds_unreached_as_inf")
             if "time_to_target" in summary[config] and "time_to_target" in summary.get("sequential", {}):
                 out["async_over_sequential_time_to_target"][mode] = ratio(ttt, seq_ttt)

@@ -100,6 +100,11 @@ def headline_lines(report: dict[str, Any]) -> list[str]:
     for mode, value in h.get("async_over_sequential_wall", {}).items():
         if value is not None:
             lines.append(f"async ({mode}) / sequential, wall time for the same agent steps: {value:.2f}x")
+    for mode, value in h.get("async_overlap", {}).items():
+        if value is not None:
+            limit = h.get("async_limit", {}).get(mode, "?")
+            lines.append(f"async ({mode}) overlap: {value:.2f} of the better of its two limits "
+                         f"(max(actor alone, learner alone) / async wall; {limit}-bound)")
     for mode, value in h.get("async_over_sequential_time_to_target", {}).items():
         lines.append(f"async ({mode}) / sequential, median time to target: "
                      + (f"{value:.2f}x" if value is not None else "n/a (a median seed did not reach it)"))
