@@ -36,7 +36,7 @@ def test_train_then_eval_on_a_tiny_budget(tmp_path):
     runner = CliRunner()
     result = runner.invoke(main, ["train", "pettingzoo.classic.tictactoe_v3", "--steps", "1500", "--runner",
                                   "sequential", "--learner", "dqn,learning_starts=200", "--learner-for",
-                                  "player_2=random", "--out", str(tmp_path), "--eval-episodes", "30",
+                                  "player_2=random", "--out", str(tmp_path), "--final-episodes", "30",
                                   "--eval-every", "0", "--actors", "auto", "--env-workers", "auto"],
                            env={"COLUMNS": "250"})
     assert result.exit_code == 0, result.output
@@ -66,7 +66,7 @@ def test_default_train_is_self_play_in_a_league_scored_on_the_yardstick_in_80_co
 
     result = CliRunner().invoke(main, ["train", "pettingzoo.classic.tictactoe_v3", "--steps", "3000", "--runner",
                                        "sequential", "--learner", "dqn,learning_starts=200,hidden=[32]", "--out",
-                                       str(tmp_path), "--eval-episodes", "20", "--eval-every", "0.5"],
+                                       str(tmp_path), "--final-episodes", "20", "--eval-every", "0.5"],
                                 env={"COLUMNS": "80"})
     assert result.exit_code == 0, result.output
     words = " ".join(result.output.split())  # lines wrap at 80 columns
@@ -95,7 +95,7 @@ def test_connect_four_self_play_trains_its_second_seat_more_by_default(tmp_path)
     assert default_trainee_weights("pettingzoo.classic.tictactoe_v3") == {}
     result = CliRunner().invoke(main, ["train", "pettingzoo.classic.connect_four_v3", "--steps", "400", "--runner",
                                        "sequential", "--learner", "dqn,learning_starts=100,hidden=[16],torso=mlp",
-                                       "--envs-per-actor", "2", "--eval-episodes", "0", "--eval-every", "0",
+                                       "--envs-per-actor", "2", "--final-episodes", "0", "--eval-every", "0",
                                        "--out", str(tmp_path)])
     assert result.exit_code == 0, result.output
     assert "trainee weights player_1=4" in " ".join(result.output.split())
@@ -109,7 +109,7 @@ def test_train_weighs_league_trainee_seats_and_refuses_bad_ones(tmp_path):
     import json
 
     base = ["train", "pettingzoo.classic.tictactoe_v3", "--steps", "600", "--runner", "sequential", "--learner",
-            "dqn,learning_starts=100,hidden=[16]", "--eval-episodes", "0", "--eval-every", "0"]
+            "dqn,learning_starts=100,hidden=[16]", "--final-episodes", "0", "--eval-every", "0"]
     result = CliRunner().invoke(main, [*base, "--out", str(tmp_path / "ok"), "--league-trainee", "player_2=3"])
     assert result.exit_code == 0, result.output
     assert "trainee weights player_2=3" in " ".join(result.output.split())
@@ -155,7 +155,7 @@ def test_train_scores_returns_that_are_not_game_results_by_their_mean(tmp_path):
 
     result = CliRunner().invoke(main, ["train", "mpe2.simple_spread_v3", "--steps", "600", "--runner", "sequential",
                                        "--learner", "dqn,learning_starts=100", "--out", str(tmp_path),
-                                       "--eval-episodes", "4", "--eval-every", "0"], env={"COLUMNS": "120"})
+                                       "--final-episodes", "4", "--eval-every", "0"], env={"COLUMNS": "120"})
     assert result.exit_code == 0, result.output
     assert "mean return [95% CI]" in result.output and "win [95% CI]" not in result.output
     assert "4 episodes per seat and opponent" in result.output
@@ -168,7 +168,7 @@ def test_train_scores_returns_that_are_not_game_results_by_their_mean(tmp_path):
 
 def test_train_with_no_learning_agent_ends_cleanly_without_scores(tmp_path):
     result = CliRunner().invoke(main, ["train", "mpe2.simple_spread_v3", "--steps", "300", "--runner", "sequential",
-                                       "--learner", "random", "--out", str(tmp_path), "--eval-episodes", "4"],
+                                       "--learner", "random", "--out", str(tmp_path), "--final-episodes", "4"],
                                 env={"COLUMNS": "120"})
     assert result.exit_code == 0, result.output
     assert "no agent learns here, so there is no trained policy to score" in result.output

@@ -94,8 +94,9 @@ def test_self_play_and_independent_switch_the_training_choices_but_keep_the_yard
     grouped = train_choices(CONNECT_FOUR, learner_for=("player_1=random",))
     assert grouped.config["agent_groups"] == {} and grouped.learner == "dqn"
     # Options given always win over the recipe.
-    given = train_choices(CONNECT_FOUR, learner="dqn,gamma=0.5", league="latest=1", league_trainee=("player_0=2",),
-                          versus="random", envs_per_actor=2, minutes=1.0)
+    given = train_choices(CONNECT_FOUR, learner="dqn,gamma=0.5", minutes=1.0,
+                          options={"league": {"*": "latest=1"}, "league_trainee_weights": {"player_0": 2},
+                                   "eval_vs": "random", "envs_per_actor": 2})
     assert given.learner == "dqn,gamma=0.5" and given.yardstick == "random" and given.minutes == 1.0
     assert given.config == {"agent_groups": {"players": ["*"]}, "league": {"*": "latest=1"},
                             "league_trainee_weights": {"player_0": 2}, "envs_per_actor": 2}

@@ -25,7 +25,7 @@ STOP_WITHIN_S = 30.0
 #: A small default run: the self-play league on connect_four, its evaluator scoring every 2 s (so that it is
 #: mostly asleep between rounds, where a signal used to kill it), 4 env copies.
 SMALL_TRAIN = ["pettingzoo.classic.connect_four_v3", "--envs-per-actor", "4", "--eval-every", "2",
-               "--eval-episodes", "20"]
+               "--final-episodes", "20"]
 
 
 def _group_processes(pgid: int) -> list[tuple[int, str]]:
@@ -172,7 +172,7 @@ def test_sigterm_and_sigint_to_the_whole_group_at_random_moments_end_every_run(t
     layouts = [
         [*SMALL_TRAIN, "--env-workers", "1"],  # league, evaluator, env worker
         ["pettingzoo.classic.connect_four_v3", "--independent", "--actors", "2", "--envs-per-actor", "2",
-         "--env-workers", "1", "--learner-processes", "2", "--eval-every", "2", "--eval-episodes", "20"],
+         "--env-workers", "1", "--learner-processes", "2", "--eval-every", "2", "--final-episodes", "20"],
     ]
     rng = random.Random(33)
     outcomes = []

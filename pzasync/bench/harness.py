@@ -34,115 +34,17 @@ import sys
 import threading
 import time
 import traceback
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from typing import Any, Callable
 
 import numpy as np
 
-from pzasync.errors import ConfigError, PzasyncError, report_unclean_exit
+from pzasync.bench.settings import (BARE_CONFIGS, CONFIGS, RUNNER_CONFIGS, SAME_ALGORITHM, SCORES,  # noqa: F401
+                                    BenchSettings)
 from pzasync.core.spaces import env_action_converter
-from pzasync.recipes import TRAIN_ENV, default_yardstick
+from pzasync.errors import ConfigError, PzasyncError, report_unclean_exit
 
 SCHEMA_VERSION = 2
-BARE_CONFIGS = ("bare_random", "bare_policy")
-RUNNER_CONFIGS = ("async_idle", "sequential", "async_double_buffer", "async_snapshot", "async_free")
-CONFIGS = BARE_CONFIGS + RUNNER_CONFIGS
-#: Configurations that run the same algorithm (the same replay ratio) as the sequential baseline.
-SAME_ALGORITHM = ("async_double_buffer", "async_snapshot")
-SCORES = ("win_rate", "mean_return")
-
-
-@dataclass
-class BenchSettings:
-    """What one `pzasync bench` invocation measures; validated before any trial starts."""
-
-    env: str = TRAIN_ENV
-    env_kwargs: dict[str, Any] = field(default_factory=dict)
-    #: Learner spec as the runners take it: one spec for every agent, or a dict with "*" as the default.
-    learners: Any = "dqn"
-    agent_steps: int = 30_000
-    #: Updates per agent step in `sequential` and both same-algorithm async configurations.
-    replay_ratio: float = 0.25
-    seeds: int = 5
-    configs: tuple[str, ...] = CONFIGS
-    #: Evaluation score to reach (e.g. 0.4 win rate against the one-ply player); None: throughput only.
-    target: float | None = None
-    #: The target counts as reached where the mean of this many consecutive evaluations first reaches it.
-    target_window: int = 3
-    score: str = "win_rate"
-    #: The player snapshots are scored against: None picks the env's recipe's yardstick (pzasync.recipes: the
-    #: one-ply player on connect_four, the perfect player on tictactoe), random play elsewhere.
-    versus: str | None = None
-    #: Agent steps between policy snapshots (default: agent_steps / 20).
-    eval_every: int | None = None
-    eval_episodes: int = 100
-    eval_seed: int = 2026
-    #: Pin each trial (and the learner processes it starts) to the first N cores; None: all cores.
-    cores: int | None = None
-    #: Extra RunConfig options for every runner trial (e.g. {"publish_every": 10}).
-    run_options: dict[str, Any] = field(default_factory=dict)
-    #: Env copies per actor, and env worker processes: every runner configuration runs once per pair with
-    #: workers <= copies (module docstring).
-    envs_per_actor: tuple[int, ...] = (1,)
-    env_workers: tuple[int, ...] = (0,)
-    #: Actor processes (RunConfig.actors): every runner configuration runs once per value; the sequential
-    #: trials step the same actors x envs_per_actor copies in one actor.
-    actors: tuple[int, ...] = (1,)
-    #: Seconds one trial may take before it is stopped and reported as failed.
-    trial_timeout_s: float = 3600.0
-
-    def validate(self) -> BenchSettings:
-        def bad(name: str, why: str) -> None:
-            raise ConfigError(f"bench option {name}={getattr(self, name)!r}: {why}")
-
-        for name in ("agent_steps", "seeds", "eval_episodes", "target_window"):
-            value = getattr(self, name)
-            if not isinstance(value, int) or value < 1:
-                bad(name, "must be an integer >= 1")
-        if not (isinstance(self.replay_ratio, (int, float)) and math.isfinite(self.replay_ratio)
-                and self.replay_ratio > 0):
-            bad("replay_ratio", "must be a positive number of updates per agent step")
-        unknown = [c for c in self.configs if c not in CONFIGS]
-        if unknown or not self.configs:
-            bad("configs", f"unknown {unknown}; choose from {list(CONFIGS)}")
-        if self.score not in SCORES:
-            bad("score", f"must be one of {SCORES}")
-        if self.target is not None and not (isinstance(self.target, (int, float)) and math.isfinite(self.target)):
-            bad("target", "must be a number")
-        if self.eval_every is not None and (not isinstance(self.eval_every, int) or self.eval_every < 1):
-            bad("eval_every", "must be an integer >= 1")
-        available = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-        if self.cores is not None and not (isinstance(self.cores, int) and 1 <= self.cores <= available):
-            bad("cores", f"must be between 1 and the {available} cores this process may use")
-        if self.trial_timeout_s <= 0:
-            bad("trial_timeout_s", "must be > 0")
-        for name, least in (("envs_per_actor", 1), ("env_workers", 0), ("actors", 1)):
-            values = getattr(self, name)
-            if (not isinstance(values, (tuple, list)) or not values
-                    or not all(isinstance(n, int) and n >= least for n in values)):
-                bad(name, f"must be a non-empty list of integers >= {least}")
-            if name in self.run_options:
-                bad("run_options", f"give {name} as the bench setting (it runs every value), not as a run option")
-        from pzasync.config import RunConfig
-
-        RunConfig.from_dict({"replay_ratio": self.replay_ratio, **self.run_options})
-        if self.versus is not None and (not isinstance(self.versus, str) or not self.versus):
-            bad("versus", "must be a player spec such as 'one_ply' or 'random'")
-        if self.target is not None:
-            from pzasync.core.environments import EnvSpec
-            from pzasync.runtime.plan import RunPlan
-
-            RunPlan(EnvSpec.of(self.env, **self.env_kwargs), self.learners,
-                    RunConfig(eval_vs=self.yardstick, agent_groups=self.run_options.get("agent_groups", {})))
-        return self
-
-    @property
-    def yardstick(self) -> str:
-        return self.versus or default_yardstick(self.env)
-
-    @property
-    def snapshot_every(self) -> int:
-        return self.eval_every or max(1, self.agent_steps // 20)
 
 
 @dataclass

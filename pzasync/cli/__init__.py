@@ -1,0 +1,247 @@
+"""The `pzasync` command line: train, eval, bench, rollout, envs, clean, microbench.
+
+- `train` (cli/train.py) and `bench` (cli/bench.py): options generated from RunConfig's and BenchSettings'
+  declarations by cli/options.py;
+- the other commands here.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections import defaultdict
+from typing import Any
+
+import click
+import numpy as np
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+from rich.table import Table
+
+from pzasync.cli.bench import bench
+from pzasync.cli.common import console, errors
+from pzasync.cli.train import train, train_choices
+from pzasync.errors import UserInputError
+from pzasync.recipes import DEFAULT_RECIPE, recipe_for
+
+__all__ = ["main", "train_choices"]
+
+#: What a bare `pzasync rollout` plays: the project's own env, whose agents die mid-episode.
+DEFAULT_ENV = "pzasync.envs.forage"
+
+
+class FriendlyGroup(click.Group):
+    """Prints user errors as one clear line (no traceback) and exits with status 2."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except UserInputError as exc:
+            errors.print(f"[bold red]error:[/] {exc}", highlight=False, soft_wrap=True)
+            sys.exit(2)
+
+
+@click.group(cls=FriendlyGroup)
+@click.version_option(package_name="pzasync")
+def main() -> None:
+    """Asynchronous actor-learner training for any PettingZoo environment."""
+
+
+main.add_command(train)
+main.add_command(bench)
+
+
+@main.command()
+@click.argument("env_id", default=DEFAULT_ENV)
+@click.option("--steps", default=20_000, show_default=True, help="Agent steps (decisions) to play.")
+@click.option("--seed", default=0, show_default=True, help="Seed of the first reset and of the random players.")
+@click.option("--max-episode-steps", type=int, default=None, help="Cut episodes after this many decisions.")
+def rollout(env_id: str, steps: int, seed: int, max_episode_steps: int | None) -> None:
+    """Play ENV_ID with random legal players and summarise the transitions per agent.
+
+    Every episode is checked for reward conservation (docs/transitions.md, invariant 8) as it is played.
+    """
+    from pzasync.core.collect import run_episodes
+    from pzasync.core.environments import make_env
+    from pzasync.evaluation.evaluate import random_actor
+    from pzasync.core.transitions import EpisodeSummary, LayoutBook
+
+    env = make_env(env_id)
+    counts: dict[str, int] = defaultdict(int)
+    rewards: dict[str, float] = defaultdict(float)
+    terminated: dict[str, int] = defaultdict(int)
+    truncated: dict[str, int] = defaultdict(int)
+    episodes: list[EpisodeSummary] = []
+
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
+                  console=console, transient=True) as progress:
+        task = progress.add_task(f"rollout {env_id}", total=steps)
+
+        def emit(t: Any) -> None:
+            counts[t.agent] += 1
+            rewards[t.agent] += t.reward
+            terminated[t.agent] += t.terminated
+            truncated[t.agent] += t.truncated
+            if sum(counts.values()) % 500 == 0:
+                progress.update(task, completed=sum(counts.values()))
+
+        start = time.perf_counter()
+        act = random_actor(env, seed)
+        run_episodes(env, lambda a, o, m: (act(a, o, m), {}), emit,
+                     agent_steps=steps, seed=seed, layouts=LayoutBook(env), on_episode=episodes.append,
+                     max_episode_steps=max_episode_steps)
+        elapsed = time.perf_counter() - start
+
+    table = Table(title=f"{env_id}: {steps:,} agent steps, {len(episodes)} episodes, "
+                        f"{steps / elapsed:,.0f} agent-steps/s, rewards conserved in every episode")
+    for column in ("agent", "transitions", "terminal", "truncated", "mean episode return", "reward in transitions"):
+        table.add_column(column, justify="left" if column == "agent" else "right")
+    for agent in sorted(set(counts) | {a for e in episodes for a in e.returns}):
+        returns = [e.returns[agent] for e in episodes if agent in e.returns]
+        table.add_row(agent, f"{counts[agent]:,}", str(terminated[agent]), str(truncated[agent]),
+                      f"{np.mean(returns):.3f}" if returns else "-", f"{rewards[agent]:.3f}")
+    console.print(table)
+
+
+@main.command()
+@click.option("--instantiate/--no-instantiate", default=True, show_default=True,
+              help="Build each env to report its API and agents (slower).")
+@click.option("--all", "show_all", is_flag=True, help="Also list envs that cannot load here, with the reason.")
+def envs(instantiate: bool, show_all: bool) -> None:
+    """List the PettingZoo and MPE (mpe2) environments importable here, with API, agent count and recipe."""
+    import importlib
+    import warnings
+
+    from pettingzoo import AECEnv
+
+    from pzasync.core.environments import known_env_ids
+
+    table = Table(title="Environments (use the id with `pzasync rollout` / `make_env`)",
+                  caption="recipe: what `pzasync train ENV` trains the env with (docs/running.md, \"Recipes\"); "
+                          f"-: none, {DEFAULT_RECIPE.learner!r} for every agent, scored against {DEFAULT_RECIPE.vs}")
+    table.add_column("env id", no_wrap=True)
+    for column in ("API", "agents", "action spaces", "recipe"):
+        table.add_column(column)
+    if show_all:
+        table.add_column("status")
+    unavailable = 0
+    ids = known_env_ids()
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), console=console,
+                  transient=True) as progress:
+        task = progress.add_task("importing envs", total=len(ids))
+        for env_id in ids:
+            progress.update(task, advance=1, description=f"importing {env_id}")
+            try:
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")
+                    module = importlib.import_module(env_id)
+                    apis = [name for name in ("env", "parallel_env") if callable(getattr(module, name, None))]
+                    if not apis:
+                        continue
+                    agents, kinds = "-", "-"
+                    if instantiate:
+                        env = module.env() if "env" in apis else module.parallel_env()
+                        kinds = ", ".join(sorted({type(env.action_space(a)).__name__ for a in env.possible_agents}))
+                        agents = str(len(env.possible_agents))
+                        env.close()
+                        if "env" in apis and not isinstance(env, AECEnv):
+                            apis = ["parallel_env"]
+                row = [env_id, "+".join("AEC" if a == "env" else "par" for a in apis), agents, kinds,
+                       recipe_column(env_id)]
+                table.add_row(*row, *(["[green]ok[/]"] if show_all else []))
+            except Exception as exc:  # noqa: BLE001 - an env that cannot load is reported, not fatal
+                unavailable += 1
+                if show_all:
+                    table.add_row(env_id, "-", "-", "-", recipe_column(env_id),
+                                  f"[red]unavailable[/]: {type(exc).__name__}: {exc}")
+    console.print(table)
+    if unavailable and not show_all:
+        console.print(f"{unavailable} more env module(s) cannot load here (missing dependencies); see --all.",
+                      soft_wrap=True)
+
+
+def recipe_column(env_id: str) -> str:
+    """`pzasync envs`'s recipe cell: the learner spec of the env's recipe (self-play marked), "-" without one."""
+    recipe = recipe_for(env_id)
+    if recipe is None:
+        return "-"
+    return recipe.learner_spec + (" (self-play)" if recipe.self_play else "")
+
+
+VS_FORMS = "random, one_ply, negamax[,depth=N], perfect (tictactoe), another RUN_DIR, or module:callable"
+
+
+def parse_versus(versus: str) -> Any:
+    """`--vs`: an existing directory is a run directory (its policies); anything else a never-learning player."""
+    import difflib
+    import os
+
+    from pzasync.evaluation.evaluate import load_run_policies
+    from pzasync.learners import known_learner_names
+
+    if os.path.isdir(versus):
+        return load_run_policies(versus)
+    name = versus.split(",")[0].strip()
+    if name not in known_learner_names() and ":" not in name and "." not in name:
+        close = difflib.get_close_matches(name, known_learner_names(), n=2)
+        hint = f"; did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
+        raise UserInputError(f"--vs {versus!r} is neither a run directory nor a known player; "
+                             f"accepted: {VS_FORMS}{hint}")
+    return versus
+
+
+@main.command(name="eval")
+@click.argument("run_dir", type=click.Path(exists=True, file_okay=False))
+@click.option("--vs", "versus", default="random", show_default=True, help=f"The yardstick: {VS_FORMS}.")
+@click.option("--episodes", default=500, show_default=True)
+@click.option("--seed", default=12345, show_default=True)
+def evaluate_cmd(run_dir: str, versus: str, episodes: int, seed: int) -> None:
+    """Play each trained agent of RUN_DIR (greedy) against a yardstick: random or scripted players, or another
+    run's agents."""
+    from pzasync.core.environments import EnvSpec
+    from pzasync.evaluation.evaluate import evaluate_against, load_run_policies
+    from pzasync.runtime.rundir import RunDirectory
+
+    info = RunDirectory(run_dir, create=False).read_json("run.json")
+    policies = load_run_policies(run_dir)
+    opponents = parse_versus(versus)
+    env = EnvSpec.of(info["env"], **info.get("env_kwargs", {}))
+    results = evaluate_against(env, policies, opponents, episodes, seed, opponent_name=versus)
+    table = Table(title=f"{info['env']}: {run_dir} vs {versus}, {episodes} episodes per agent")
+    for column in ("agent", "mean return [95% CI]", "win rate [95% CI]", "wins/draws/losses"):
+        table.add_column(column, justify="left" if column == "agent" else "right")
+    for r in results:
+        lo, hi = r.win_rate_ci95
+        table.add_row(r.agent, f"{r.mean:+.3f} ± {r.mean_ci95:.3f}", f"{r.win_rate:.1%} [{lo:.1%}, {hi:.1%}]",
+                      f"{r.wins}/{r.draws}/{r.episodes - r.wins - r.draws}")
+    console.print(table)
+
+
+@main.command()
+def clean() -> None:
+    """Remove shared-memory segments left by pzasync runs whose process is gone."""
+    from pzasync.transport.shm import clean_stale, list_segments
+
+    removed = clean_stale()
+    for seg in removed:
+        console.print(f"removed {seg.name} ({seg.size:,} bytes) of run {seg.run_id}, owner pid {seg.owner_pid} is gone",
+                      soft_wrap=True)
+    live = list_segments()
+    console.print(f"{len(removed)} stale segment(s) removed; {len(live)} segment(s) of live runs left alone.",
+                  soft_wrap=True)
+
+
+@main.command()
+@click.option("--floats", default=1_000_000, show_default=True, help="Parameter-vector size for publish/read.")
+def microbench(floats: int) -> None:
+    """Time the shared-memory primitives: buffer writes, version checks, publish/read against memcpy."""
+    from pzasync.bench.microbench import format_seconds, run
+
+    results = run(floats)
+    memcpy = next(m.seconds for m in results if "memcpy" in m.name)
+    table = Table(title="pzasync shared-memory primitives (median of 7 repeats)")
+    for column in ("operation", "time per call", "vs memcpy", "target"):
+        table.add_column(column)
+    for m in results:
+        ratio = f"{m.seconds / memcpy:.2f}x" if "floats (" in m.name else ""
+        table.add_row(m.name, format_seconds(m.seconds), ratio, m.target)
+    console.print(table)

@@ -1,0 +1,5 @@
+"""`python -m pzasync.cli`: the `pzasync` command."""
+
+from pzasync.cli import main
+
+main()

@@ -1,0 +1,36 @@
+"""What the commands share: the consoles, and the texts of learner specs and KEY=VALUE options."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.console import Console
+
+from pzasync.errors import UserInputError
+from pzasync.specs import parse_key_value, parse_learner_spec
+
+console = Console()
+errors = Console(stderr=True)
+
+
+def with_learner_for(learners: Any, learner_for: tuple[str, ...]) -> Any:
+    """A learner spec for every agent, and repeated --learner-for AGENT=SPEC -> a learner spec for the runners."""
+    if not learner_for:
+        return learners
+    per_agent: dict[str, Any] = {"*": learners}
+    for item in learner_for:
+        agent, sep, spec = item.partition("=")
+        if not sep:
+            raise UserInputError(f"--learner-for {item!r}: expected AGENT=SPEC")
+        per_agent[agent] = parse_learner_spec(spec)
+    return per_agent
+
+
+def learners_from_options(learner: str, learner_for: tuple[str, ...]) -> Any:
+    """--learner SPEC and repeated --learner-for AGENT=SPEC -> a learner spec for the runners."""
+    return with_learner_for(parse_learner_spec(learner), learner_for)
+
+
+def parse_options(items: tuple[str, ...], flag: str) -> dict[str, Any]:
+    """Repeated `flag KEY=VALUE` (--env-arg) -> keyword arguments, values read as Python literals."""
+    return dict(parse_key_value(item, f"{flag} {item!r}: expected KEY=VALUE") for item in items)

@@ -1,0 +1,323 @@
+"""The run options, declared once each (`option`) in groups: what a run is (`RunOptions`), how it acts, learns,
+plays its league, is evaluated, survives failures, and runs on Ray. `RunConfig` (config/run.py) combines them
+into one flat set of options; each group is a table of the TOML file (`[acting] envs_per_actor = 8`)."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any
+
+from pzasync.config.declare import NONE, Check, OptionGroup, key_values, option
+from pzasync.errors import ConfigError
+from pzasync.specs import parse_mix
+from pzasync.transport.buffer import OBS_STORAGE
+from pzasync.transport.slots import MODES
+
+#: The value of `envs_per_actor`, `env_workers` and `actors` that asks the plan to pick from the core count
+#: (plan.resolve_auto).
+AUTO = "auto"
+#: RunConfig(envs_per_actor="auto"), and the self-play recipes (pzasync.recipes): the copies chosen by measurement
+#: (docs/benchmarks.md, "Why 8 copies"). Env copies amortise forwards on one core, so their number does not
+#: follow the core count.
+AUTO_ENVS_PER_ACTOR = 8
+
+#: RunConfig.backend values.
+BACKENDS: tuple[str, ...] = ("shm", "ray")
+#: RunConfig.ray_transport values.
+RAY_TRANSPORTS: tuple[str, ...] = ("auto", "object_store")
+
+COUNT = Check(int, ge=1)
+SECONDS = Check(float, gt=0)
+RESOURCES = Check(dict, items=Check(float, ge=0), why="a dict of resource name -> amount >= 0")
+
+
+def _is_device(name: Any) -> bool:
+    return name == "cpu" or name == "mps" or name.startswith("cuda")
+
+
+def _device(agent: str) -> Any:
+    def check(device: Any) -> None:
+        if not isinstance(device, str) or not _is_device(device):
+            raise ConfigError(f"option device for agent {agent!r}: {device!r} is not 'cpu', 'cuda[:N]' or 'mps'")
+    return check
+
+
+def _devices(devices: dict[str, Any]) -> None:
+    for agent, device in devices.items():
+        _device(agent)(device)
+
+
+def _groups(groups: dict[Any, Any]) -> None:
+    for group, members in groups.items():
+        if not isinstance(group, str) or not group or group == "*":
+            raise ConfigError(f"option agent_groups: group name {group!r} must be a non-empty string other than '*'")
+        if isinstance(members, str) or not members or not all(isinstance(m, str) for m in members):
+            raise ConfigError(f"option agent_groups: group {group!r} needs a non-empty list of agent names or "
+                              f"patterns, got {members!r}")
+
+
+def _league(league: dict[str, Any]) -> None:
+    for unit, mix in league.items():
+        parse_mix(unit, mix)
+
+
+def parse_groups(items: tuple[str, ...]) -> dict[str, list[str]]:
+    """Repeated NAME=PATTERN[,PATTERN...] texts -> agent_groups (patterns as fnmatch, e.g. piston_*)."""
+    groups: dict[str, list[str]] = {}
+    for item in items:
+        name, sep, patterns = item.partition("=")
+        name, members = name.strip(), [p.strip() for p in patterns.split(",") if p.strip()]
+        if not sep or not name or not members:
+            raise ConfigError(f"--group {item!r}: expected NAME=PATTERN[,PATTERN...], e.g. pistons=piston_*")
+        if name in groups:
+            raise ConfigError(f"--group {name!r} is given twice")
+        groups[name] = members
+    return groups
+
+
+def parse_league(mix: str) -> dict[str, Any]:
+    """--league MIX -> {"*": MIX}: the mix of every learning unit; `none` -> {} (no league)."""
+    return {} if mix == NONE else {"*": mix}
+
+
+@dataclass(kw_only=True)
+class RunOptions(OptionGroup):
+    """What the run is: its seed, where it writes, what it shows and keeps."""
+
+    TABLE = "run"
+    TITLE = "Run options"
+
+    seed: int = option(0, "Seed of the env's first reset, of every learner (seed + agent index) and of every "
+                          "policy's sampling.", Check(int))
+    out_dir: str | None = option(None, "Where metrics, checkpoints and plots go: the parent folder of the run "
+                                       "directory. None: no run directory.",
+                                 Check((str, os.PathLike), optional=True, what="a folder"),
+                                 alias="--out", metavar="DIR")
+    progress: bool = option(False, "Show a live progress display.", Check(bool))
+    snapshot_every_steps: int | None = option(
+        None, "Every this many agent steps (at the next episode end), keep a copy of each learning agent's acting "
+              "policy in `RunResult.snapshots`, so learning curves can be evaluated after the run, outside its "
+              "timing.", Check(int, ge=1, optional=True), metavar="N")
+
+
+@dataclass(kw_only=True)
+class ActingOptions(OptionGroup):
+    """How the actor plays: env copies, worker and actor processes, its device, episode rules."""
+
+    TABLE = "acting"
+    TITLE = "Acting options"
+
+    envs_per_actor: int | str = option(
+        1, "Env copies the actor steps side by side (docs/running.md, Vectorised acting). Each copy's pending "
+           "decisions are grouped by acting agent and answered with one batched forward per agent; copy k gets "
+           "seed + k at its first reset. Transitions then carry `track` (which copy, and group member, they "
+           "continue) so learners keep each copy's trajectories apart. \"auto\": AUTO_ENVS_PER_ACTOR (8).",
+        Check(int, ge=1, also=(AUTO,)), metavar="N|auto")
+    env_workers: int | str = option(
+        0, "Worker processes that step the env copies (0: the actor steps them itself). For envs whose step "
+           "dominates: the workers step while the actor runs inference; at most `envs_per_actor`. \"auto\": the "
+           "cores left over, for an env whose step is slow enough to pay (plan.resolve_auto).",
+        Check(int, ge=0, also=(AUTO,),
+              why="an integer >= 0 (0: the actor steps its env copies itself) or 'auto'"), metavar="N|auto")
+    actors: int | str = option(
+        1, "Actor processes (docs/running.md, Several actors): the async runner runs this one actor in the "
+           "calling process and actors - 1 more in spawned processes, each with its own `envs_per_actor` env "
+           "copies (actor a's copy k gets seed + a * envs_per_actor + k) and its own buffer shard per learning "
+           "unit, so no buffer has two writers; learners read all shards. The sequential runner steps the same "
+           "actors * envs_per_actor copies in one actor. Not with a league or backend=\"ray\". \"auto\": one per "
+           "usable core not taken by learner hosts or the evaluator (plan.resolve_auto).",
+        Check(int, ge=1, also=(AUTO,)), metavar="N|auto")
+    actor_device: str = option("cpu", "Torch device of the actor's policy copies (\"cpu\" or \"cuda[:N]\"): where "
+                                      "its batched forwards run.",
+                               Check(str, test=lambda d: d == "cpu" or d.startswith("cuda"), why="'cpu' or 'cuda[:N]'"),
+                               metavar="DEVICE")
+    max_episode_steps: int | None = option(
+        None, "Cut episodes after this many decisions (docs/transitions.md, rule 5). None: episodes end only when "
+              "the env ends them.", Check(int, ge=1, optional=True), metavar="N")
+    check_rewards: bool = option(True, "Check reward conservation (docs/transitions.md, invariant 8) on every "
+                                       "episode.", Check(bool))
+    nonfinite: str = option("count", "NaN or inf in an observation or reward: \"count\" (reported per agent) or "
+                                     "\"raise\".", Check(str, choices=("count", "raise"), why="'count' or 'raise'"))
+
+
+@dataclass(kw_only=True)
+class LearningOptions(OptionGroup):
+    """How learners learn and publish: schedules, buffers, devices, processes, parameter sharing."""
+
+    TABLE = "learning"
+    TITLE = "Learning options"
+
+    publish_mode: str = option("double_buffer", "How learners publish parameters: \"double_buffer\" (two copies, "
+                                                "readers never wait) or \"snapshot\" (one copy).",
+                               Check(str, choices=MODES), alias="--publish")
+    publish_every: int = option(10, "Learner updates between two publications of its policy (off-policy learners; "
+                                    "on-policy learners publish after every update).", COUNT, metavar="N")
+    buffer_capacity: int = option(100_000, "Ring-buffer capacity per agent, in transitions (off-policy learners).",
+                                  Check(int, ge=2), metavar="N")
+    onpolicy_buffer_batches: int = option(4, "Ring-buffer capacity of on-policy learners, in learner batches.",
+                                          COUNT, metavar="N")
+    obs_storage: str = option(
+        "auto", "How buffers keep observations (docs/shared-memory.md, Observations stored once): \"once\", each "
+                "observation stored one time and `next_obs` found by reference (about half the memory); \"twice\", "
+                "in `obs` and again in `next_obs` of every row; \"auto\", once for observations of at least 512 "
+                "bytes.", Check(str, choices=OBS_STORAGE))
+    replay_ratio: float | None = option(
+        None, "Updates per agent step for off-policy learners. None: the async learner runs free, as fast as it "
+              "can; the sequential runner then uses `sequential_replay_ratio`. With a value, both runners run this "
+              "schedule.", Check(float, gt=0, finite=True, optional=True,
+                                 why="a positive number of updates per agent step, or None for free running"),
+        metavar="R")
+    sequential_replay_ratio: float = option(0.25, "The sequential runner's updates per agent step when "
+                                                  "`replay_ratio` is None.",
+                                            Check(float, gt=0, why="a positive number"), metavar="R")
+    max_actor_lead: int = option(64, "Under a replay ratio, how many agent steps the actor may run ahead of its "
+                                     "learner before it waits.", COUNT, metavar="N")
+    backpressure: bool = option(False, "On-policy learners: make the actor wait instead of overwriting unread "
+                                       "transitions (reported as wait time).", Check(bool))
+    device: str = option("cpu", "Torch device of every learner (\"cpu\", \"cuda\", \"cuda:1\", \"mps\"); per-agent "
+                                "overrides in `devices`.", Check(str), metavar="DEVICE", validator=_device("*"))
+    devices: dict[str, str] = option({}, "Per-agent (or group) learner devices, overriding `device`.",
+                                     Check(dict, items=Check(str), why="a dict of agent -> device"),
+                                     metavar="AGENT=DEVICE", multiple=True, parse=key_values("--devices"),
+                                     validator=_devices)
+    torch_threads: int | None = option(None, "Torch threads per process. None picks max(1, cores // processes).",
+                                       Check(int, ge=1, optional=True), metavar="N")
+    learner_processes: int | None = option(
+        None, "Learner host processes of the async runner on shared memory (docs/running.md, Learner hosts): the "
+              "learning units are spread over at most this many spawned processes, each updating its learners in "
+              "turn, so that torch and the imports are paid once per host rather than once per learner. Every "
+              "learner keeps its own model, optimiser, buffer, slot, heartbeat, restart budget and metrics. None: "
+              "one host per usable core beyond the actor's (at least one), at most one per learning unit; a value "
+              ">= the learning units gives each its own process.",
+        Check(int, ge=1, optional=True,
+              why="an integer >= 1, or None for one per usable core beyond the actor's"), metavar="N")
+    agent_groups: dict[str, list[str]] = option(
+        {}, "Parameter sharing: group name -> member agents (names or fnmatch patterns such as \"piston_*\"). Each "
+            "group gets one learner, one buffer and one slot; its members act with copies of the one policy and "
+            "their transitions carry `member` (index in the group) so the learner can tell them apart. Learner "
+            "specs and `devices` may name the group. Agents in no group keep their own learner.",
+        Check(dict, why="a dict of group name -> list of agent names or patterns"), alias="--group",
+        metavar="NAME=PATTERN[,PATTERN]", multiple=True, parse=parse_groups, validator=_groups)
+
+
+@dataclass(kw_only=True)
+class LeagueOptions(OptionGroup):
+    """Self-play with a league (docs/league.md): opponent mixes, the snapshot pool, the trainee seats."""
+
+    TABLE = "league"
+    TITLE = "League options"
+
+    league: dict[str, Any] = option(
+        {}, "Self-play with a league (docs/league.md): learning unit (agent or group) -> opponent mix, e.g. "
+            "{\"players\": {\"latest\": 0.5, \"snapshot\": 0.4, \"negamax,depth=2\": 0.1}}; drawn once per episode. "
+            "The key \"*\" gives the mix of every learning unit not named. A mix may be written "
+            "\"latest=0.5;snapshot=0.5\". On the command line: one MIX for every unit, or 'none'.",
+        Check(dict, why="a dict of learning agent or group -> opponent mix"), metavar="MIX", parse=parse_league,
+        validator=_league)
+    league_pool_size: int = option(20, "League snapshot pool: at most this many frozen policies per unit (oldest "
+                                       "evicted).", COUNT, metavar="N")
+    league_snapshot_every: int = option(10_000, "A league snapshot is taken every this many of the unit's own "
+                                                "decisions (at the next episode start).", COUNT, metavar="N")
+    league_trainee_weights: dict[str, float] = option(
+        {}, "Which seat of a league unit is the trainee of a non-`latest` game: seat -> relative weight (seats not "
+            "named weigh 1), e.g. {\"player_1\": 4.0} trains the second seat four times as often as the first "
+            "against snapshots and players. Empty: uniform over the unit's members.",
+        Check(dict, items=Check(float, ge=0, finite=True),
+              why="a dict of seat (agent name) -> weight, a number >= 0"),
+        alias="--league-trainee", metavar="SEAT=WEIGHT", multiple=True, parse=key_values("--league-trainee",
+                                                                                          "SEAT=WEIGHT"))
+
+
+@dataclass(kw_only=True)
+class EvaluationOptions(OptionGroup):
+    """Evaluation while training, in a separate low-priority process."""
+
+    TABLE = "evaluation"
+    TITLE = "Evaluation options"
+
+    eval_vs: str | None = option(
+        None, "Evaluation while training (docs/running.md): a separate, low-priority process plays each learning "
+              "agent's newest published policy, greedily, against this yardstick (\"random\", \"one_ply\", "
+              "\"negamax,depth=2\", \"perfect\", \"module:callable\" or another run's directory) every "
+              "`eval_every_s` seconds, for `eval_episodes` games per agent. The actor never waits for it. None: no "
+              "evaluator.", Check(str, optional=True, test=bool,
+                                  why="a yardstick player spec, a run directory, or None"),
+        alias="--vs", metavar="PLAYER")
+    eval_every_s: float = option(30.0, "Seconds between two evaluations while training.", SECONDS,
+                                 alias="--eval-every", metavar="SECONDS")
+    eval_episodes: int = option(100, "Games per learning seat in each evaluation while training.", COUNT,
+                                metavar="N")
+
+
+@dataclass(kw_only=True)
+class ReliabilityOptions(OptionGroup):
+    """Checkpoints, timeouts, and restarting learners that crash or hang (docs/reliability.md)."""
+
+    TABLE = "reliability"
+    TITLE = "Reliability options"
+
+    checkpoint_every_s: float = option(300.0, "Seconds between periodic checkpoints (0: only at the end).",
+                                       Check(float, ge=0), metavar="SECONDS")
+    process_timeout_s: float = option(60.0, "Seconds to wait for processes to start, stop or answer before giving "
+                                            "up on them.", SECONDS, metavar="SECONDS")
+    max_learner_restarts: int = option(
+        3, "A learner that crashes (or hangs) is restarted from its checkpoint or its published weights, at most "
+           "this many times per agent, waiting `restart_backoff_s` * 2^(restarts so far) first; one more crash "
+           "stops the run with LearnerCrashedError.", Check(int, ge=0), metavar="N")
+    restart_backoff_s: float = option(1.0, "Seconds to wait before a learner's first restart, doubled at each "
+                                           "further restart of the same learner.", Check(float, ge=0),
+                                      metavar="SECONDS")
+    heartbeat_timeout_s: float = option(120.0, "A learner process silent (no heartbeat) for this long is reported "
+                                               "as hung, killed and restarted.", SECONDS, metavar="SECONDS")
+
+
+@dataclass(kw_only=True)
+class RayOptions(OptionGroup):
+    """Where the async runner's learners run: local processes, or Ray actors on a cluster (docs/distributed.md)."""
+
+    TABLE = "ray"
+    TITLE = "Backend and Ray options"
+
+    backend: str = option(
+        "shm", "Where the async runner's learners run (docs/distributed.md): \"shm\", one local process each on "
+               "shared memory; \"ray\", one Ray actor each on a Ray cluster (`pip install \"pzasync[ray]\"`). "
+               "Learners on the actor's node still use shared memory; those on other nodes get transitions in "
+               "chunks and publish policies through Ray's object store.", Check(str, choices=BACKENDS))
+    ray_address: str | None = option(
+        None, "backend=\"ray\": the cluster to join (\"auto\", \"ray://host:10001\", \"host:6379\"). None starts a "
+              "local Ray instance for the run (and shuts it down after).",
+        Check(str, optional=True, test=bool,
+              why="a Ray cluster address such as 'auto' or 'ray://head:10001', or None"), metavar="ADDRESS")
+    ray_learner_cpus: float = option(1.0, "backend=\"ray\": CPUs each learner actor asks for.",
+                                     Check(float, ge=0, what="a number of CPUs"), metavar="N")
+    ray_learner_gpus: float | None = option(
+        None, "backend=\"ray\": GPUs each learner actor asks for. None: 1 for learners on a \"cuda\" device, 0 "
+              "otherwise.", Check(float, ge=0, optional=True, what="a number of GPUs"), metavar="N")
+    ray_learner_resources: dict[str, float] = option(
+        {}, "backend=\"ray\": custom Ray resources each learner actor asks for, e.g. {\"learner_node\": 1} to place "
+            "learners on the nodes started with `ray start --resources='{\"learner_node\": 4}'`.", RESOURCES,
+        metavar="NAME=AMOUNT", multiple=True, parse=key_values("--ray-learner-resources", "NAME=AMOUNT"))
+    ray_transport: str = option(
+        "auto", "backend=\"ray\": \"auto\" (shared memory for learners on the actor's node, chunks through the "
+                "object store for the others) or \"object_store\" (chunks for every learner: what crossing a node "
+                "costs, on one machine).", Check(str, choices=RAY_TRANSPORTS, why="'auto' or 'object_store'"))
+    ray_actor_resources: dict[str, float] | None = option(
+        None, "backend=\"ray\": run the actor itself (with the monitor and the learner host) as a Ray actor asking "
+              "for these custom resources and `ray_actor_cpus` CPUs, e.g. {\"actor_node\": 1}; {} lets Ray place "
+              "it anywhere. None: the actor runs in the calling process.",
+        Check(dict, optional=True, items=Check(float, ge=0),
+              why="a dict of resource name -> amount >= 0, or None"),
+        metavar="NAME=AMOUNT", multiple=True, parse=key_values("--ray-actor-resources", "NAME=AMOUNT"))
+    ray_actor_cpus: float = option(1.0, "backend=\"ray\" with `ray_actor_resources`: CPUs the actor's Ray actor "
+                                        "asks for.", Check(float, ge=0, what="a number of CPUs"), metavar="N")
+    ray_chunk_rows: int = option(256, "backend=\"ray\", learners on another node: transitions per chunk sent to a "
+                                      "learner.", COUNT, metavar="N")
+    ray_max_chunks_in_flight: int = option(
+        8, "backend=\"ray\", learners on another node: chunks in flight per learner before the actor drops (and "
+           "counts) new chunks instead of waiting.", COUNT, metavar="N")
+
+
+#: The groups, in the order of the TOML file and of --help.
+GROUPS: tuple[type[OptionGroup], ...] = (RunOptions, ActingOptions, LearningOptions, LeagueOptions,
+                                         EvaluationOptions, ReliabilityOptions, RayOptions)
