@@ -39,8 +39,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from pzasync.bench.settings import (BARE_CONFIGS, CONFIGS, RUNNER_CONFIGS, SAME_ALGORITHM, SCORES,  # noqa: F401
-                                    BenchSettings)
+from pzasync.bench.settings import BARE_CONFIGS, CONFIGS, SAME_ALGORITHM, BenchSettings
 from pzasync.core.spaces import env_action_converter
 from pzasync.errors import ConfigError, PzasyncError, report_unclean_exit
 

@@ -213,11 +213,14 @@ def _train(env_id: str, *, config_file: str | None, print_config: bool, learner:
                              "memory; drop it with --runner sequential or --backend ray")
     config.validate()
     if print_config:
+        decided_here = {} if "progress" in {**file_options, **flags} else {"progress": "on in a terminal"}
         click.echo(config.to_toml(f"pzasync train {env.name}: every run option, resolved (read it back with "
-                                  f"--config FILE).\nTOML has no null: \"none\" stands for None."), nl=False)
+                                  f"--config FILE).\nTOML has no null: \"none\" stands for None.", decided_here),
+                   nl=False)
         return
     cls = AsyncRunner if runner == "async" else SequentialRunner
-    check_out_dir(config.out_dir)
+    if config.out_dir is not None:
+        check_out_dir(config.out_dir)
     run = cls(env, learners, config)
     league_config, trainee_weights = config.league, config.league_trainee_weights
     console.print(f"training {env.name} with the {runner} runner: " + ", ".join(

@@ -179,8 +179,8 @@ class LearningOptions(OptionGroup):
                                 "overrides in `devices`.", Check(str), metavar="DEVICE", validator=_device("*"))
     devices: dict[str, str] = option({}, "Per-agent (or group) learner devices, overriding `device`.",
                                      Check(dict, items=Check(str), why="a dict of agent -> device"),
-                                     metavar="AGENT=DEVICE", multiple=True, parse=key_values("--devices"),
-                                     validator=_devices)
+                                     metavar="AGENT=DEVICE", multiple=True,
+                                     parse=key_values("--devices", "AGENT=DEVICE"), validator=_devices)
     torch_threads: int | None = option(None, "Torch threads per process. None picks max(1, cores // processes).",
                                        Check(int, ge=1, optional=True), metavar="N")
     learner_processes: int | None = option(

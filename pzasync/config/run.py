@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
 
 from pzasync.config.toml import dumps, values
 from pzasync.config.groups import (AUTO, GROUPS, ActingOptions, EvaluationOptions, LeagueOptions, LearningOptions,
@@ -63,10 +63,11 @@ class RunConfig(RunOptions, ActingOptions, LearningOptions, LeagueOptions, Evalu
             raise ConfigError(f"unknown run option(s) {unknown}; known options: {sorted(known)}")
         return cls(**values).validate()
 
-    def to_toml(self, header: str = "") -> str:
+    def to_toml(self, header: str = "", unset: Mapping[str, str] | None = None) -> str:
         """Every option as TOML, one table per group (`pzasync train --print-config`); `header` becomes the
-        opening comment. `from_toml` reads it back to an equal RunConfig."""
-        return dumps(self, GROUPS, header)
+        opening comment. `from_toml` reads it back to an equal RunConfig. The options of `unset` are written
+        commented out, with the reason, so that reading the file leaves them to whoever reads it."""
+        return dumps(self, GROUPS, header, unset)
 
     @classmethod
     def toml_values(cls, text: str, source: str = "config file") -> dict[str, Any]:

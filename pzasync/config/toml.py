@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import re
 import textwrap
-from typing import Any, Iterable
+from typing import Any, Iterable, Mapping
 
 from pzasync.config.declare import NONE, OptionGroup, check_value, declared, summary
 from pzasync.errors import ConfigError
@@ -48,14 +48,18 @@ def value_text(value: Any) -> str:
     return _string(str(value))  # a path
 
 
-def dumps(obj: Any, groups: Iterable[type[OptionGroup]], header: str = "") -> str:
-    """Every option of `obj` in its group's table, each under its doc's first sentence as a comment."""
+def dumps(obj: Any, groups: Iterable[type[OptionGroup]], header: str = "",
+          unset: Mapping[str, str] | None = None) -> str:
+    """Every option of `obj` in its group's table, each under its doc's first sentence as a comment; those
+    named in `unset` commented out, followed by the reason."""
+    unset = unset or {}
     lines = [f"# {line}" for line in header.splitlines()]
     for group in groups:
         lines += ["", f"[{group.TABLE}]"]
         for f, spec in declared(group):
             lines += ["# " + line for line in textwrap.wrap(summary(spec.doc), 108)]
-            lines.append(f"{f.name} = {value_text(getattr(obj, f.name))}")
+            line = f"{f.name} = {value_text(getattr(obj, f.name))}"
+            lines.append(f"# {line}  ({unset[f.name]})" if f.name in unset else line)
     return "\n".join(lines).lstrip("\n") + "\n"
 
 
