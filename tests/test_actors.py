@@ -160,7 +160,7 @@ def slow_connect_four():
 def test_auto_options_share_out_the_cores_learners_first(monkeypatch):
     """actors="auto": the cores the learner hosts and the evaluator leave; env_workers="auto": what is still
     left, only for an env slow enough; 1 actor where several cannot run; every choice says why."""
-    from pzasync import plan as plan_module
+    from pzasync.runtime import plan as plan_module
     from pzasync.runtime.plan import RunPlan
 
     monkeypatch.setattr(plan_module, "usable_cores", lambda: 8)
@@ -199,7 +199,7 @@ def test_bad_auto_options_are_named(options, message):
 
 @pytest.mark.timeout(180)
 def test_an_auto_actor_count_runs_that_many_actors(monkeypatch, tmp_path):
-    from pzasync import plan as plan_module
+    from pzasync.runtime import plan as plan_module
 
     monkeypatch.setattr(plan_module, "usable_cores", lambda: 3)  # one learner host: 2 cores for actors
     run = AsyncRunner(C4, {"player_0": ("dqn", {"learning_starts": 100}), "player_1": "random"},

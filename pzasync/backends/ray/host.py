@@ -67,7 +67,7 @@ def init_ray(ray: Any, config: Any, learners: int) -> bool:
     if config.ray_address is not None:
         ray.init(address=config.ray_address, log_to_driver=False)
     else:
-        from pzasync.runtime.plan import usable_cores
+        from pzasync.runtime.autotune import usable_cores
 
         ray.init(num_cpus=max(usable_cores(), learners + 1), include_dashboard=False, log_to_driver=False)
     return True
