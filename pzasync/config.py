@@ -12,7 +12,7 @@ from pzasync.specs import parse_mix
 from pzasync.transport.slots import MODES
 
 #: The value of `envs_per_actor`, `env_workers` and `actors` that asks the plan to pick from the core count
-#: (plan.resolve_auto).
+#: (autotune.autotune).
 AUTO = "auto"
 #: RunConfig(envs_per_actor="auto"), and the self-play recipes (pzasync.recipes): the copies chosen by measurement
 #: (docs/benchmarks.md, "Why 8 copies"). Env copies amortise forwards on one core, so their number does not
@@ -70,14 +70,14 @@ class RunConfig:
     envs_per_actor: int | str = 1
     #: Worker processes that step the env copies (0: the actor steps them itself). For envs whose step
     #: dominates: the workers step while the actor runs inference; at most `envs_per_actor`. "auto": the
-    #: cores left over, for an env whose step is slow enough to pay (plan.resolve_auto).
+    #: cores left over, for an env whose step is slow enough to pay (autotune.autotune).
     env_workers: int | str = 0
     #: Actor processes (docs/running.md, Several actors): the async runner runs this one actor in the calling
     #: process and actors - 1 more in spawned processes, each with its own `envs_per_actor` env copies
     #: (actor a's copy k gets seed + a * envs_per_actor + k) and its own buffer shard per learning unit, so no
     #: buffer has two writers; learners read all shards. The sequential runner steps the same
     #: actors * envs_per_actor copies in one actor. Not with a league or backend="ray". "auto": one per
-    #: usable core not taken by learner hosts or the evaluator (plan.resolve_auto).
+    #: usable core not taken by learner hosts or the evaluator (autotune.autotune).
     actors: int | str = 1
     #: Torch device of the actor's policy copies ("cpu" or "cuda[:i]"): where its batched forwards run.
     actor_device: str = "cpu"
