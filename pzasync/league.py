@@ -36,6 +36,8 @@ from typing import Any
 import numpy as np
 
 from pzasync.specs import LATEST, SNAPSHOT, parse_mix, scripted_spec
+from pzasync.learners import resolve_learner, vector_to_policy
+from pzasync.runtime.rundir import pyplot
 
 # ------------------------------------------------------------------------------------------ ratings
 @dataclass
@@ -265,8 +267,6 @@ class League:
     def _snapshot_module(self, seat: str, snapshot: Snapshot) -> Any:
         module = self._snapshot_modules.get(snapshot.name)
         if module is None:
-            from pzasync.learners import vector_to_policy
-
             module = self.plan.agents[seat].build_policy(self.plan.config.seed + 77)  # any seat of its unit fits
             vector_to_policy(snapshot.vector, module)
             self._snapshot_modules[snapshot.name] = module
@@ -276,8 +276,6 @@ class League:
     def _scripted_policy(self, seat: str, kind: str) -> Any:
         key = (seat, kind)
         if key not in self._scripted:
-            from pzasync.learners import resolve_learner
-
             cls, options = resolve_learner(scripted_spec(kind), seat)
             options = cls.validate_config(seat, options)
             policy = cls.build_policy(self.acting[seat].layout, options)
@@ -343,7 +341,6 @@ class League:
 
 def plot_league(run_dir: Any, summary: dict[str, Any]) -> str | None:
     """Ratings with 95% intervals (± 2 RD): each snapshot by the version it froze, learners and players apart."""
-    from pzasync.runtime.rundir import pyplot
 
     ratings = summary.get("ratings", {})
     plt = pyplot()

@@ -28,6 +28,7 @@ from pzasync.core.environments import EnvSpec
 from pzasync.errors import PzasyncError
 from pzasync.runtime.hosts import InlineHost, LearnerHost, ProcessHost
 from pzasync.runtime.learner_loop import LearnerSetup
+from pzasync.runtime.autotune import Placement
 from pzasync.runtime.plan import AgentPlan, RunPlan
 from pzasync.runtime.monitor import RunMonitor
 from pzasync.runtime.results import AgentResult, RunResult, process_usage
@@ -69,13 +70,15 @@ class _Runner:
 
     #: RunResult.runner.
     kind = "?"
+    #: Where this runner puts the run's actors and learners, as planning and auto-tuning count them.
+    placement = Placement()
 
     def __init__(self, env: Any, learners: Any, config: RunConfig | None = None) -> None:
         self.env = env
         self.learners = learners
         self.config = (config or RunConfig()).validate()
-        self.plan = RunPlan(env, learners, self.config, one_actor=self.kind == "sequential")
-        self.config = self.plan.config  # with any "auto" option resolved (plan.resolve_auto)
+        self.plan = RunPlan(env, learners, self.config, placement=self.placement)
+        self.config = self.plan.config  # with any "auto" option resolved (autotune.autotune)
         self.resume_dir: RunDirectory | None = None
         self._resumed_steps: dict[str, int] = {}
         self._resumed_updates: dict[str, int] = {}
@@ -386,6 +389,8 @@ class SequentialRunner(_Runner):
     """The baseline: the same actor and learners in one process, updates interleaved with env steps."""
 
     kind = "sequential"
+    #: One process: the same actors x envs_per_actor env copies in one actor, its learners inline.
+    placement = Placement(actor_processes=1, inline_learners=True, by="the sequential runner")
 
     def _host_class(self) -> type[LearnerHost]:
         return InlineHost

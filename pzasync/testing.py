@@ -16,6 +16,8 @@ from pzasync.core.collect import rollout
 from pzasync.core.environments import EnvSpec
 from pzasync.evaluation.evaluate import random_actor
 from pzasync.core.spaces import env_layouts, probe_info_masks
+from pzasync.config import RunConfig
+from pzasync.runners import AsyncRunner, SequentialRunner
 
 
 def _describe_in_child(spec: EnvSpec, queue: Any) -> None:
@@ -63,8 +65,6 @@ def check_env(env: Any, agent_steps: int = 2000, seed: int = 0, spawn: bool = Tr
 
 def check_learner(learner: Any, env: Any, agent_steps: int = 1500, seed: int = 0) -> dict[str, Any]:
     """Train `learner` (for every agent) briefly in both runners and check that it updates and publishes."""
-    from pzasync.config import RunConfig
-    from pzasync.runners import AsyncRunner, SequentialRunner
 
     results = {}
     for runner in (SequentialRunner, AsyncRunner):

@@ -15,7 +15,7 @@ from pzasync.transport.buffer import OBS_STORAGE
 from pzasync.transport.slots import MODES
 
 #: The value of `envs_per_actor`, `env_workers` and `actors` that asks the plan to pick from the core count
-#: (plan.resolve_auto).
+#: (autotune.autotune).
 AUTO = "auto"
 #: RunConfig(envs_per_actor="auto"), and the self-play recipes (pzasync.recipes): the copies chosen by measurement
 #: (docs/benchmarks.md, "Why 8 copies"). Env copies amortise forwards on one core, so their number does not
@@ -117,7 +117,7 @@ class ActingOptions(OptionGroup):
     env_workers: int | str = option(
         0, "Worker processes that step the env copies (0: the actor steps them itself). For envs whose step "
            "dominates: the workers step while the actor runs inference; at most `envs_per_actor`. \"auto\": the "
-           "cores left over, for an env whose step is slow enough to pay (plan.resolve_auto).",
+           "cores left over, for an env whose step is slow enough to pay (autotune.autotune).",
         Check(int, ge=0, also=(AUTO,),
               why="an integer >= 0 (0: the actor steps its env copies itself) or 'auto'"), metavar="N|auto")
     actors: int | str = option(
@@ -126,7 +126,7 @@ class ActingOptions(OptionGroup):
            "copies (actor a's copy k gets seed + a * envs_per_actor + k) and its own buffer shard per learning "
            "unit, so no buffer has two writers; learners read all shards. The sequential runner steps the same "
            "actors * envs_per_actor copies in one actor. Not with a league or backend=\"ray\". \"auto\": one per "
-           "usable core not taken by learner hosts or the evaluator (plan.resolve_auto).",
+           "usable core not taken by learner hosts or the evaluator (autotune.autotune).",
         Check(int, ge=1, also=(AUTO,)), metavar="N|auto")
     actor_device: str = option("cpu", "Torch device of the actor's policy copies (\"cpu\" or \"cuda[:N]\"): where "
                                       "its batched forwards run.",

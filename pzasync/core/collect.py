@@ -16,6 +16,7 @@ from pzasync.errors import ConfigError, UnsupportedSpaceError
 from pzasync.core.spaces import AgentLayout, leaf_value
 from pzasync.core.stepper import EpisodeStepper
 from pzasync.core.transitions import EpisodeSummary, LayoutBook, Transition
+from pzasync.core.environments import make_env
 
 #: policy(agent, obs, mask) -> (action, extras stored with the transition)
 ActFn = Callable[[str, Any, "np.ndarray | None"], "tuple[Any, dict]"]
@@ -124,7 +125,6 @@ def rollout(
     and action_mask / next_action_mask where the env has masks. Nested observations come back as a dict of
     arrays keyed by leaf name. Pass a list as `episodes` to receive each episode's summary.
     """
-    from pzasync.core.environments import make_env
 
     env = make_env(env)
     book = LayoutBook(env)

@@ -23,10 +23,12 @@ from pzasync.core.collect import run_episodes
 from pzasync.core.environments import EnvSpec
 from pzasync.errors import ConfigError
 from pzasync.core.groups import resolve_groups
-from pzasync.core.spaces import env_action_converter
+from pzasync.core.spaces import env_action_converter, AgentLayout, env_layouts, probe_info_masks
 from pzasync.specs import parse_learner_spec
-from pzasync.core.spaces import AgentLayout, env_layouts, probe_info_masks
 from pzasync.core.transitions import EpisodeSummary, LayoutBook
+from pzasync.learners import resolve_learner
+from pzasync.learners.players import load_checkpoint_policy
+from pzasync.runtime.rundir import RunDirectory
 
 ActFn = Callable[[str, Any, "np.ndarray | None"], Any]
 
@@ -132,9 +134,6 @@ def play(env_spec: Any, actors: dict[str, ActFn], episodes: int, seed: int,
 
 def load_run_policies(run_dir: str | Path) -> dict[str, tuple[Any, AgentLayout]]:
     """Greedy policies of every agent with a checkpoint (its own, or its agent group's) in a run directory."""
-    from pzasync.core.environments import EnvSpec
-    from pzasync.learners.players import load_checkpoint_policy
-    from pzasync.runtime.rundir import RunDirectory
 
     rd = RunDirectory(run_dir, create=False)
     info = rd.read_json("run.json")
@@ -169,7 +168,6 @@ def player_name(spec: Any) -> str:
 def resolve_player(spec: Any, agent: str, layout: AgentLayout) -> tuple[type, dict[str, Any]]:
     """A never-learning player spec (text as on the command line, or a learner spec) -> (class, options),
     checked against the agent's spaces; a learner that trains is refused."""
-    from pzasync.learners import resolve_learner
 
     if isinstance(spec, str):
 
@@ -246,8 +244,6 @@ def untrained_baseline(env_spec: Any, learners: Any, opponents: Any, episodes: i
     learns are left out, as they have no checkpoint to compare with.
     """
     import torch
-
-    from pzasync.learners import resolve_learner
 
     spec = EnvSpec.of(env_spec) if not isinstance(env_spec, EnvSpec) else env_spec
     probe = spec.make()

@@ -27,6 +27,9 @@ from typing import Any
 from pzasync.errors import report_unclean_exit
 from pzasync.runtime.stop_signals import ignore_stop_signals, shielded
 from pzasync.logs import logger
+from pzasync.evaluation.evaluate import evaluate_against, load_run_policies
+from pzasync.learners import resolve_learner, vector_to_policy
+from pzasync.runtime.rundir import draw_returns, pyplot
 
 
 @dataclass
@@ -60,9 +63,6 @@ def evaluator_main(setup: EvaluatorSetup, rows: Any, stop: Any) -> None:
         pass
     import numpy as np
     import torch
-
-    from pzasync.evaluation.evaluate import evaluate_against, load_run_policies
-    from pzasync.learners import resolve_learner, vector_to_policy
 
     torch.set_num_threads(1)
     try:
@@ -188,8 +188,6 @@ def plot_evaluations(run_dir: Any, rows: list[dict[str, Any]], title: str) -> st
     """eval.png: yardstick score with 95% intervals against wall-clock seconds and agent steps, per agent;
     a secondary panel with the training episode returns (mirrored in self-play, so not a learning curve)."""
     import numpy as np
-
-    from pzasync.runtime.rundir import draw_returns, pyplot
 
     plt = pyplot()
     if not rows or plt is None:

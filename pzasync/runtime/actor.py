@@ -26,6 +26,7 @@ from pzasync.transport.protocols import PolicySource, RunControl, TransitionWrit
 from pzasync.runtime.copies import EnvCopies, EnvCopiesFactory, LocalEnvs, copies_for
 from pzasync.core.stepper import PendingDecision
 from pzasync.core.transitions import EpisodeSummary, Transition
+from pzasync.learners import vector_to_policy
 
 
 @dataclass
@@ -86,8 +87,6 @@ class Actor:
         actor_index: int = 0,
         stores_track: bool | None = None,
     ) -> None:
-        from pzasync.learners import vector_to_policy
-
         #: What the env copies are made from (copies/protocol.py); env instances are stepped here.
         self.factory: EnvCopiesFactory = copies if hasattr(copies, "open") else LocalEnvs(copies, env_name)
         self.n_copies = self.factory.copies

@@ -29,6 +29,8 @@ from pzasync.errors import EnvCrashedError, PzasyncError, error_type_path, remot
 from pzasync.transport.shm import unlink_run
 from pzasync.runtime.stop_signals import ignore_stop_signals, shielded
 from pzasync.logs import logger
+from pzasync.runtime.actor import acting_agents, build_actor
+from pzasync.runtime.results import process_usage
 
 
 def split_budget(agent_steps: int | None, actors: int) -> list[int | None]:
@@ -85,8 +87,6 @@ def actor_process_main(setup: ActorSetup, conn: Any) -> None:
     """Body of actor process `setup.index`: build, wait for the runner's go (a word of the run's counters), act
     until its budget or the run's stop flag, then report."""
     ignore_stop_signals()  # SIGTERM and Ctrl-C are the runner's; it stops us with the stop flag
-    from pzasync.runtime.actor import acting_agents, build_actor
-    from pzasync.runtime.results import process_usage
 
     import torch
 

@@ -25,6 +25,9 @@ from pzasync.errors import LearnerCrashedError, error_type_path
 from pzasync.transport.shm import run_id_of, unlink_run
 from pzasync.runtime.stop_signals import ignore_stop_signals
 from pzasync.transport.protocols import PolicyPublisher, RunControl, TransitionSource
+from pzasync.learners import LearnerContext, resolve_learner, policy_to_vector, vector_to_policy
+from pzasync.learners.players import save_checkpoint
+from pzasync.runtime.results import process_usage
 
 
 @dataclass(frozen=True)
@@ -97,8 +100,6 @@ class LearnerSetup:
 
 
 def build_learner(setup: LearnerSetup) -> Any:
-    from pzasync.learners import LearnerContext, resolve_learner
-
     cls, _ = resolve_learner(setup.learner_path, setup.agent)
     learner = cls(LearnerContext(setup.agent, setup.layout, setup.config, setup.device, setup.seed,
                                      members=list(setup.members), tracks=setup.tracks))
@@ -129,8 +130,6 @@ class LearnerDriver:
     """Feeds one learner from its buffer and publishes its policy; call `try_update` repeatedly."""
 
     def __init__(self, setup: LearnerSetup, learner: Any) -> None:
-        from pzasync.learners import policy_to_vector
-
         self.setup = setup
         self.learner = learner
         self.on_policy = bool(learner.on_policy)
@@ -140,8 +139,6 @@ class LearnerDriver:
         self.updates = setup.stats.get(setup.agent, S.UPDATES)
         self.last_metrics: dict[str, float] = {}
         self.lags: deque[float] = deque(maxlen=20_000)
-        from pzasync.runtime.results import process_usage
-
         self._cpu_at_start = process_usage()[0]  # the report counts CPU from here: imports and start-up excluded
         self._pending: list[dict[str, np.ndarray]] = []
         self._pending_rows = 0
@@ -152,8 +149,6 @@ class LearnerDriver:
 
     def load_published(self) -> None:
         """Adopt the policy the slot holds (what the actor is acting with)."""
-        from pzasync.learners import vector_to_policy
-
         if self.setup.slot.read(self._vector):
             vector_to_policy(self._vector, self.learner.policy)
 
@@ -207,8 +202,6 @@ class LearnerDriver:
         return float(values.mean()), float(np.percentile(values, 95))
 
     def report(self) -> dict[str, Any]:
-        from pzasync.runtime.results import process_usage
-
         mean, p95 = self.lag_summary()
         cpu, rss = process_usage()
         return {"updates": self.updates, "metrics": self.last_metrics, "lag_mean": mean, "lag_p95": p95,
@@ -216,8 +209,6 @@ class LearnerDriver:
                 "pid": os.getpid()}
 
     def save_checkpoint(self, path: str) -> None:
-        from pzasync.learners.players import save_checkpoint
-
         tmp = f"{path}.tmp"
         save_checkpoint(tmp, self.learner)
         os.replace(tmp, path)

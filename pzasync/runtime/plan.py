@@ -1,8 +1,11 @@
-"""Everything a run needs, checked before any process starts (docs/reliability.md, invariant 7) and then allocated.
+"""What a run is, checked before any process starts (docs/reliability.md, invariant 7).
 
-`RunPlan` resolves the env spec, each agent's learner and options, the storage layouts and the shared-memory
-budget, raising a `UserInputError` that names the agent, space or option at fault. `allocate` then creates the
-buffers and slots and the run's counters; `release` closes and unlinks all of them.
+`RunPlan` resolves the env spec, each agent's learner and options, the learner units and agent groups, the
+storage layouts and the per-unit sizes (buffer capacity, policy size, tracks), raising a `UserInputError`
+that names the agent, space or option at fault. Two steps it takes are modules of their own: turning "auto"
+options into numbers (autotune.py) and the shared memory, its budget checked here and created by `allocate`
+(allocation.py). What a runner fixes about its processes comes in as a `Placement`, so the plan never needs
+to know which runner it serves.
 
 A *learner unit* owns one learner, buffer and slot: an agent on its own, or an agent group
 (`RunConfig.agent_groups`, parameter sharing) whose members all act with copies of its one policy.
@@ -14,19 +17,20 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
-from pzasync.transport.buffer import SharedRingBuffer
-from pzasync.transport.shards import ShardedBuffer
 from pzasync.config import RunConfig
 from pzasync.core.environments import EnvSpec
-from pzasync.errors import ConfigError, UserInputError
 from pzasync.core.groups import resolve_groups
-from pzasync.specs import LATEST, SNAPSHOT, parse_mix, scripted_spec
-from pzasync.learners import Learner, LearnerContext, Policy, policy_size, resolve_learner
-from pzasync.transport.obs_slots import ObservationSlots
-from pzasync.transport.shm import check_fits, new_run_id
-from pzasync.transport.slots import PolicySlot
 from pzasync.core.spaces import AgentLayout, env_layouts, probe_info_masks
-from pzasync.transport.stats import NOT_LEARNING, STATUS, RunStats
+from pzasync.errors import ConfigError, UserInputError
+from pzasync.learners import Learner, LearnerContext, Policy, policy_size, resolve_learner
+from pzasync.runtime import allocation
+from pzasync.runtime.autotune import Placement, autotune, env_step_seconds, usable_cores
+from pzasync.specs import LATEST, SNAPSHOT, parse_mix, scripted_spec
+from pzasync.transport.buffer import SharedRingBuffer
+from pzasync.transport.shards import ShardedBuffer
+from pzasync.transport.shm import new_run_id
+from pzasync.transport.slots import PolicySlot
+from pzasync.transport.stats import RunStats
 
 
 @dataclass
@@ -87,83 +91,6 @@ class AgentPlan:
         return policy
 
 
-def usable_cores() -> int:
-    """Cores this process may run on (its affinity mask, e.g. under `pzasync bench --cores` or taskset)."""
-    if hasattr(os, "sched_getaffinity"):
-        return len(os.sched_getaffinity(0))
-    return os.cpu_count() or 1
-
-
-#: RunConfig(env_workers="auto") gives every spare core to an env whose step takes at least this long (timed
-#: on a probe copy): pistonball through SuperSuit (0.8 ms) is env-dominated (docs/benchmarks.md, "Vectorised
-#: acting").
-AUTO_WORKER_MIN_STEP_S = 0.5e-3
-#: A cheaper env gets one worker from this many copies on: on connect_four (0.05 ms a step) one worker beat
-#: stepping the copies in the actor at 16 and 64 copies and lost at 4 and 8, where the halves the worker
-#: steps while the actor runs inference are too small to hide the pipe.
-AUTO_WORKER_MIN_COPIES = 16
-
-
-def resolve_auto(config: RunConfig, plan: RunPlan, *, one_actor: bool) -> RunConfig:
-    """`config` with every "auto" among `actors`, `envs_per_actor` and `env_workers` replaced by a number
-    from the usable cores; `plan.auto` records each choice with its reason (printed by `pzasync train`).
-
-    Cores go first to the learner hosts (RunPlan.learner_hosts) and the evaluator (when `eval_vs` is set),
-    then one to each actor, then to env workers:
-
-    - `actors`: one per core left (at least 1). 1 where several actors cannot run: the sequential runner,
-      a league, or backend="ray".
-    - `envs_per_actor`: AUTO_ENVS_PER_ACTOR.
-    - `env_workers`: the cores still left (at most one per copy), if the env's step takes at least
-      AUTO_WORKER_MIN_STEP_S; else one, from AUTO_WORKER_MIN_COPIES copies on; else 0.
-    """
-    from dataclasses import replace
-
-    from pzasync.config import AUTO, AUTO_ENVS_PER_ACTOR
-
-    if AUTO not in (config.actors, config.envs_per_actor, config.env_workers):
-        return config
-    cores = usable_cores()
-    # Ray: one actor per learning unit (on this node or another; counted here).
-    learner_cores = (0 if one_actor else len(plan.learning) if config.backend != "shm"
-                     else len(plan.learner_hosts()))
-    evaluator = 1 if config.eval_vs else 0
-    left = cores - learner_cores - evaluator
-    taken = f"{cores} usable cores, {learner_cores} for learner hosts" + (", 1 for the evaluator" if evaluator else "")
-    changes: dict[str, int] = {}
-    if config.envs_per_actor == AUTO:
-        changes["envs_per_actor"] = AUTO_ENVS_PER_ACTOR
-        plan.auto["envs_per_actor"] = f"{AUTO_ENVS_PER_ACTOR} (pzasync train's measured choice)"
-    copies = changes.get("envs_per_actor", config.envs_per_actor)
-    actors = config.actors
-    if actors == AUTO:
-        why_one = ("the sequential runner" if one_actor else "a league" if config.league
-                   else f"backend={config.backend!r}" if config.backend != "shm" else None)
-        actors = 1 if why_one else max(1, left)
-        plan.auto["actors"] = f"{actors} (1 with {why_one})" if why_one else f"{actors} ({taken})"
-        changes["actors"] = actors
-    if config.env_workers == AUTO:
-        acting = 1 if one_actor else actors
-        spare = left - acting
-        workers = 0
-        if spare < 1:
-            why = f"no core left ({taken}, {acting} for the actor{'s' if acting > 1 else ''})"
-        else:
-            step_s = plan.env_step_seconds()
-            took = f"an env step takes {step_s * 1e3:.2f} ms"
-            if step_s >= AUTO_WORKER_MIN_STEP_S:
-                workers, why = min(copies, spare), f"{took}, {spare} cores left"
-            elif copies >= AUTO_WORKER_MIN_COPIES:
-                workers, why = 1, (f"{took}, under {AUTO_WORKER_MIN_STEP_S * 1e3:g} ms: one worker for "
-                                   f"{copies} copies")
-            else:
-                why = (f"{took}, under {AUTO_WORKER_MIN_STEP_S * 1e3:g} ms, and {copies} copies: workers would "
-                       f"not pay below {AUTO_WORKER_MIN_COPIES}")
-        plan.auto["env_workers"] = f"{workers} ({why})"
-        changes["env_workers"] = workers
-    return replace(config, **changes).validate()
-
-
 def _learner_specs(learners: Any, agents: list[str], groups: dict[str, list[str]]) -> dict[str, Any]:
     """Learner spec per agent; a group's members take the spec given under the group's name (or the default)."""
     group_of = {a: g for g, members in groups.items() for a in members}
@@ -189,11 +116,14 @@ def _learner_specs(learners: Any, agents: list[str], groups: dict[str, list[str]
 
 class RunPlan:
     """A validated description of one run; `allocate` turns it into shared memory. Building one has no side
-    effects beyond probing the env: removing other runs' stale segments is the runner's separate step
-    (`shm.remove_stale_segments`)."""
+    effects beyond probing the env (and, for env_workers="auto", timing it): removing other runs' stale
+    segments is the runner's separate step (`shm.remove_stale_segments`).
+
+    `placement` is what the runner fixes about the run's processes (autotune.Placement): by default one
+    actor process per `RunConfig.actors` and learners in processes of their own."""
 
     def __init__(self, env: Any, learners: Any, config: RunConfig | None = None, *, run_id: str | None = None,
-                 one_actor: bool = False):
+                 placement: Placement = Placement()) -> None:
         self.config = (config or RunConfig()).validate()
         self.env_spec = EnvSpec.of(env)
         probe = self.env_spec.make()
@@ -228,29 +158,30 @@ class RunPlan:
             self.units[group] = self._group_unit(group, members)
         self._check_devices()
         self._check_backend()
-        #: The learner units that learn: one learner process (async) or driver (sequential) each.
+        #: The learner units that learn: one learner each (in a learner host, a Ray actor, or inline).
         self.learning = [p for p in self.units.values() if p.learns]
+        tuning = autotune(self.config, learner_cores=self._learner_cores(placement), cores=usable_cores(),
+                          placement=placement, step_seconds=lambda: env_step_seconds(
+                              self.env_spec, layouts, self.config.seed))
         #: What the "auto" options (RunConfig.actors, envs_per_actor, env_workers) became, and why.
-        self.auto: dict[str, str] = {}
-        self.config = resolve_auto(self.config, self, one_actor=one_actor)
-        #: Actor processes (RunConfig.actors) and env copies each. `one_actor` (the sequential runner) keeps
-        #: the same env copies in one actor: actors x envs_per_actor of them.
-        self.actors = 1 if one_actor else self.config.actors
-        self.envs_per_actor = self.config.envs_per_actor * (self.config.actors if one_actor else 1)
+        self.auto: dict[str, str] = tuning.choices
+        self.config = tuning.config
+        #: Actor processes and env copies each: one process per RunConfig.actors with envs_per_actor copies,
+        #: unless the runner placed the same actors x envs_per_actor copies in fewer (Placement.actor_processes).
+        self.actors = placement.actor_processes or self.config.actors
+        if self.config.actors % self.actors:
+            raise ConfigError(f"option actors={self.config.actors}: the env copies of {self.config.actors} actors "
+                              f"cannot be shared evenly by {self.actors} actor processes")
+        self.envs_per_actor = self.config.envs_per_actor * self.config.actors // self.actors
         self._check_league()
         self._check_yardstick()
         #: Bytes of shared memory actually created by `allocate` (0 before).
         self.shm_in_use = 0
         #: Bytes of the actors' observation slots (transport/obs_slots.py), which each actor creates with env workers.
-        self.env_obs_bytes = self.actors * ObservationSlots.nbytes(
-            {a: p.layout for a, p in self.agents.items()}, self.envs_per_actor) if self.config.env_workers else 0
-        self.shm_bytes = sum(self._buffer_bytes(p) + 2 * 4 * p.policy_floats + 4096
-                             for p in self.learning) + self.env_obs_bytes
-        largest = max(self.learning, default=None, key=self._buffer_bytes)
-        check_fits(f"the run's buffers and slots ({len(self.learning)} learners"
-                   + (f"; env workers' observation slots {self.env_obs_bytes:,} bytes" if self.env_obs_bytes else "")
-                   + (f"; the largest, for {largest.agent!r}, holds {largest.capacity:,} transitions"
-                      if largest is not None else "") + ")", self.shm_bytes)
+        self.env_obs_bytes = allocation.env_obs_bytes(self)
+        #: Bytes of shared memory the run will take, checked against free /dev/shm.
+        self.shm_bytes = allocation.shm_bytes(self)
+        allocation.check_budget(self)
         self.stats: RunStats | None = None
 
     def _group_unit(self, group: str, members: list[str]) -> AgentPlan:
@@ -362,24 +293,9 @@ class RunPlan:
         """Trajectories interleaved in the unit's buffer: one per env copy and group member."""
         return self.envs_per_actor * max(1, len(self.units[unit].members))
 
-    def _buffer_extras(self, unit: AgentPlan) -> dict[str, str]:
-        """The unit's buffer columns beyond the transition: its learner's extras, `member` in a group, and
-        `track` when several env copies (of one actor or of several) write into it."""
-        extras = dict(unit.learner_cls.extras)
-        if unit.members:
-            extras["member"] = "int16"
-        if self.envs_per_actor * self.actors > 1:
-            extras["track"] = "int32"
-        return extras
-
     def shard_capacity(self, unit: AgentPlan) -> int:
         """Rows of each of the unit's buffer shards: its capacity split over the actors."""
-        return max(2, -(-unit.capacity // self.actors))
-
-    def _buffer_bytes(self, unit: AgentPlan) -> int:
-        return self.actors * SharedRingBuffer.nbytes_for(
-            unit.layout, self.shard_capacity(unit), self._buffer_extras(unit), obs_storage=self.config.obs_storage,
-            tracks=self.tracks(unit.agent))
+        return allocation.shard_capacity(self, unit)
 
     def learner_hosts(self) -> list[list[str]]:
         """The learning units of each learner host process (RunConfig.learner_processes, by default one per
@@ -389,93 +305,21 @@ class RunPlan:
         hosts = max(1, min(len(units), wanted))
         return [units[h::hosts] for h in range(hosts)] if units else []
 
-    def env_step_seconds(self, steps: int = 200, budget_s: float = 1.0) -> float:
-        """Mean seconds of one agent step on a fresh copy, random legal actions (for env_workers="auto"): the
-        mean, since a parallel env converted to AEC runs its whole step at one agent's turn of each cycle."""
-        import time
-
-        import numpy as np
-
-        env, times = self.env_spec.make(), []
-        try:
-            env.reset(seed=self.config.seed)
-            rng, start = np.random.default_rng(self.config.seed), time.perf_counter()
-            while len(times) < steps and time.perf_counter() - start < budget_s:
-                if not env.agents:
-                    env.reset()
-                    continue
-                agent = env.agent_selection
-                observation, _, terminated, truncated, info = env.last()
-                if terminated or truncated:
-                    action = None
-                else:
-                    layout = self.agents[agent].layout
-                    _, mask = layout.split(observation, info)
-                    space = layout.action_space
-                    action = (int(rng.choice(np.flatnonzero(mask)) + getattr(space, "start", 0))
-                              if mask is not None and mask.any() else space.sample())
-                tick = time.perf_counter()
-                env.step(action)
-                times.append(time.perf_counter() - tick)
-        finally:
-            env.close()
-        return float(np.mean(times)) if times else 0.0
+    def _learner_cores(self, placement: Placement) -> int:
+        """Cores the learners take of their own: none inline, else one per learner host process (one Ray actor
+        per learning unit with backend="ray", counted wherever it runs)."""
+        if placement.inline_learners:
+            return 0
+        return len(self.learning) if self.config.backend != "shm" else len(self.learner_hosts())
 
     def torch_threads(self, processes: int) -> int:
+        """Torch threads of each of `processes` processes sharing the usable cores (RunConfig.torch_threads)."""
         return self.config.torch_threads or max(1, usable_cores() // max(1, processes))
 
     def allocate(self) -> None:
         """Create every learner unit's buffer and slot and the run's counters (owned by this process)."""
-        try:
-            names = list(self.agents) + [g for g in self.groups]
-            self.stats = RunStats.create(self.run_id, names, self.actors)
-            for unit in self.units.values():
-                if not unit.learns:
-                    self.stats.set(unit.agent, STATUS, NOT_LEARNING)
-                    continue
-                label = f"a{unit.index}" if not unit.members else f"g{unit.index}"
-                extras = self._buffer_extras(unit)
-                shards = self._create_shards(unit, extras, f"buf-{label}")
-                unit.buffer = shards[0] if self.actors == 1 else ShardedBuffer(shards)
-                unit.slot = PolicySlot.create(unit.policy_floats, self.config.publish_mode, run_id=self.run_id,
-                                              label=f"slot-{label}")
-            for p in self.agents.values():
-                if p.unit != p.agent:
-                    p.buffer, p.slot = self.units[p.unit].buffer, self.units[p.unit].slot
-                    if not p.learns:
-                        self.stats.set(p.agent, STATUS, NOT_LEARNING)
-            self.shm_in_use = self.stats._segment.size + self.env_obs_bytes + sum(
-                u.buffer.nbytes + u.slot.nbytes for u in self.units.values() if u.buffer is not None)
-        except BaseException:
-            self.release()
-            raise
-
-    def _create_shards(self, unit: AgentPlan, extras: dict[str, str], label: str) -> list[SharedRingBuffer]:
-        """The unit's buffer, one shard per actor; if one cannot be created, those already made are removed."""
-        shards: list[SharedRingBuffer] = []
-        try:
-            for k in range(self.actors):
-                shards.append(SharedRingBuffer.create(
-                    unit.layout, self.shard_capacity(unit), extras, run_id=self.run_id,
-                    label=label + (f"-s{k}" if self.actors > 1 else ""), obs_storage=self.config.obs_storage,
-                    tracks=self.tracks(unit.agent)))
-        except BaseException:
-            for shard in shards:
-                shard.close()
-                shard.unlink()
-            raise
-        return shards
+        allocation.allocate(self)
 
     def release(self) -> None:
         """Close and unlink everything `allocate` created; safe to call more than once."""
-        for plan in self.units.values():
-            for resource in (plan.buffer, plan.slot):
-                if resource is not None:
-                    resource.close()
-                    resource.unlink()
-        for plan in [*self.units.values(), *self.agents.values()]:
-            plan.buffer = plan.slot = None
-        if self.stats is not None:
-            self.stats.close()
-            self.stats.unlink()
-            self.stats = None
+        allocation.release(self)

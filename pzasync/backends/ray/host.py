@@ -38,6 +38,8 @@ from pzasync.errors import ConfigError
 from pzasync.runtime.hosts import LearnerHost
 from pzasync.runtime.learner_loop import LearnerFailed, LearnerReport, LearnerSetup, restarted
 from pzasync.backends.ray.workers import LearnerActor, RemoteRun
+from pzasync.runtime.autotune import usable_cores
+from pzasync.transport.shm import unlink_run
 
 #: Seconds between two status calls to a remote learner (its counters, mirrored into the run's).
 STATUS_EVERY_S = 0.2
@@ -67,8 +69,6 @@ def init_ray(ray: Any, config: Any, learners: int) -> bool:
     if config.ray_address is not None:
         ray.init(address=config.ray_address, log_to_driver=False)
     else:
-        from pzasync.runtime.plan import usable_cores
-
         ray.init(num_cpus=max(usable_cores(), learners + 1), include_dashboard=False, log_to_driver=False)
     return True
 
@@ -303,8 +303,6 @@ class RayHost(LearnerHost):
         """A remote learner died: what it was sent but had not read in order (as of its last status) is lost.
         Its segments, if it ran on this machine, are removed (on another machine the next run there does it)."""
         if state.segments is not None:
-            from pzasync.transport.shm import unlink_run
-
             unlink_run(*state.segments)
             state.segments = None
         if state.mode == "object_store":

@@ -20,7 +20,10 @@ import numpy as np
 
 from pzasync.transport import stats as S
 from pzasync.runtime.learner_loop import LearnerReport, LearnerSetup, learner_process_main
-from pzasync.transport.shm import _alive
+from pzasync.transport.shm import _alive, new_run_id
+from pzasync.runners import AsyncRunner
+from pzasync.transport.buffer import SharedRingBuffer
+from pzasync.transport.stats import RunStats
 
 
 def adopt_sys_path(paths: list[str]) -> None:
@@ -100,9 +103,6 @@ class LearnerActor:
         if remote is None:
             self.setup = setup
             return None
-        from pzasync.transport.buffer import SharedRingBuffer
-        from pzasync.transport.shm import new_run_id
-        from pzasync.transport.stats import RunStats
 
         run_id = new_run_id()
         buffer = SharedRingBuffer.create_like(remote["fields"], remote["capacity"], remote["obs_paths"],
@@ -198,8 +198,6 @@ class RemoteRun:
 
     def __init__(self, env: Any, learners: Any, config: Any, sys_path: list[str]) -> None:
         import ray
-
-        from pzasync.runners import AsyncRunner
 
         adopt_sys_path(sys_path)
         self.node_id = ray.get_runtime_context().get_node_id()

@@ -1,0 +1,125 @@
+"""A run's shared memory: how much it takes, whether it fits in free /dev/shm, and creating and removing it.
+
+A checked `RunPlan` fixes every size: per learning unit a buffer (one shard per actor process, each the unit's
+capacity split over the actors) and a policy slot, the run's counters, and, with env workers, each actor's
+observation slots. `shm_bytes` adds them up and `check_budget` refuses, before any process starts, a run
+that would not fit (docs/reliability.md, invariant 7). `allocate` then creates the segments, owned by the
+calling process, and `release` closes and unlinks them. Every function takes the plan; it is typed `Any`
+because the plan module imports this one.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pzasync.transport.buffer import SharedRingBuffer
+from pzasync.transport.obs_slots import ObservationSlots
+from pzasync.transport.shards import ShardedBuffer
+from pzasync.transport.shm import check_fits
+from pzasync.transport.slots import PolicySlot
+from pzasync.transport.stats import NOT_LEARNING, STATUS, RunStats
+
+
+def shard_capacity(plan: Any, unit: Any) -> int:
+    """Rows of each of the unit's buffer shards: its capacity split over the actors."""
+    return max(2, -(-unit.capacity // plan.actors))
+
+
+def buffer_extras(plan: Any, unit: Any) -> dict[str, str]:
+    """The unit's buffer columns beyond the transition: its learner's extras, `member` in a group, and
+    `track` when several env copies (of one actor or of several) write into it."""
+    extras = dict(unit.learner_cls.extras)
+    if unit.members:
+        extras["member"] = "int16"
+    if plan.envs_per_actor * plan.actors > 1:
+        extras["track"] = "int32"
+    return extras
+
+
+def buffer_bytes(plan: Any, unit: Any) -> int:
+    """Bytes of the unit's buffer, all its shards."""
+    return plan.actors * SharedRingBuffer.nbytes_for(
+        unit.layout, shard_capacity(plan, unit), buffer_extras(plan, unit), obs_storage=plan.config.obs_storage,
+        tracks=plan.tracks(unit.agent))
+
+
+def env_obs_bytes(plan: Any) -> int:
+    """Bytes of the actors' observation slots (obs_slots.py), which each actor creates with env workers."""
+    if not plan.config.env_workers:
+        return 0
+    return plan.actors * ObservationSlots.nbytes({a: p.layout for a, p in plan.agents.items()}, plan.envs_per_actor)
+
+
+def shm_bytes(plan: Any) -> int:
+    """Bytes of the run's buffers, slots (two copies of each policy) and observation slots."""
+    return sum(buffer_bytes(plan, p) + 2 * 4 * p.policy_floats + 4096 for p in plan.learning) + env_obs_bytes(plan)
+
+
+def check_budget(plan: Any) -> None:
+    """Refuse (InsufficientSharedMemoryError, naming the largest buffer) a run that would not fit in free
+    /dev/shm."""
+    obs = env_obs_bytes(plan)
+    largest = max(plan.learning, default=None, key=lambda p: buffer_bytes(plan, p))
+    check_fits(f"the run's buffers and slots ({len(plan.learning)} learners"
+               + (f"; env workers' observation slots {obs:,} bytes" if obs else "")
+               + (f"; the largest, for {largest.agent!r}, holds {largest.capacity:,} transitions"
+                  if largest is not None else "") + ")", shm_bytes(plan))
+
+
+def allocate(plan: Any) -> None:
+    """Create every learner unit's buffer and slot and the run's counters (owned by this process), and set
+    `plan.stats` and `plan.shm_in_use`; on any failure remove what was created."""
+    try:
+        names = list(plan.agents) + [g for g in plan.groups]
+        plan.stats = RunStats.create(plan.run_id, names, plan.actors)
+        for unit in plan.units.values():
+            if not unit.learns:
+                plan.stats.set(unit.agent, STATUS, NOT_LEARNING)
+                continue
+            label = f"a{unit.index}" if not unit.members else f"g{unit.index}"
+            shards = _create_shards(plan, unit, buffer_extras(plan, unit), f"buf-{label}")
+            unit.buffer = shards[0] if plan.actors == 1 else ShardedBuffer(shards)
+            unit.slot = PolicySlot.create(unit.policy_floats, plan.config.publish_mode, run_id=plan.run_id,
+                                          label=f"slot-{label}")
+        for p in plan.agents.values():
+            if p.unit != p.agent:
+                p.buffer, p.slot = plan.units[p.unit].buffer, plan.units[p.unit].slot
+                if not p.learns:
+                    plan.stats.set(p.agent, STATUS, NOT_LEARNING)
+        plan.shm_in_use = plan.stats._segment.size + plan.env_obs_bytes + sum(
+            u.buffer.nbytes + u.slot.nbytes for u in plan.units.values() if u.buffer is not None)
+    except BaseException:
+        release(plan)
+        raise
+
+
+def _create_shards(plan: Any, unit: Any, extras: dict[str, str], label: str) -> list[SharedRingBuffer]:
+    """The unit's buffer, one shard per actor; if one cannot be created, those already made are removed."""
+    shards: list[SharedRingBuffer] = []
+    try:
+        for k in range(plan.actors):
+            shards.append(SharedRingBuffer.create(
+                unit.layout, shard_capacity(plan, unit), extras, run_id=plan.run_id,
+                label=label + (f"-s{k}" if plan.actors > 1 else ""), obs_storage=plan.config.obs_storage,
+                tracks=plan.tracks(unit.agent)))
+    except BaseException:
+        for shard in shards:
+            shard.close()
+            shard.unlink()
+        raise
+    return shards
+
+
+def release(plan: Any) -> None:
+    """Close and unlink everything `allocate` created; safe to call more than once."""
+    for unit in plan.units.values():
+        for resource in (unit.buffer, unit.slot):
+            if resource is not None:
+                resource.close()
+                resource.unlink()
+    for p in [*plan.units.values(), *plan.agents.values()]:
+        p.buffer = p.slot = None
+    if plan.stats is not None:
+        plan.stats.close()
+        plan.stats.unlink()
+        plan.stats = None
