@@ -25,6 +25,7 @@ from pzasync.transport import stats as S
 from pzasync.errors import LearnerCrashedError, LearnerStartupError, learner_error, report_unclean_exit
 from pzasync.runtime.learner_loop import (LearnerDriver, LearnerFailed, LearnerReport, LearnerSetup, MessagePipe,
                            learner_host_process_main, restarted, start_driver)
+from pzasync.runtime.copies.wire import enlarge_pipe
 from pzasync.runtime.stop_signals import shielded
 from pzasync.logs import logger
 
@@ -269,6 +270,9 @@ class ProcessHost(LearnerHost):
     def _spawn(self, host: int, setups: list[LearnerSetup]) -> None:
         receive, send = self.ctx.Pipe(duplex=False)
         reports, report_sender = self.ctx.Pipe(duplex=False)
+        # A host sends reports synchronously (twice a second per learner, ~400 bytes each): room for minutes of
+        # them, so a runner that reads late (a long env step, env workers starting) never holds learning up.
+        enlarge_pipe(report_sender)
         process = self.ctx.Process(target=learner_host_process_main,
                                    args=(setups, MessagePipe(report_sender), self.config.checkpoint_every_s, receive),
                                    name=f"pzasync-learners-{host}", daemon=True)

@@ -141,9 +141,10 @@ def _packed(actions: list) -> list | np.ndarray:
     return actions
 
 
-def _enlarge_pipe(conn: Any) -> None:
-    """Let a worker's answer (a round of transitions: hundreds of KB with image observations) fit in the pipe
-    in one write, instead of waking the actor once per 64 KB (Linux; elsewhere, or if refused, a no-op)."""
+def enlarge_pipe(conn: Any) -> None:
+    """A pipe of 1 MB instead of 64 KB (Linux; elsewhere, or if refused, a no-op): an env worker's answer (a
+    round of transitions, hundreds of KB with image observations) fits in one write instead of waking the actor
+    once per 64 KB, and a learner host's reports wait there while the runner is busy."""
     try:
         import fcntl
 

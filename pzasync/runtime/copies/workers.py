@@ -30,7 +30,7 @@ from pzasync.core.transitions import EpisodeSummary, Transition
 from pzasync.errors import EnvCrashedError, error_type_path, remote_error
 from pzasync.runtime.copies.local import LocalCopies, LocalEnvs
 from pzasync.runtime.copies.protocol import Answer
-from pzasync.runtime.copies.wire import AnsweredDecisions, _enlarge_pipe, _packed, _recv_wire, _send_wire
+from pzasync.runtime.copies.wire import AnsweredDecisions, _packed, _recv_wire, _send_wire, enlarge_pipe
 from pzasync.runtime.stop_signals import ignore_stop_signals, shielded
 from pzasync.transport.obs_slots import ObservationSlots
 from pzasync.transport.shm import new_run_id
@@ -185,7 +185,7 @@ class WorkerCopies:
                 groups = {g: self.members[g] for g in range(n_groups) if self.worker_of[g] == w}
                 inbox, to_worker = ctx.Pipe(duplex=False)
                 from_worker, outbox = ctx.Pipe(duplex=False)
-                _enlarge_pipe(outbox)
+                enlarge_pipe(outbox)
                 proc = ctx.Process(target=worker_main, name=f"pzasync-env-worker-{w}", daemon=True,
                                    args=(inbox, outbox, env_spec, groups, seed, layouts, check_rewards,
                                          max_episode_steps, self.slots.name, copies))
