@@ -25,7 +25,7 @@ from pzasync.runtime.actor_pool import ActorPool, split_budget
 from pzasync.runtime.actor import Actor, ActingAgent, acting_agents, build_actor
 from pzasync.config import RunConfig
 from pzasync.core.environments import EnvSpec
-from pzasync.errors import PzasyncError
+from pzasync.errors import PzasyncError, ConfigError
 from pzasync.runtime.hosts import InlineHost, LearnerHost, ProcessHost
 from pzasync.runtime.learner_loop import LearnerSetup
 from pzasync.runtime.autotune import Placement
@@ -35,11 +35,12 @@ from pzasync.runtime.results import AgentResult, RunResult, process_usage
 from pzasync.runtime.rundir import RunDirectory, plot_returns
 from pzasync.transport.shm import remove_stale_segments
 from pzasync.runtime.stop_signals import StopSignals, reason as signal_reason
+from pzasync.evaluation.evaluator import Evaluator, EvaluatorSetup, plot_evaluations
+from pzasync.league import League, plot_league
 
 
 def check_budget(agent_steps: Any, seconds: Any) -> None:
     """Refuse a run budget that could never be met (before anything starts): ConfigError naming the argument."""
-    from pzasync.errors import ConfigError
 
     if agent_steps is not None and (not isinstance(agent_steps, numbers.Integral) or isinstance(agent_steps, bool)
                                     or agent_steps < 1):
@@ -97,7 +98,6 @@ class _Runner:
     def resume(cls, run_dir: str, **config_overrides: Any) -> _Runner:
         """Continue a run from its directory: same env, learners and options; learners load their checkpoints,
         exploration schedules continue from the recorded agent steps, logs are appended to."""
-        from pzasync.errors import ConfigError
 
         rd = RunDirectory(run_dir, create=False)
         info = rd.read_json("run.json")
@@ -152,7 +152,6 @@ class _Runner:
         cfg = self.config
         if cfg.eval_vs is None:
             return
-        from pzasync.evaluation.evaluator import Evaluator, EvaluatorSetup
 
         seats = {agent: (p.unit, p.learner_path, p.options, p.layout, p.slot)
                  for agent, p in self.plan.agents.items() if p.learns and p.slot is not None}
@@ -169,8 +168,6 @@ class _Runner:
         self.actor = build_actor(self.plan, acting, self.plan.stats, paced=host.paces_actor,
                                  before_decision=host.before_decision)
         if cfg.league:
-            from pzasync.league import League
-
             self.actor.league = League(self.plan, acting, cfg.seed, run_dir)
         return self.actor
 
@@ -237,13 +234,9 @@ class _Runner:
             run_dir.write_json("result.json", result.to_dict())
             plot_returns(run_dir, f"{result.env}: {self.kind} runner")
             if result.evaluations:
-                from pzasync.evaluation.evaluator import plot_evaluations
-
                 plot_evaluations(run_dir, result.evaluations, f"{result.env}: {self.kind} runner, greedy policies "
                                                               f"against {result.evaluations[0]['opponent']}")
             if result.league is not None:
-                from pzasync.league import plot_league
-
                 actor.league.flush()
                 plot_league(run_dir, result.league)
             run_dir.close()

@@ -11,6 +11,9 @@ from pzasync.config.declare import Check, OptionGroup, comma_list, key_values, o
 from pzasync.errors import ConfigError
 from pzasync.recipes import TRAIN_ENV, default_yardstick
 from pzasync.specs import parse_learner_spec
+from pzasync.config import RunConfig
+from pzasync.core.environments import EnvSpec
+from pzasync.runtime.plan import RunPlan
 
 BARE_CONFIGS = ("bare_random", "bare_policy")
 RUNNER_CONFIGS = ("async_idle", "sequential", "async_double_buffer", "async_snapshot", "async_free")
@@ -102,13 +105,9 @@ class BenchSettings(OptionGroup):
             if name in self.run_options:
                 raise ConfigError(f"bench option run_options={self.run_options!r}: give {name} as the bench "
                                   f"setting (it runs every value), not as a run option")
-        from pzasync.config import RunConfig
 
         RunConfig.from_dict({"replay_ratio": self.replay_ratio, **self.run_options})
         if self.target is not None:
-            from pzasync.core.environments import EnvSpec
-            from pzasync.runtime.plan import RunPlan
-
             RunPlan(EnvSpec.of(self.env, **self.env_kwargs), self.learners,
                     RunConfig(eval_vs=self.yardstick, agent_groups=self.run_options.get("agent_groups", {})))
         return self

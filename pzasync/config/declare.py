@@ -12,6 +12,7 @@ from dataclasses import Field, dataclass, field, fields
 from typing import Any, Callable, ClassVar, Iterator
 
 from pzasync.errors import ConfigError
+from pzasync.specs import parse_key_value
 
 #: The metadata key of a field declared with `option`.
 KEY = "pzasync.option"
@@ -184,7 +185,6 @@ def check_value(prefix: str, name: str, value: Any, spec: OptionSpec) -> None:
 def key_values(option: str, metavar: str = "KEY=VALUE") -> Callable[[tuple[str, ...]], dict[str, Any] | None]:
     """Repeated KEY=VALUE texts -> a dict, values read as Python literals (else kept as text). The single text
     `none` gives None; `{}` gives an empty dict."""
-    from pzasync.specs import parse_key_value
 
     def parse(items: tuple[str, ...]) -> dict[str, Any] | None:
         if tuple(items) == (NONE,):

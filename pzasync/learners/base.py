@@ -19,6 +19,7 @@ import numpy as np
 import torch
 
 from pzasync.core.spaces import AgentLayout
+from pzasync.errors import ConfigError
 
 Batch = dict[str, np.ndarray]
 
@@ -202,7 +203,6 @@ class Learner(ABC):
     def validate_config(cls, agent: str, config: dict[str, Any]) -> dict[str, Any]:
         """Merge `config` over `defaults`, refusing unknown keys and values that break the `schema` (one line,
         naming the agent, the option, the value and what is accepted) before anything starts."""
-        from pzasync.errors import ConfigError
 
         unknown = sorted(set(config) - set(cls.defaults))
         if unknown:
