@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import numbers
 import os
+import signal
 import time
 from typing import Any
 
@@ -261,7 +262,7 @@ class _Runner:
             if pool is not None:
                 pool.wait(monitor)
         except KeyboardInterrupt:
-            monitor.request_stop("interrupted (SIGINT)")
+            monitor.request_stop(signal_reason(signal.SIGINT))
         finally:
             if signals is not None:
                 signals.acting = False

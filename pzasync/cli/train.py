@@ -19,7 +19,7 @@ from pzasync.cli.options import SectionedCommand, declared_params, given
 from pzasync.config import GROUPS
 from pzasync.errors import UserInputError
 from pzasync.recipes import DEFAULT_RECIPE, SELF_PLAY, TRAIN_ENV, train_recipe
-from pzasync.runtime.stop_signals import STOP_SIGNALS, exit_code as signal_exit_code, reason as signal_reason
+from pzasync.runtime.stop_signals import StopSignals, exit_code as signal_exit_code, reason as signal_reason
 
 #: The defaults --help shows where `pzasync train`'s differ from RunConfig's: its own, and the recipe's.
 TRAIN_DEFAULTS = {
@@ -104,18 +104,15 @@ class _StoppedBySignal(BaseException):
 def _exit_on_stop_signals() -> Iterator[None]:
     """SIGTERM and SIGINT end the command with 128 + the signal's number wherever no run is in progress (a run
     installs its own handlers for its whole length: runners.py). Nothing is held outside a run."""
-    def stop(signum: int, frame: Any) -> None:
+    def stop(signum: int) -> None:
         raise _StoppedBySignal(signum)
 
-    previous = {sig: signal.signal(sig, stop) for sig in STOP_SIGNALS}
     try:
-        yield
+        with StopSignals(stop):
+            yield
     except _StoppedBySignal as stopped:
         errors.print(f"stopped by {signal.Signals(stopped.signum).name}", highlight=False)
         sys.exit(signal_exit_code(stopped.signum))
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
 
 
 
