@@ -34,6 +34,30 @@ def parse_learner_spec(text: str) -> Any:
     return (name, options) if options else name
 
 
+def learner_spec_text(spec: Any) -> Any:
+    """The inverse of `parse_learner_spec` where the text form can say it: ('ppo', {'lr': 3e-4}) ->
+    'ppo,lr=0.0003'. Options whose values hold a comma (lists) keep the (name, options) form; a dict of specs
+    (per agent, "*" the default) maps each; anything else (a class) is returned as it is."""
+    if isinstance(spec, dict):
+        return {agent: learner_spec_text(one) for agent, one in spec.items()}
+    if isinstance(spec, tuple) and len(spec) == 2 and isinstance(spec[0], str) and isinstance(spec[1], dict):
+        pairs = [f"{key}={value!r}" for key, value in spec[1].items()]
+        return spec if any("," in pair for pair in pairs) else ",".join([spec[0], *pairs])
+    return spec
+
+
+def learner_spec_of(value: Any) -> Any:
+    """A learner spec as a TOML file or the Python API may give it: a 'NAME[,KEY=VALUE...]' text (parsed), a
+    [name, options] pair (a tuple), a dict of such per agent (each read), or a parsed spec (returned as it is)."""
+    if isinstance(value, list) and len(value) == 2 and isinstance(value[0], str) and isinstance(value[1], dict):
+        return (value[0], value[1])
+    if isinstance(value, str):
+        return parse_learner_spec(value)
+    if isinstance(value, dict):
+        return {agent: learner_spec_of(one) for agent, one in value.items()}
+    return value
+
+
 def import_object(path: str, agent: str, what: str = "learner", attr_what: str | None = None) -> Any:
     """Import `module:attr` (or `module.attr`) of user code, with errors that name the agent and `what` it is
     (`attr_what` in the message for a missing attribute, e.g. "learner class")."""

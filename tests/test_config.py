@@ -169,6 +169,48 @@ def test_eval_episodes_is_the_evaluators_and_final_episodes_the_final_evaluation
     assert code == 2 and "--final-episodes -1: must be >= 0" in output
 
 
+# ---------------------------------------------------------------------------------------- the bench command
+def bench_printed(*args: str) -> str:
+    code, output = invoke("bench", "--print-config", *args)
+    assert code == 0, output
+    return output
+
+
+def bench_settings_of(text: str) -> BenchSettings:
+    return BenchSettings(**BenchSettings.toml_values(text)).validate()
+
+
+def test_bench_print_config_then_config_gives_the_same_settings(tmp_path):
+    first = bench_printed(C4, "--learner", "dqn,lr=0.001", "--learner-for", "player_1=random", "--steps", "900",
+                          "--configs", "bare_policy,sequential", "--envs-per-actor", "1,4", "--option",
+                          "publish_every=20", "--group", "first=player_0", "--target", "0.4")
+    settings = bench_settings_of(first)
+    assert settings.learners == {"*": ("dqn", {"lr": 0.001}), "player_1": "random"}
+    assert (settings.agent_steps, settings.configs, settings.envs_per_actor, settings.target) == (
+        900, ("bare_policy", "sequential"), (1, 4), 0.4)
+    assert settings.run_options == {"publish_every": 20, "agent_groups": {"first": ["player_0"]}}
+    path = tmp_path / "bench.toml"
+    path.write_text(first)
+    assert bench_printed("--config", str(path)) == first
+
+
+def test_bench_flags_override_the_file(tmp_path):
+    path = tmp_path / "bench.toml"
+    path.write_text('[bench]\nseeds = 3\nagent_steps = 500\nlearners = "ppo"\n')
+    settings = bench_settings_of(bench_printed("--config", str(path), "--steps", "700", "--learner-for",
+                                               "player_1=random"))
+    assert (settings.seeds, settings.agent_steps) == (3, 700)
+    assert settings.learners == {"*": "ppo", "player_1": "random"}, "--learner-for on top of the file's learner"
+
+
+def test_a_bad_bench_file_is_refused_naming_the_setting(tmp_path):
+    path = tmp_path / "bench.toml"
+    path.write_text("[bench]\nseeds = 0\n")
+    code, output = invoke("bench", "--config", str(path), "--print-config")
+    assert code == 2 and "Traceback" not in output, output
+    assert "seeds=0" in output and str(path) in " ".join(output.split())
+
+
 # ------------------------------------------------------------------------------------------------- docs
 def test_every_run_option_has_a_row_in_the_docs_table():
     text = (ROOT / "docs" / "running.md").read_text()

@@ -4,13 +4,14 @@ check and command-line form, from which the command's options are generated (pza
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from pzasync.config.declare import Check, OptionGroup, comma_list, key_values, option
+from pzasync.config.toml import dumps, values
 from pzasync.errors import ConfigError
 from pzasync.recipes import TRAIN_ENV, default_yardstick
-from pzasync.specs import parse_learner_spec
+from pzasync.specs import learner_spec_of, learner_spec_text, parse_learner_spec
 from pzasync.config import RunConfig
 from pzasync.core.environments import EnvSpec
 from pzasync.runtime.plan import RunPlan
@@ -47,6 +48,7 @@ def _counts(name: str, doc: str) -> Any:
 class BenchSettings(OptionGroup):
     """What one `pzasync bench` invocation measures; validated before any trial starts."""
 
+    TABLE = "bench"
     TITLE = "Bench settings"
     PREFIX = "bench option"
 
@@ -97,6 +99,24 @@ class BenchSettings(OptionGroup):
                                                 "at each M; the sequential trials step M x N copies in one actor.")
     trial_timeout_s: float = option(3600.0, "Seconds one trial may take before it is stopped and reported as "
                                             "failed.", Check(float, gt=0), metavar="SECONDS")
+
+    def to_toml(self, header: str = "") -> str:
+        """Every setting as TOML under [bench] (`pzasync bench --print-config`); `toml_values` reads it back.
+        Learner specs are written as the command line takes them where they can be ('dqn,lr=0.001')."""
+        shown = replace(self, learners=learner_spec_text(self.learners), configs=list(self.configs))
+        return dumps(shown, [BenchSettings], header)
+
+    @classmethod
+    def toml_values(cls, text: str, source: str = "config file") -> dict[str, Any]:
+        """The settings a TOML text sets ([bench] table, or flat keys), each checked on its own, learner specs
+        parsed; errors start with `source`."""
+        found = values(text, [cls], source)
+        if "learners" in found:
+            found["learners"] = learner_spec_of(found["learners"])
+        for name in ("configs", *DIMENSIONS):
+            if name in found:
+                found[name] = tuple(found[name])
+        return found
 
     def validate(self) -> BenchSettings:
         """Raise ConfigError naming the first bad setting (or run option); returns self."""

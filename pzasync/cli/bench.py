@@ -14,6 +14,11 @@ from pzasync.config.groups import parse_groups
 
 
 @click.command(cls=SectionedCommand)
+@click.option("--config", "config_file", type=click.Path(exists=True, dir_okay=False), metavar="FILE",
+              help="Read bench settings from this TOML file: a [bench] table (or flat keys) of the settings below, "
+                   "as --print-config writes them. Flags override it.")
+@click.option("--print-config", is_flag=True,
+              help="Print the resolved bench settings as TOML (a file for --config) and exit without measuring.")
 @click.option("--learner-for", "learner_for", multiple=True, metavar="AGENT=SPEC",
               help="Learner for one agent, e.g. player_1=random, overriding --learner (repeatable).")
 @click.option("--group", "groups", multiple=True, metavar="NAME=PATTERN[,PATTERN]",
@@ -26,15 +31,18 @@ from pzasync.config.groups import parse_groups
               help="Run nothing: show (and with --target, re-score) a report written by --json.")
 @click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None, help="Write the report here.")
 @click.option("--plot", "plot_path", type=click.Path(dir_okay=False), default=None, help="Write the PNG here.")
-def bench(learner_for: tuple[str, ...], groups: tuple[str, ...], learner_processes: int | None,
-          from_json: str | None, json_path: str | None, plot_path: str | None, **_settings: Any) -> None:
+def bench(config_file: str | None, print_config: bool, learner_for: tuple[str, ...], groups: tuple[str, ...],
+          learner_processes: int | None, from_json: str | None, json_path: str | None, plot_path: str | None,
+          **_settings: Any) -> None:
     """Compare AsyncRunner with SequentialRunner and the bare loops on ENV, same seeds and algorithm."""
     import json
+    from pathlib import Path
 
     from pzasync.bench.harness import plan_trials, rescore, run_bench
     from pzasync.bench.report import describe
 
-    values = given(click.get_current_context(), [BenchSettings])
+    file_values = BenchSettings.toml_values(Path(config_file).read_text(), config_file) if config_file else {}
+    values = {**file_values, **given(click.get_current_context(), [BenchSettings])}
     if from_json is not None:
         with open(from_json) as f:
             report = json.load(f)
@@ -47,6 +55,10 @@ def bench(learner_for: tuple[str, ...], groups: tuple[str, ...], learner_process
     settings = BenchSettings(**{**values, "run_options": run_options})
     settings.learners = with_learner_for(settings.learners, learner_for)
     settings.validate()
+    if print_config:
+        click.echo(settings.to_toml("pzasync bench: every setting, resolved (read it back with --config FILE).\n"
+                                    "TOML has no null: \"none\" stands for None."), nl=False)
+        return
     steps = settings.agent_steps
     total = len(plan_trials(settings))
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),

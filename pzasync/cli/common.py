@@ -17,7 +17,7 @@ def with_learner_for(learners: Any, learner_for: tuple[str, ...]) -> Any:
     """A learner spec for every agent, and repeated --learner-for AGENT=SPEC -> a learner spec for the runners."""
     if not learner_for:
         return learners
-    per_agent: dict[str, Any] = {"*": learners}
+    per_agent: dict[str, Any] = dict(learners) if isinstance(learners, dict) else {"*": learners}
     for item in learner_for:
         agent, sep, spec = item.partition("=")
         if not sep:
