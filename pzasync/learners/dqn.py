@@ -24,7 +24,8 @@ from torch import nn
 from pzasync.errors import UnsupportedSpaceError
 from pzasync.core.spaces import AgentLayout
 from pzasync.learners.base import Batch, Learner, LearnerContext, Option, Policy, trajectory_ids
-from pzasync.learners.networks import ACTIVATIONS, TORSOS, Encoder, explore_uniformly, adam, masked_logits, mlp, obs_tensors
+from pzasync.learners.networks import (ACTIVATIONS, TORSOS, Encoder, ManualNet, adam, explore_uniformly, masked_logits,
+                                       mlp, obs_keys, obs_tensors)
 from pzasync.learners.prioritized import PrioritizedReplay
 
 
@@ -279,6 +280,12 @@ class DQNLearner(Learner):
         self.window = nstep_window(self.n_step, ctx.tracks)
         #: With `prioritized`: the rows' priorities (built at the first sample, when the buffer is known).
         self.replay: PrioritizedReplay | None = None
+        #: The online and target networks' forward and backward by hand (`networks.ManualNet`), where the
+        #: network is one it computes and the learner runs on the CPU; None: autograd (see `_update_by_hand`).
+        self.manual = self._manual_nets()
+        self._params = list(self.q.parameters())
+        self._flat_grad: torch.Tensor | None = None
+        self._grad_views: list[torch.Tensor] = []
 
     @classmethod
     def check_spaces(cls, layout: AgentLayout) -> None:
@@ -322,29 +329,40 @@ class DQNLearner(Learner):
     def compute_targets(self, batch: Batch) -> torch.Tensor:
         """r + gamma * Q_target(s', argmax over legal a' of Q_online(s', a')), with no bootstrap after a
         termination or from a next state without legal actions (truncation does bootstrap)."""
-        dev = self.device
-        next_obs = obs_tensors(batch, self.ctx.layout, "next_obs", dev)
-        next_mask = batch.get("next_action_mask")
+        next_obs = obs_tensors(batch, self.ctx.layout, "next_obs", self.device)
         with torch.no_grad():
             target_q = self.target(next_obs)
             chooser = self.q(next_obs) if self.config["double"] else target_q
-            best = masked_logits(chooser, next_mask).argmax(dim=1, keepdim=True)
+            return self._bootstrap(target_q, chooser, batch)
+
+    def _bootstrap(self, target_q: torch.Tensor, chooser: torch.Tensor, batch: Batch) -> torch.Tensor:
+        """The targets from the target network's and the chooser's (online, or target without `double`)
+        Q-values of the next observations (`compute_targets`)."""
+        dev = self.device
+        next_mask = batch.get("next_action_mask")
+        with torch.no_grad():
+            legal = None if next_mask is None else torch.as_tensor(next_mask, dtype=torch.bool, device=dev)
+            best = (chooser if legal is None else chooser.masked_fill(~legal, -1e9)).argmax(dim=1, keepdim=True)
             next_q = target_q.gather(1, best).squeeze(1)
             if self.config["clipped_double"]:  # the lower of the two networks' values of that action
                 next_q = torch.minimum(next_q, chooser.gather(1, best).squeeze(1))
-            if next_mask is not None:
-                next_q = next_q * torch.as_tensor(np.any(next_mask, axis=1), device=dev, dtype=torch.float32)
+            # No bootstrap after a termination, nor from a next state without legal actions.
+            stop = torch.as_tensor(batch["terminated"], dtype=torch.bool, device=dev)
+            next_q = next_q.masked_fill(stop if legal is None else stop | ~legal.any(dim=1), 0.0)
             reward = torch.as_tensor(batch["reward"], device=dev, dtype=torch.float32)
-            alive = 1.0 - torch.as_tensor(batch["terminated"], device=dev, dtype=torch.float32)
             if "discount" in batch:  # n-step transitions (`nstep_batch`): gamma ** steps used, per row
-                return reward + torch.as_tensor(batch["discount"], device=dev, dtype=torch.float32) * alive * next_q
-            return reward + float(self.config["gamma"]) * alive * next_q
+                return reward + torch.as_tensor(batch["discount"], device=dev, dtype=torch.float32) * next_q
+            return reward + float(self.config["gamma"]) * next_q
+
+    def _action_index(self, batch: Batch) -> torch.Tensor:
+        index = torch.as_tensor(batch["action"], device=self.device, dtype=torch.int64).reshape(-1, 1)
+        return index - self.q.start if self.q.start else index
 
     def update(self, batch: Batch) -> dict[str, float]:
+        if self.manual is not None and len(batch["action"]):
+            return self._update_by_hand(batch)
         target = self.compute_targets(batch)
-        index = torch.as_tensor(batch["action"], device=self.device, dtype=torch.int64).reshape(-1, 1)
-        if self.q.start:
-            index = index - self.q.start
+        index = self._action_index(batch)
         q = self.q(obs_tensors(batch, self.ctx.layout, "obs", self.device)).gather(1, index).squeeze(1)
         if "weight" in batch:  # prioritized replay: importance-sampling weights per row
             weight = torch.as_tensor(batch["weight"], device=self.device)
@@ -359,11 +377,82 @@ class DQNLearner(Learner):
         self.update_target()
         if self.replay is not None and "logical" in batch:
             self.replay.update(batch["logical"], (target - q.detach()).cpu().numpy())
+        return self._metrics(loss, q, target, grad_norm, batch)
+
+    @staticmethod
+    def _metrics(loss: torch.Tensor, q: torch.Tensor, target: torch.Tensor, grad_norm: torch.Tensor,
+                 batch: Batch) -> dict[str, float]:
         metrics = {"loss": float(loss.detach()), "q_mean": float(q.detach().mean()),
                    "target_mean": float(target.mean()), "grad_norm": float(grad_norm)}
         if "nstep" in batch:
             metrics["nstep_mean"] = float(np.mean(batch["nstep"]))
         return metrics
+
+    def _manual_nets(self) -> tuple[ManualNet, ManualNet] | None:
+        """ManualNets of the online and the target network, where `update` may use them: on the CPU, for a
+        network `ManualNet.supports`, and unless a subclass changed how the network or the targets are computed."""
+        if (self.device.type != "cpu" or type(self.q).forward is not QNetwork.forward
+                or type(self).compute_targets is not DQNLearner.compute_targets
+                or type(self)._bootstrap is not DQNLearner._bootstrap
+                or not ManualNet.supports(self.q.encoder, self.q.head)):
+            return None
+        return ManualNet(self.q.encoder, self.q.head), ManualNet(self.target.encoder, self.target.head)
+
+    def _grad_buffer(self) -> torch.Tensor:
+        """One flat gradient tensor of which every parameter's `.grad` is a view (made again if something
+        replaced them), so clipping is one norm and one multiplication."""
+        params, views = self._params, self._grad_views
+        if self._flat_grad is None or any(p.grad is not v for p, v in zip(params, views)):
+            flat = torch.zeros(sum(p.numel() for p in params), dtype=torch.float32)
+            views, offset = [], 0
+            for p in params:
+                views.append(flat[offset:offset + p.numel()].view_as(p))
+                offset += p.numel()
+            for p, view in zip(params, views):
+                p.grad = view
+            self._flat_grad, self._grad_views = flat, views
+        return self._flat_grad
+
+    def _update_by_hand(self, batch: Batch) -> dict[str, float]:
+        """`update` with `ManualNet`s: the same targets, Huber loss, clipping and Adam step, without autograd.
+
+        One forward of the online network over the observations and the next observations together (with
+        `double`) gives both the Q-values trained on and the chooser of the targets; the backward runs over the
+        first half only. The gradient of the mean Huber loss (smooth L1, beta 1) with respect to the chosen
+        Q-value is clamp(q - target, -1, 1) / rows (times the row's weight with `prioritized`)."""
+        online, target_net = self.manual
+        n = len(batch["action"])
+        double = bool(self.config["double"])
+        layout = self.ctx.layout
+        x = online.inputs([batch[obs_keys(layout)[0]], batch[obs_keys(layout, "next_obs")[0]]])
+        with torch.no_grad():
+            q_rows, saved = online.forward(x if double else x[:n], keep=n)
+            target_q, _ = target_net.forward(x[n:])
+            target = self._bootstrap(target_q, q_rows[n:] if double else target_q, batch)
+            index = self._action_index(batch)
+            q = q_rows[:n].gather(1, index).squeeze(1)
+            slope = (q - target).clamp_(-1.0, 1.0).mul_(1.0 / n)
+            if "weight" in batch:  # prioritized replay: importance-sampling weights per row
+                weight = torch.as_tensor(batch["weight"], dtype=torch.float32)
+                loss = (weight * nn.functional.smooth_l1_loss(q, target, reduction="none")).mean()
+                slope.mul_(weight)
+            else:
+                loss = nn.functional.smooth_l1_loss(q, target)
+            grad_q = torch.zeros_like(q_rows[:n]).scatter_(1, index, slope.unsqueeze(1))
+            grads = self._grad_buffer()
+            online.backward(saved, grad_q)
+            # nn.utils.clip_grad_norm_'s arithmetic, on the one flat gradient (its product with 1.0, where the
+            # norm is within the bound, changes nothing and is skipped).
+            grad_norm = torch.linalg.vector_norm(grads)
+            scale = (float(self.config["max_grad_norm"]) / (grad_norm + 1e-6)).clamp_(max=1.0)
+            if scale.item() < 1.0:
+                grads.mul_(scale)
+        self.optimizer.step()
+        self.updates += 1
+        self.update_target()
+        if self.replay is not None and "logical" in batch:
+            self.replay.update(batch["logical"], (target - q).numpy())
+        return self._metrics(loss, q, target, grad_norm, batch)
 
     def update_target(self) -> None:
         """After each update: Polyak averaging (target += tau * (online - target)) when target_tau < 1, else a

@@ -265,6 +265,123 @@ def mlp(in_dim: int, hidden: Sequence[int], out_dim: int | None, activation: str
     return nn.Sequential(*layers)
 
 
+class ManualNet:
+    """Forward and backward of a small network by hand, without autograd: for the network the default board
+    learner builds (one `BoardEncoder` or `FlatEncoder` leaf, then an `mlp` head of Linear layers with ReLU or
+    Tanh between them and no LayerNorm). Everything else goes through autograd (see `supports`).
+
+    On one CPU thread a DQN update of the connect four network spent more time in autograd's and the modules'
+    per-op overhead, and in allocating (and page-faulting) fresh activation tensors, than in its matrix
+    products. By hand, `forward` keeps only the activations the gradient needs, for the first `keep` rows (so
+    one forward serves rows that are trained on and rows that are only evaluated), `backward` writes each
+    parameter's gradient straight into its `.grad`, and both write into work tensors kept from call to call.
+    The arithmetic is that of the modules' forward and autograd's backward (a test checks both against
+    autograd); the parameters stay the modules' own, so checkpoints, policy vectors and optimisers are
+    unchanged. What `forward` returns lives in those work tensors: it is overwritten by the next call.
+    """
+
+    def __init__(self, encoder: nn.Module, head: nn.Sequential) -> None:
+        leaf = encoder.leaves[0]
+        self.board = isinstance(leaf, BoardEncoder)
+        self.scale = float(getattr(leaf, "scale", 1.0))
+        self.in_dim = int(leaf.out_dim)  # a flat leaf's cells
+        if self.board:
+            self.conv = leaf.conv[0]
+            self.cells = leaf.patch_cells
+            self.places, self.kernel = (int(d) for d in leaf.patches.shape)
+            self.filters = int(self.conv.weight.shape[0])
+            self.in_dim -= self.filters * self.places  # the board's cells: what follows the lines
+        self.linears = [m for m in head if isinstance(m, nn.Linear)]
+        self.tanh = any(isinstance(m, nn.Tanh) for m in head)
+        self._work: dict[str, torch.Tensor] = {}
+
+    @staticmethod
+    def supports(encoder: nn.Module, head: nn.Module) -> bool:
+        """Whether this encoder and head are ones `ManualNet` computes exactly: one board or flat leaf, and a
+        head of Linear, activation, Linear, ..., Linear with one activation kind (ReLU or Tanh), float32 on
+        the CPU."""
+        if type(encoder) is not Encoder or len(encoder.leaves) != 1 or type(head) is not nn.Sequential:
+            return False
+        if type(encoder.leaves[0]) not in (BoardEncoder, FlatEncoder):
+            return False
+        layers = list(head)
+        if not layers or len(layers) % 2 != 1 or any(type(m) is not nn.Linear for m in layers[::2]):
+            return False
+        kinds = {type(m) for m in layers[1::2]}
+        if len(kinds) > 1 or not kinds <= {nn.ReLU, nn.Tanh}:
+            return False
+        tensors = [*encoder.parameters(), *head.parameters()]
+        return all(t.dtype == torch.float32 and t.device.type == "cpu" for t in tensors)
+
+    def _space(self, name: str, *shape: int) -> torch.Tensor:
+        """The work tensor `name`, of this shape (made again when the shape changes)."""
+        tensor = self._work.get(name)
+        if tensor is None or tensor.shape != shape:
+            tensor = self._work[name] = torch.empty(shape, dtype=torch.float32)
+        return tensor
+
+    def inputs(self, arrays: Sequence[np.ndarray]) -> torch.Tensor:
+        """The observation arrays (each `(rows, *leaf shape)`), one after the other, as one float32 tensor of
+        flattened, scaled rows: what the encoder's forward starts from."""
+        rows = np.concatenate(arrays) if len(arrays) > 1 else np.asarray(arrays[0])
+        x = torch.as_tensor(rows).reshape(len(rows), -1).to(torch.float32)
+        if self.scale != 1.0:
+            x = x * self.scale
+        return x
+
+    def forward(self, x: torch.Tensor, keep: int = 0) -> tuple[torch.Tensor, list[torch.Tensor]]:
+        """Outputs for the rows of `x` (from `inputs`), and what `backward` needs for the first `keep` rows."""
+        n = x.shape[0]
+        if self.board:
+            places, kernel, filters = self.places, self.kernel, self.filters
+            patches = torch.index_select(x, 1, self.cells, out=self._space("patches", n, places * kernel))
+            patches = patches.view(n * places, kernel)
+            conv = self.conv
+            lines = torch.addmm(conv.bias, patches, conv.weight.view(filters, kernel).t(),
+                                out=self._space("lines", n * places, filters)).relu_()
+            h = self._space("features", n, filters * places + x.shape[1])
+            # The BoardEncoder's order: filter-major lines, then the raw cells.
+            h[:, :filters * places].view(n, filters, places).copy_(lines.view(n, places, filters).transpose(1, 2))
+            h[:, filters * places:] = x
+            saved = [patches[:keep * places], lines[:keep * places], h[:keep]]
+        else:
+            h = x
+            saved = [h[:keep]]
+        last = len(self.linears) - 1
+        for i, layer in enumerate(self.linears):
+            h = torch.addmm(layer.bias, h, layer.weight.t(), out=self._space(f"layer{i}", n, layer.out_features))
+            if i < last:
+                h = h.tanh_() if self.tanh else h.relu_()
+                saved.append(h[:keep])
+        return h, saved
+
+    def backward(self, saved: list[torch.Tensor], grad_out: torch.Tensor) -> None:
+        """Write the parameters' gradients (into their `.grad` tensors, which must exist: they are overwritten,
+        not added to) of sum(grad_out * outputs) over the rows `forward` kept."""
+        aten = torch.ops.aten
+        acts = saved[-len(self.linears):]
+        grad = grad_out
+        n = grad.shape[0]
+        for i in range(len(self.linears) - 1, -1, -1):
+            layer, a = self.linears[i], acts[i]
+            torch.mm(grad.t(), a, out=layer.weight.grad)
+            torch.sum(grad, 0, out=layer.bias.grad)
+            if i > 0:
+                back = torch.mm(grad, layer.weight, out=self._space(f"grad{i}", n, layer.in_features))
+                grad = (aten.tanh_backward.grad_input(back, a, grad_input=back) if self.tanh
+                        else aten.threshold_backward.grad_input(back, a, 0, grad_input=back))
+        if self.board:
+            patches, lines = saved[0], saved[1]
+            places, filters = self.places, self.filters
+            first = self.linears[0].weight
+            back = torch.mm(grad, first[:, :filters * places], out=self._space("grad_lines", n, filters * places))
+            lined = self._space("grad_placed", n * places, filters)
+            lined.view(n, places, filters).copy_(back.view(n, filters, places).transpose(1, 2))
+            grad = aten.threshold_backward.grad_input(lined, lines, 0, grad_input=lined)
+            torch.mm(grad.t(), patches, out=self.conv.weight.grad.view(filters, self.kernel))
+            torch.sum(grad, 0, out=self.conv.bias.grad)
+
+
 def check_activation(agent: str, name: Any) -> None:
     """Refuse an unknown activation name before anything is built, naming the agent."""
     from pzasync.errors import ConfigError

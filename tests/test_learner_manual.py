@@ -1,0 +1,135 @@
+"""DQN's update by hand (networks.ManualNet, no autograd) against the autograd update it replaces: the same
+targets, losses, gradients and parameters, option by option; and the networks it refuses to compute."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from gymnasium import spaces
+
+from pzasync.learners import LearnerContext
+from pzasync.learners.dqn import DQNLearner
+from pzasync.learners.networks import ManualNet
+from pzasync.spaces import agent_layout
+
+torch.set_num_threads(1)
+
+VEC = agent_layout("agent_0", spaces.Box(-1, 1, (4,), np.float32), spaces.Discrete(3), info_mask=True)
+BOARD = agent_layout("player_0", spaces.Box(0, 1, (6, 7, 2), np.int8), spaces.Discrete(7), info_mask=True)
+PLANES = agent_layout("agent_0", spaces.Box(0, 1, (5, 9, 3), np.float32), spaces.Discrete(4, start=2))
+UNMASKED = agent_layout("agent_0", spaces.Box(-1, 1, (6,), np.float32), spaces.Discrete(3, start=1))
+
+
+def dqn(layout, **options):
+    return DQNLearner(LearnerContext(layout.agent, layout, options, "cpu", 0))
+
+
+def random_batch(layout, n, rng, **extra):
+    shape, dtype = layout.obs_space.shape, layout.obs_space.dtype
+    draw = (lambda: rng.integers(0, 2, (n, *shape)).astype(dtype)) if np.issubdtype(dtype, np.integer) \
+        else (lambda: rng.uniform(-1, 1, (n, *shape)).astype(dtype))
+    space = layout.action_space
+    batch = {"obs": draw(), "next_obs": draw(), "action": rng.integers(space.start, space.start + space.n, n),
+             "reward": rng.normal(size=n).astype(np.float32), "terminated": rng.random(n) < 0.2,
+             "truncated": np.zeros(n, bool), "policy_version": np.zeros(n, np.int64), **extra}
+    if layout.mask_shape is not None:
+        batch["action_mask"] = rng.random((n, space.n)) < 0.7
+        batch["next_action_mask"] = rng.random((n, space.n)) < 0.7
+        batch["next_action_mask"][0] = False  # a next state without legal actions: no bootstrap
+    return batch
+
+
+CASES = [
+    (BOARD, {"gamma": 0.9, "epsilon_end": 0.2, "mirror": True}, {}),  # pzasync train's connect_four learner
+    (BOARD, {"torso": "mlp"}, {}),
+    (BOARD, {"max_grad_norm": 0.01}, {}),  # clipping at every update
+    (VEC, {}, {}),
+    (VEC, {"activation": "tanh", "hidden": [16]}, {}),
+    (VEC, {"hidden": []}, {}),
+    (VEC, {"double": False}, {}),
+    (VEC, {"clipped_double": True}, {}),
+    (VEC, {"target_tau": 0.3}, {}),
+    (VEC, {"target_update_interval": 2}, {}),
+    (VEC, {"n_step": 3}, {"discount": "per row"}),
+    (VEC, {}, {"weight": "per row"}),  # prioritized replay's importance weights
+    (PLANES, {"torso": "cnn"}, {}),  # float board planes of another size; a Discrete start
+    (UNMASKED, {}, {}),
+]
+
+
+@pytest.mark.parametrize("layout, options, extra", CASES, ids=[f"{c[0].agent}-{c[1]}-{sorted(c[2])}" for c in CASES])
+def test_the_update_by_hand_takes_autograds_steps(layout, options, extra):
+    by_hand, autograd = dqn(layout, **options), dqn(layout, **options)
+    autograd.manual = None
+    assert by_hand.manual is not None
+    rng = np.random.default_rng(0)
+    for step in range(6):
+        n = 24 if step % 2 else 17
+        more = {}
+        if "discount" in extra:
+            more["discount"] = (0.9 ** rng.integers(1, 4, n)).astype(np.float32)
+        if "weight" in extra:
+            more["weight"] = rng.uniform(0.1, 1, n).astype(np.float32)
+        batch = random_batch(layout, n, rng, **more)
+        torch.testing.assert_close(by_hand.compute_targets(batch), autograd.compute_targets(batch),
+                                   rtol=1e-5, atol=1e-6)
+        got, expected = by_hand.update(batch), autograd.update(batch)
+        assert got.keys() == expected.keys()
+        for key in expected:  # loss, q_mean, target_mean (the targets the update used), grad_norm
+            assert got[key] == pytest.approx(expected[key], rel=1e-5, abs=1e-7), key
+        for a, b in zip(by_hand.q.parameters(), autograd.q.parameters()):
+            torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+            torch.testing.assert_close(a.grad, b.grad, rtol=1e-4, atol=1e-7)
+        for a, b in zip(by_hand.target.parameters(), autograd.target.parameters()):
+            torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+    assert by_hand.optimizer.state_dict()["state"][0]["step"] == 6
+
+
+def test_the_update_by_hand_survives_gradients_replaced_and_state_loaded():
+    learner, clone = dqn(BOARD, mirror=True), dqn(BOARD, mirror=True)
+    rng = np.random.default_rng(1)
+    for _ in range(3):
+        learner.update(random_batch(BOARD, 16, rng))
+    learner.optimizer.zero_grad(set_to_none=True)  # the gradient views are gone: made again
+    learner.update(random_batch(BOARD, 16, rng))
+    clone.load_state_dict(learner.state_dict())
+    batch = random_batch(BOARD, 16, rng)
+    assert learner.update(batch) == clone.update(batch)
+    for a, b in zip(learner.q.parameters(), clone.q.parameters()):
+        assert torch.equal(a, b)
+
+
+@pytest.mark.parametrize("layout, options", [
+    (VEC, {"dueling": True}), (VEC, {"layer_norm": True}),
+    (agent_layout("agent_0", spaces.Box(0, 255, (40, 40, 3), np.uint8), spaces.Discrete(3)), {}),  # image CNN
+    (agent_layout("agent_0", spaces.Dict({"a": spaces.Box(-1, 1, (2,)), "b": spaces.Discrete(3)}),
+                  spaces.Discrete(2)), {}),  # two leaves, one of them one-hot
+    (agent_layout("agent_0", spaces.Discrete(5), spaces.Discrete(2)), {}),
+])
+def test_networks_the_hand_does_not_compute_go_through_autograd(layout, options):
+    learner = dqn(layout, **options)
+    assert learner.manual is None
+
+
+def test_manual_net_forward_and_backward_are_the_modules_and_autograds():
+    torch.manual_seed(0)
+    for layout, options in [(PLANES, {"torso": "cnn"}), (BOARD, {}), (VEC, {"activation": "tanh"})]:
+        q = DQNLearner.build_policy(layout, DQNLearner.validate_config(layout.agent, options))
+        net = ManualNet(q.encoder, q.head)
+        rng = np.random.default_rng(2)
+        obs = random_batch(layout, 9, rng)["obs"]
+        with torch.no_grad():
+            out, saved = net.forward(net.inputs([obs]), keep=5)
+        expected = q({"obs": torch.as_tensor(obs)})
+        torch.testing.assert_close(out, expected, rtol=1e-5, atol=1e-6)
+        weights = torch.randn(5, expected.shape[1])
+        q.zero_grad(set_to_none=True)
+        (expected[:5] * weights).sum().backward()
+        autograd = [p.grad.clone() for p in q.parameters()]
+        for p in q.parameters():
+            p.grad = torch.full_like(p, 7.0)  # overwritten, not added to
+        with torch.no_grad():
+            net.backward(saved, weights)
+        for p, g in zip(q.parameters(), autograd):
+            torch.testing.assert_close(p.grad, g, rtol=1e-4, atol=1e-6)
