@@ -3,6 +3,7 @@ process runs them (`LearnerDriver.try_update`, without its publishing and bookke
 
     taskset -c 1 python benchmarks/learner_updates.py [--learner SPEC] [--updates 1000] [--repeats 7]
     taskset -c 1 python benchmarks/learner_updates.py --profile cprofile|torch
+    taskset -c 1 python benchmarks/learner_updates.py --paired /path/to/checkout_a /path/to/checkout_b
 
 The buffer is the one `pzasync train` gives the default learner: both seats in one agent group, 8 env copies
 (columns `member` and `track`), 100,000 rows, filled with `--fill` transitions of random legal play on
@@ -12,6 +13,12 @@ prints updates/s, by the wall clock and by the process's CPU time (the second is
 core is shared with other work); the summary line gives the medians (and the wall clock's min-max) over
 `--repeats` repetitions, and, on the side, the median time of `sample` and of `update` alone. Prints JSON
 lines.
+
+`--paired A B` compares two checkouts of pzasync on a machine shared with other work, where back-to-back runs
+drift with the load: it starts one worker process per checkout (each importing pzasync from its own
+directory, each with its own buffer filled alike), then for `--rounds` rounds asks each in turn, in
+alternating order, for `--updates` timed updates. Each round gives a ratio B/A of updates per second taken
+within seconds of each other; the summary gives every round's rates and the median ratio.
 """
 
 from __future__ import annotations
@@ -78,7 +85,14 @@ def main() -> None:
     parser.add_argument("--fill", type=int, default=50_000, help="transitions in the buffer")
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--profile", choices=("cprofile", "torch"), default=None)
+    parser.add_argument("--paired", nargs=2, metavar=("CHECKOUT_A", "CHECKOUT_B"), default=None)
+    parser.add_argument("--rounds", type=int, default=10, help="with --paired")
+    parser.add_argument("--learner-b", default=None, help="with --paired: checkout B's learner (default --learner)")
+    parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.paired:
+        paired(args)
+        return
 
     torch.set_num_threads(args.threads)
     layout, buffer = filled_buffer(args.fill)
@@ -87,6 +101,9 @@ def main() -> None:
     try:
         for _ in range(args.warmup):
             learner.update(learner.sample(buffer, rng))
+        if args.worker:
+            serve(learner, buffer, rng)
+            return
         if args.profile:
             profile(args.profile, learner, buffer, rng, args.updates)
             return
@@ -124,6 +141,65 @@ def main() -> None:
     finally:
         buffer.close()
         buffer.unlink()
+
+
+def serve(learner, buffer, rng) -> None:
+    """--paired's worker: for each line "N" on stdin, time N updates and answer with one JSON line."""
+    import sys
+
+    print(json.dumps({"ready": True, "pzasync": __import__("pzasync").__file__}), flush=True)
+    for line in sys.stdin:
+        n = int(line)
+        start, cpu_start = time.perf_counter(), time.process_time()
+        for _ in range(n):
+            learner.update(learner.sample(buffer, rng))
+        wall, cpu = time.perf_counter() - start, time.process_time() - cpu_start
+        print(json.dumps({"updates_per_s": n / wall, "updates_per_cpu_s": n / cpu}), flush=True)
+
+
+def paired(args) -> None:
+    import os
+    import subprocess
+    import sys
+
+    workers = []
+    for checkout, spec in zip(args.paired, (args.learner, args.learner_b or args.learner)):
+        env = dict(os.environ, PYTHONPATH=os.path.abspath(checkout))
+        command = [sys.executable, os.path.abspath(__file__), "--worker", "--learner", spec,
+                   "--warmup", str(args.warmup), "--fill", str(args.fill), "--threads", str(args.threads)]
+        workers.append(subprocess.Popen(command, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True))
+    ready = [json.loads(w.stdout.readline()) for w in workers]
+    rates: list[list[dict]] = [[], []]
+    for round_ in range(args.rounds):
+        order = (0, 1) if round_ % 2 == 0 else (1, 0)
+        for i in order:
+            workers[i].stdin.write(f"{args.updates}\n")
+            workers[i].stdin.flush()
+            rates[i].append(json.loads(workers[i].stdout.readline()))
+        print(json.dumps({"round": round_, "a": round(rates[0][-1]["updates_per_s"], 1),
+                          "b": round(rates[1][-1]["updates_per_s"], 1),
+                          "b_over_a": round(rates[1][-1]["updates_per_s"] / rates[0][-1]["updates_per_s"], 3),
+                          "b_over_a_cpu": round(rates[1][-1]["updates_per_cpu_s"] / rates[0][-1]["updates_per_cpu_s"],
+                                                3)}), flush=True)
+    for w in workers:
+        w.stdin.close()
+        w.wait()
+
+    def med(i: int, key: str) -> float:
+        return round(statistics.median(r[key] for r in rates[i]), 1)
+
+    print(json.dumps({
+        "learner": args.learner, "learner_b": args.learner_b or args.learner,
+        "updates_per_round": args.updates, "rounds": args.rounds,
+        "a": ready[0]["pzasync"], "b": ready[1]["pzasync"],
+        "a_median_updates_per_s": med(0, "updates_per_s"), "b_median_updates_per_s": med(1, "updates_per_s"),
+        "a_median_updates_per_cpu_s": med(0, "updates_per_cpu_s"),
+        "b_median_updates_per_cpu_s": med(1, "updates_per_cpu_s"),
+        "median_ratio_b_over_a": round(statistics.median(
+            b["updates_per_s"] / a["updates_per_s"] for a, b in zip(*rates)), 3),
+        "median_ratio_b_over_a_cpu": round(statistics.median(
+            b["updates_per_cpu_s"] / a["updates_per_cpu_s"] for a, b in zip(*rates)), 3),
+    }), flush=True)
 
 
 def profile(kind: str, learner, buffer, rng, updates: int) -> None:

@@ -418,8 +418,11 @@ class DQNLearner(Learner):
 
         One forward of the online network over the observations and the next observations together (with
         `double`) gives both the Q-values trained on and the chooser of the targets; the backward runs over the
-        first half only. The gradient of the mean Huber loss (smooth L1, beta 1) with respect to the chosen
-        Q-value is clamp(q - target, -1, 1) / rows (times the row's weight with `prioritized`)."""
+        first half only. The targets and the loss's gradient with respect to the network's outputs are
+        computed in numpy on those outputs (`_targets_numpy`): on a batch of a few dozen rows, torch's
+        per-op overhead is most of their cost. The gradient of the mean Huber loss (smooth L1, beta 1) with
+        respect to the chosen Q-value is clamp(q - target, -1, 1) / rows (times the row's weight with
+        `prioritized`), autograd's own arithmetic."""
         online, target_net = self.manual
         n = len(batch["action"])
         double = bool(self.config["double"])
@@ -428,19 +431,25 @@ class DQNLearner(Learner):
         with torch.no_grad():
             q_rows, saved = online.forward(x if double else x[:n], keep=n)
             target_q, _ = target_net.forward(x[n:])
-            target = self._bootstrap(target_q, q_rows[n:] if double else target_q, batch)
-            index = self._action_index(batch)
-            q = q_rows[:n].gather(1, index).squeeze(1)
-            slope = (q - target).clamp_(-1.0, 1.0).mul_(1.0 / n)
-            if "weight" in batch:  # prioritized replay: importance-sampling weights per row
-                weight = torch.as_tensor(batch["weight"], dtype=torch.float32)
-                loss = (weight * nn.functional.smooth_l1_loss(q, target, reduction="none")).mean()
-                slope.mul_(weight)
-            else:
-                loss = nn.functional.smooth_l1_loss(q, target)
-            grad_q = torch.zeros_like(q_rows[:n]).scatter_(1, index, slope.unsqueeze(1))
-            grads = self._grad_buffer()
-            online.backward(saved, grad_q)
+        values, target_values = q_rows.numpy(), target_q.numpy()
+        target = self._targets_numpy(target_values, values[n:] if double else target_values, batch)
+        rows = np.arange(n)
+        index = np.asarray(batch["action"], dtype=np.int64).reshape(-1)
+        if self.q.start:
+            index = index - self.q.start
+        q = values[rows, index]
+        error = q - target
+        slope = np.clip(error, -1.0, 1.0) * (1.0 / n)
+        size = np.abs(error)
+        losses = np.where(size < 1.0, 0.5 * size * size, size - 0.5)
+        if "weight" in batch:  # prioritized replay: importance-sampling weights per row
+            weight = np.asarray(batch["weight"], dtype=np.float32)
+            losses, slope = weight * losses, slope * weight
+        grad_q = np.zeros((n, values.shape[1]), dtype=np.float32)
+        grad_q[rows, index] = slope
+        grads = self._grad_buffer()
+        with torch.no_grad():
+            online.backward(saved, torch.from_numpy(grad_q))
             # nn.utils.clip_grad_norm_'s arithmetic, on the one flat gradient (its product with 1.0, where the
             # norm is within the bound, changes nothing and is skipped).
             grad_norm = torch.linalg.vector_norm(grads)
@@ -451,8 +460,30 @@ class DQNLearner(Learner):
         self.updates += 1
         self.update_target()
         if self.replay is not None and "logical" in batch:
-            self.replay.update(batch["logical"], (target - q).numpy())
-        return self._metrics(loss, q, target, grad_norm, batch)
+            self.replay.update(batch["logical"], target - q)
+        metrics = {"loss": float(losses.mean()), "q_mean": float(q.mean()), "target_mean": float(target.mean()),
+                   "grad_norm": float(grad_norm)}
+        if "nstep" in batch:
+            metrics["nstep_mean"] = float(np.mean(batch["nstep"]))
+        return metrics
+
+    def _targets_numpy(self, target_q: np.ndarray, chooser: np.ndarray, batch: Batch) -> np.ndarray:
+        """`_bootstrap` in numpy, for `_update_by_hand`: the same float32 arithmetic, row by row (keep the two
+        alike; tests/test_learner_manual.py compares the updates they lead to)."""
+        rows = np.arange(len(target_q))
+        next_mask = batch.get("next_action_mask")
+        legal = None if next_mask is None else np.asarray(next_mask, dtype=bool)
+        best = (chooser if legal is None else np.where(legal, chooser, np.float32(-1e9))).argmax(axis=1)
+        next_q = target_q[rows, best]
+        if self.config["clipped_double"]:  # the lower of the two networks' values of that action
+            next_q = np.minimum(next_q, chooser[rows, best])
+        # No bootstrap after a termination, nor from a next state without legal actions.
+        stop = np.asarray(batch["terminated"], dtype=bool)
+        next_q = np.where(stop if legal is None else stop | ~legal.any(axis=1), np.float32(0.0), next_q)
+        reward = np.asarray(batch["reward"], dtype=np.float32)
+        if "discount" in batch:  # n-step transitions (`nstep_batch`): gamma ** steps used, per row
+            return reward + np.asarray(batch["discount"], dtype=np.float32) * next_q
+        return reward + float(self.config["gamma"]) * next_q
 
     def update_target(self) -> None:
         """After each update: Polyak averaging (target += tau * (online - target)) when target_tau < 1, else a
