@@ -133,3 +133,20 @@ def test_manual_net_forward_and_backward_are_the_modules_and_autograds():
             net.backward(saved, weights)
         for p, g in zip(q.parameters(), autograd):
             torch.testing.assert_close(p.grad, g, rtol=1e-4, atol=1e-6)
+
+
+def test_board_channels_sets_the_board_filters_and_old_configs_keep_sixty_four():
+    from pzasync.errors import ConfigError
+    from pzasync.learners import networks
+
+    learner = dqn(BOARD, board_channels=16)
+    conv = learner.q.encoder.leaves[0].conv[0]
+    assert conv.weight.shape[0] == 16 and learner.manual is not None
+    rng = np.random.default_rng(3)
+    assert np.isfinite(learner.update(random_batch(BOARD, 8, rng))["loss"])
+    assert dqn(BOARD).q.encoder.leaves[0].conv[0].weight.shape[0] == networks.BOARD_CHANNELS
+    old = {k: v for k, v in DQNLearner.validate_config("player_0", {}).items() if k != "board_channels"}
+    assert DQNLearner.build_policy(BOARD, old).encoder.leaves[0].conv[0].weight.shape[0] == networks.BOARD_CHANNELS
+    for bad in (0, True, 2.5):
+        with pytest.raises(ConfigError, match="board_channels"):
+            dqn(BOARD, board_channels=bad)

@@ -49,6 +49,9 @@ def check_options(agent: str, config: dict[str, Any]) -> None:
         bad("target_tau", "must be a number in (0, 1]")
     if config.get("torso", "auto") not in TORSOS:
         bad("torso", f"must be one of {list(TORSOS)}")
+    channels = config.get("board_channels", BOARD_CHANNELS)
+    if isinstance(channels, (bool, np.bool_)) or not isinstance(channels, (int, np.integer)) or channels < 1:
+        bad("board_channels", "must be an integer >= 1")
     for key in ("mirror", "clipped_double", "prioritized", "layer_norm"):
         if not isinstance(config.get(key, False), (bool, np.bool_)):
             bad(key, "must be True or False")
@@ -168,7 +171,8 @@ class QNetwork(Policy):
         check_options(layout.agent, config)
         if config.get("mirror", False):
             check_mirror(layout)
-        self.encoder = Encoder(layout, config.get("torso", "auto"))
+        # A config without `board_channels` (an old checkpoint's) was saved with BOARD_CHANNELS filters.
+        self.encoder = Encoder(layout, config.get("torso", "auto"), int(config.get("board_channels", BOARD_CHANNELS)))
         n, hidden, activation = int(layout.action_space.n), config["hidden"], config["activation"]
         norm = bool(config.get("layer_norm", False))
         if config.get("dueling", False):
@@ -251,6 +255,8 @@ class DQNLearner(Learner):
         "prioritized": False,
         # LayerNorm before each hidden activation (keeps values from running away at high replay ratios).
         "layer_norm": False,
+        # Filters of the board convolution (networks.BoardEncoder), where the torso has one.
+        "board_channels": BOARD_CHANNELS,
     }
 
     #: Checked by `Learner.validate_config` (with the base's batch_size >= 1 and learning_starts >= 0).
@@ -262,7 +268,7 @@ class DQNLearner(Learner):
         "activation": Option(str, choices=tuple(ACTIVATIONS)), "double": Option(bool),
         "n_step": Option(int, ge=1), "dueling": Option(bool), "target_tau": Option(float, gt=0, le=1),
         "torso": Option(str, choices=TORSOS), "mirror": Option(bool), "clipped_double": Option(bool),
-        "prioritized": Option(bool), "layer_norm": Option(bool),
+        "prioritized": Option(bool), "layer_norm": Option(bool), "board_channels": Option(int, ge=1),
     }
 
     def __init__(self, ctx: LearnerContext) -> None:

@@ -134,18 +134,20 @@ class BoardEncoder(nn.Module):
     One convolution without padding whose kernel spans BOARD_KERNEL cells (or the whole board, if smaller):
     every placement of the kernel sees every row, column and diagonal segment of that length, which is what
     a board game's tactics are made of (a filter learns "three of mine and an empty fourth"). Its
-    BOARD_CHANNELS features per placement are flattened, without pooling (position matters), and the raw
+    `channels` (BOARD_CHANNELS unless a learner's `board_channels` option says otherwise) features per
+    placement are flattened, without pooling (position matters), and the raw
     cells are appended so nothing the MLP trunk could use is lost. One small conv keeps the cost near the
     flattening MLP's (figures in docs/learners.md).
     """
 
-    def __init__(self, space: spaces.Box) -> None:
+    def __init__(self, space: spaces.Box, channels: int | None = None) -> None:
         super().__init__()
         h, w, c = (int(d) for d in space.shape)
+        channels = int(BOARD_CHANNELS if channels is None else channels)
         self.scale = 1.0 / 255.0 if space.dtype == np.uint8 else 1.0
         kh, kw = min(BOARD_KERNEL, h), min(BOARD_KERNEL, w)
-        self.conv = nn.Sequential(nn.Conv2d(c, BOARD_CHANNELS, (kh, kw)), nn.ReLU(), nn.Flatten())
-        self.out_dim = BOARD_CHANNELS * (h - kh + 1) * (w - kw + 1) + h * w * c
+        self.conv = nn.Sequential(nn.Conv2d(c, channels, (kh, kw)), nn.ReLU(), nn.Flatten())
+        self.out_dim = channels * (h - kh + 1) * (w - kw + 1) + h * w * c
         # The convolution is computed as one matmul over gathered patches: for boards this small, conv2d's
         # per-call set-up dominates (docs/learners.md, the torso table). Row p of
         # `patches` lists placement p's cells in the flattened HWC board, in the (channel, row, column)
@@ -214,13 +216,13 @@ def leaf_kind(space: spaces.Space, torso: str = "auto") -> str:
     return auto_torso(space)
 
 
-def leaf_encoder(space: spaces.Space, torso: str = "auto") -> nn.Module:
-    """The encoder for one leaf space (see `leaf_kind`)."""
+def leaf_encoder(space: spaces.Space, torso: str = "auto", board_channels: int | None = None) -> nn.Module:
+    """The encoder for one leaf space (see `leaf_kind`); `board_channels`: a BoardEncoder's filters."""
     kind = leaf_kind(space, torso)
     if kind == "image":
         return ImageEncoder(space)
     if kind == "board":
-        return BoardEncoder(space)
+        return BoardEncoder(space, board_channels)
     if isinstance(space, spaces.Discrete):
         return OneHotEncoder([space.n], [space.start])
     if isinstance(space, spaces.MultiDiscrete):
@@ -231,7 +233,7 @@ def leaf_encoder(space: spaces.Space, torso: str = "auto") -> nn.Module:
 class Encoder(nn.Module):
     """Observation leaves (a dict from `obs_tensors`) -> one feature vector per row."""
 
-    def __init__(self, layout: AgentLayout, torso: str = "auto") -> None:
+    def __init__(self, layout: AgentLayout, torso: str = "auto", board_channels: int | None = None) -> None:
         super().__init__()
         self.keys = obs_keys(layout)
         leaves = leaf_spaces(layout.obs_space)
@@ -240,7 +242,7 @@ class Encoder(nn.Module):
 
             raise ConfigError(f"agent {layout.agent!r}: torso='cnn' needs a 3-dim Box observation (HWC board or "
                               f"image), got {layout.obs_space!r}; use 'auto' or 'mlp'")
-        self.leaves = nn.ModuleList(leaf_encoder(space, torso) for space in leaves)
+        self.leaves = nn.ModuleList(leaf_encoder(space, torso, board_channels) for space in leaves)
         self.out_dim = sum(leaf.out_dim for leaf in self.leaves)
 
     def forward(self, obs: dict[str, torch.Tensor]) -> torch.Tensor:
