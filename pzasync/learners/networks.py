@@ -134,10 +134,10 @@ class BoardEncoder(nn.Module):
     One convolution without padding whose kernel spans BOARD_KERNEL cells (or the whole board, if smaller):
     every placement of the kernel sees every row, column and diagonal segment of that length, which is what
     a board game's tactics are made of (a filter learns "three of mine and an empty fourth"). Its
-    `channels` (BOARD_CHANNELS unless a learner's `board_channels` option says otherwise) features per
-    placement are flattened, without pooling (position matters), and the raw
-    cells are appended so nothing the MLP trunk could use is lost. One small conv keeps the cost near the
-    flattening MLP's (figures in docs/learners.md).
+    `channels` features per placement (BOARD_CHANNELS unless DQN's `board_channels` option says otherwise)
+    are flattened, without pooling (position matters), and the raw cells are appended so nothing the MLP
+    trunk could use is lost. One small conv keeps the cost near the flattening MLP's (figures in
+    docs/learners.md).
     """
 
     def __init__(self, space: spaces.Box, channels: int | None = None) -> None:
