@@ -38,8 +38,8 @@ def filled_buffer(fill: int, seed: int = 0, copies: int = 8):
     """A group buffer with `fill` transitions of random legal connect_four play, `member` and `track` set as
     the actor sets them (`copies` env copies interleaved, each with both seats)."""
     from pzasync import SharedRingBuffer, env_layouts, make_env
-    from pzasync.collect import run_episodes
-    from pzasync.spaces import probe_info_masks
+    from pzasync.core.collect import run_episodes
+    from pzasync.core.spaces import probe_info_masks
 
     env = make_env(ENV)
     layout = env_layouts(env, probe_info_masks(env))["player_0"]
@@ -66,7 +66,7 @@ def filled_buffer(fill: int, seed: int = 0, copies: int = 8):
 
 
 def make_learner(spec: str, layout, seed: int = 0):
-    from pzasync.cli import parse_learner_spec
+    from pzasync.specs import parse_learner_spec
     from pzasync.learners import LearnerContext, resolve_learner
 
     cls, options = resolve_learner(parse_learner_spec(spec), "players")

@@ -11,7 +11,7 @@ from gymnasium import spaces
 from pzasync.learners import LearnerContext
 from pzasync.learners.dqn import DQNLearner
 from pzasync.learners.networks import ManualNet
-from pzasync.spaces import agent_layout
+from pzasync.core.spaces import agent_layout
 
 torch.set_num_threads(1)
 

@@ -24,8 +24,8 @@ from torch import nn
 from pzasync.errors import UnsupportedSpaceError
 from pzasync.core.spaces import AgentLayout
 from pzasync.learners.base import Batch, Learner, LearnerContext, Option, Policy, trajectory_ids
-from pzasync.learners.networks import (ACTIVATIONS, TORSOS, Encoder, ManualNet, adam, explore_uniformly, masked_logits,
-                                       mlp, obs_keys, obs_tensors)
+from pzasync.learners.networks import (ACTIVATIONS, BOARD_CHANNELS, TORSOS, Encoder, ManualNet, adam,
+                                       explore_uniformly, masked_logits, mlp, obs_keys, obs_tensors)
 from pzasync.learners.prioritized import PrioritizedReplay
 
 
@@ -33,7 +33,7 @@ def check_options(agent: str, config: dict[str, Any]) -> None:
     """Refuse bad values of the n-step, dueling, target and torso options where they are used (a config that
     did not go through `validate_config`, such as an old checkpoint's, may lack them: defaults apply)."""
     from pzasync.errors import ConfigError
-    from pzasync.learners.networks import TORSOS
+    from pzasync.learners.networks import BOARD_CHANNELS, TORSOS
 
     def bad(key: str, why: str) -> None:
         raise ConfigError(f"agent {agent!r}: DQN option {key!r} {why}, got {config.get(key)!r}")
