@@ -9,6 +9,7 @@ out of the stored observation (docs/transitions.md, rule 7) and kept beside it.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any, Callable
 
 import numpy as np
@@ -86,8 +87,9 @@ class AgentLayout:
     def has_mask(self) -> bool:
         return self.mask_shape is not None
 
-    @property
+    @cached_property
     def nested_obs(self) -> bool:
+        """Whether the stored observation has more than one leaf, or one below the top (read at every step)."""
         return len(self.obs_leaves) != 1 or self.obs_leaves[0].path != ()
 
     def split(self, observation: Any, info: dict | None) -> tuple[Any, np.ndarray | None]:

@@ -128,10 +128,13 @@ class ForwardedAttribute:
         self._owner = obj if self._skipped else None
 
     def get(self) -> Any:
-        owner = self._owner
-        if owner is None or any(self.name in d for d in self._skipped):
-            return getattr(self.env, self.name)
-        return getattr(owner, self.name)
+        owner, name = self._owner, self.name
+        if owner is None:
+            return getattr(self.env, name)
+        for skipped in self._skipped:  # a loop, not any(<generator>): this runs at every step
+            if name in skipped:
+                return getattr(self.env, name)
+        return getattr(owner, name)
 
 
 def last_reader(env: Any) -> Callable[[], tuple]:
@@ -145,9 +148,25 @@ def last_reader(env: Any) -> Callable[[], tuple]:
 
     if getattr(type(env), "last", None) is not AECEnv.last:
         return env.last
-    selection, cumulative, terminations, truncations, infos = (
-        ForwardedAttribute(env, name).get
-        for name in ("agent_selection", "_cumulative_rewards", "terminations", "truncations", "infos"))
+    names = ("agent_selection", "_cumulative_rewards", "terminations", "truncations", "infos")
+    fields = [ForwardedAttribute(env, name) for name in names]
+    first = fields[0]
+    if all(f._owner is first._owner and f._skipped == first._skipped for f in fields) and first._owner is not None:
+        # The usual case: one env down the chain owns all five. One check per skipped wrapper (does it now
+        # have any of the five itself?) replaces five reads through ForwardedAttribute.
+        owner, skipped, wanted = first._owner, tuple(first._skipped), frozenset(names)
+
+        def last_from_owner() -> tuple:
+            for own in skipped:
+                if not wanted.isdisjoint(own):
+                    return env.last()
+            agent = owner.agent_selection
+            assert agent is not None
+            return (env.observe(agent), owner._cumulative_rewards[agent], owner.terminations[agent],
+                    owner.truncations[agent], owner.infos[agent])
+
+        return last_from_owner
+    selection, cumulative, terminations, truncations, infos = (f.get for f in fields)
 
     def last() -> tuple:
         agent = selection()

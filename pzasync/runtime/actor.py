@@ -45,6 +45,8 @@ class ActingAgent:
     steps: int = 0
     vector: np.ndarray | None = None
     may_wait: bool = False
+    #: Whether anything runs before this agent acts (a `before_decision` hook, or an opt-in wait).
+    checks_first: bool = False
     nonfinite: int = 0
     #: Indices of the observation leaves checked for NaN and inf (the floating ones).
     float_leaves: list[int] = field(default_factory=list)
@@ -113,6 +115,7 @@ class Actor:
         for a in agents.values():
             self._sharing.setdefault(id(a.policy), []).append(a)
             a.may_wait = self._may_wait(a)
+            a.checks_first = a.may_wait or before_decision is not None
             a.steps_offset = a.steps  # steps taken before this run (a resumed run) are not this run's
         self.total_steps = 0
         self.episodes = 0
@@ -125,6 +128,9 @@ class Actor:
         self._held: set[int] = set()
         #: (seed, on_episode, copies) made ready by `prepare` for the next `run`.
         self._prepared: tuple | None = None
+        #: Per env copy, its first track (times a unit's members per copy): None where transitions carry none.
+        self._track_base: list[int] | None = (
+            [self.actor_index * self.n_copies + k for k in range(self.n_copies)] if self.stores_track else None)
 
     # ------------------------------------------------------------------------------------------ per round
     def refresh(self, a: ActingAgent) -> None:
@@ -208,33 +214,42 @@ class Actor:
 
     def _act_as_self(self, decisions: list[PendingDecision], rows: list[int], out: list) -> None:
         """Decisions of agents that act with one policy module (an agent, or members of its group)."""
-        acting = {d.agent: self.agents[d.agent] for d in decisions}
+        agents = self.agents
+        if len(decisions) == 1:
+            lead = agents[decisions[0].agent]
+            acting = {lead.agent: lead}
+        else:
+            acting = {d.agent: agents[d.agent] for d in decisions}
+            lead = next(iter(acting.values()))
         for a in acting.values():
-            if self.before_decision is not None:
-                self.before_decision(a.agent)
-            if a.may_wait:
-                self._wait_if_ahead(a)
-        lead = next(iter(acting.values()))
+            if a.checks_first:
+                if self.before_decision is not None:
+                    self.before_decision(a.agent)
+                if a.may_wait:
+                    self._wait_if_ahead(a)
         if lead.slot is not None and lead.slot.version != lead.version:
             self.refresh(lead)
         actions, extras = lead.policy.act(lead.layout.batch([d.obs for d in decisions]), _masks(decisions), True)
-        for d in decisions:
-            acting[d.agent].steps += 1
+        if len(acting) == 1:
+            lead.steps += len(decisions)
+        else:
+            for d in decisions:
+                acting[d.agent].steps += 1
         self.total_steps += len(decisions)
         sharing = self._sharing[id(lead.policy)]
         lead.policy.on_actor_steps(lead.steps if len(sharing) == 1 else
                                    round(sum(m.steps for m in sharing) / len(sharing)))
         for a in acting.values():
             self.stats.record_steps(a.agent, a.steps - a.steps_offset, self.total_steps)
-        members = lead.tracks // self.n_copies
+        version, track_of, members = lead.version, self._track_base, lead.tracks // self.n_copies
         for j, (i, d) in enumerate(zip(rows, decisions)):
             a = acting[d.agent]
             stored = {k: v[j] for k, v in extras.items()} if extras else {}
-            stored["policy_version"] = lead.version
+            stored["policy_version"] = version
             if a.member is not None:
                 stored["member"] = a.member
-            if self.stores_track:
-                stored["track"] = (self.actor_index * self.n_copies + d.copy) * members + (a.member or 0)
+            if track_of is not None:
+                stored["track"] = track_of[d.copy] * members + (a.member or 0)
             out[i] = (actions[j], stored)
 
     def _act_as_opponent(self, a: ActingAgent, policy: Any, decisions: list[PendingDecision], rows: list[int],
@@ -258,7 +273,7 @@ class Actor:
 
     def emit(self, t: Transition, copy: int = 0) -> None:
         a = self.agents[t.agent]
-        if not self._finite(a, t):
+        if not (math.isfinite(t.reward) if not a.float_leaves else self._finite(a, t)):
             a.nonfinite += 1
             if self.raise_on_nonfinite:
                 raise NonFiniteError(f"agent {t.agent!r}: NaN or inf in a transition (reward {t.reward!r}) after "
