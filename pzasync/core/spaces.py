@@ -124,8 +124,8 @@ class AgentLayout:
     def batch(self, observations: list[Any]) -> dict[str, np.ndarray]:
         """Stored observations stacked into the batch a `Policy.act` takes, keyed like the buffer's columns
         ("obs", or "obs/<leaf>" for each leaf of a nested observation)."""
-        if not self.nested_obs:
-            return {"obs": np.stack(observations) if len(observations) > 1 else np.asarray(observations[0])[None]}
+        if not self.nested_obs:  # np.array over equal-shaped arrays stacks them, without np.stack's checks
+            return {"obs": np.array(observations) if len(observations) > 1 else np.asarray(observations[0])[None]}
         return {f"obs/{leaf.name}": np.stack([np.asarray(leaf_value(o, leaf.path), dtype=leaf.dtype)
                                               for o in observations])
                 for leaf in self.obs_leaves}

@@ -110,6 +110,8 @@ class Actor:
         self.before_decision = before_decision
         self._load = vector_to_policy
         self.layouts = {a: x.layout for a, x in agents.items()}
+        #: Per agent, the key of its own policy module in a round's groups (`_acting_policy`).
+        self._own_policy = {a: (id(x.policy), 0) for a, x in agents.items()}
         #: Policy module -> the agents acting with it (an agent group's members share one module and vector).
         self._sharing: dict[int, list[ActingAgent]] = {}
         for a in agents.values():
@@ -187,7 +189,7 @@ class Actor:
     def _acting_policy(self, d: PendingDecision) -> tuple[int, int]:
         """Which policy answers a decision: (the seat's own module, 0) or (0, the league opponent's module)."""
         override = self.overrides[d.copy].get(d.agent)
-        return (id(self.agents[d.agent].policy), 0) if override is None else (0, id(override))
+        return self._own_policy[d.agent] if override is None else (0, id(override))
 
     def align(self, pending: list[PendingDecision]) -> tuple[list[PendingDecision], list[PendingDecision]]:
         """Split a round into the decisions answered now and those held back for one round.
@@ -422,4 +424,4 @@ def _masks(decisions: list[PendingDecision]) -> np.ndarray | None:
     mask = decisions[0].mask
     if mask is None:
         return None
-    return mask[None] if len(decisions) == 1 else np.stack([d.mask for d in decisions])
+    return mask[None] if len(decisions) == 1 else np.array([d.mask for d in decisions])
