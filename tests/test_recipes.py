@@ -148,3 +148,35 @@ def test_pzasync_envs_marks_the_envs_with_a_recipe():
     assert rows[TICTACTOE][-1] == "dqn,gamma=0.9,epsilon_end=0.2 (self-play)"
     assert rows[NO_RECIPE][-1] == "-"
     assert sum(cells[-1] != "-" for cells in rows.values()) == len(RECIPES)
+
+
+# ------------------------------------------------------------------------------- a learner that fits the spaces
+SPREAD_BOX = ("mpe2.simple_spread_v3", {"N": 2, "max_cycles": 10, "continuous_actions": True})
+
+
+def test_the_recipe_learner_gives_way_where_it_refuses_the_spaces():
+    from pzasync.core.environments import EnvSpec
+    from pzasync.recipes.fit import fit_learners
+
+    env = EnvSpec.of(SPREAD_BOX[0], **SPREAD_BOX[1])
+    learners, notes = fit_learners(env, "dqn", {})
+    assert learners == {"*": "dqn", "agent_0": "ppo", "agent_1": "ppo"}
+    assert len(notes) == 2 and "agent 'agent_0': dqn cannot train it (Box(" in notes[0] and "'ppo'" in notes[0]
+    learners, notes = fit_learners(env, "dqn", {}, chosen={"agent_1"})  # --learner-for agent_1=dqn stays
+    assert learners == {"*": "dqn", "agent_0": "ppo"} and len(notes) == 1
+    learners, notes = fit_learners(env, {"*": "dqn"}, {"team": ["agent_*"]})
+    assert learners == {"*": "dqn", "team": "ppo"} and notes[0].startswith("agent group 'team'")
+    plan = RunPlan(env, learners, RunConfig(agent_groups={"team": ["agent_*"]}))
+    assert {p.learner_name for p in plan.agents.values()} == {"ppo"}
+    discrete = EnvSpec.of(SPREAD_BOX[0], N=2, max_cycles=10)
+    assert fit_learners(discrete, "dqn", {}) == ("dqn", []), "a learner that fits is left alone"
+
+
+def test_pzasync_train_says_which_learner_it_chose_instead_of_refusing(tmp_path):
+    args = ["train", SPREAD_BOX[0], *(f"--env-arg={k}={v}" for k, v in SPREAD_BOX[1].items()), "--runner",
+            "sequential", "--steps", "120", "--final-episodes", "0", "--eval-every", "0", "--out", str(tmp_path)]
+    result = CliRunner().invoke(main, args, env={"COLUMNS": "200"})
+    assert result.exit_code == 0, result.output
+    text = " ".join(result.output.split())
+    assert "agent 'agent_0': dqn cannot train it" in text and "trains with 'ppo'" in text
+    assert "agent_0=ppo" in text and "agent_1=ppo" in text

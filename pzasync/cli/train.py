@@ -194,7 +194,15 @@ def _train(env_id: str, *, config_file: str | None, print_config: bool, learner:
     env = EnvSpec.of(env_id, **parse_options(env_args, "--env-arg"))
     chosen = train_choices(env.name, learner=learner, learner_for=learner_for, steps=steps, minutes=minutes,
                            self_play=self_play, options=flags, file_options=file_options)
+    given_learner, notes = learner, []
     learner, learners, minutes, yardstick = chosen.learner, chosen.learners, chosen.minutes, chosen.yardstick
+    if given_learner is None:  # the recipe's learner: where it refuses an agent's spaces, one that fits
+        from pzasync.recipes.fit import fit_learners
+
+        learners, notes = fit_learners(env, learners, chosen.config["agent_groups"],
+                                       chosen={item.partition("=")[0] for item in learner_for})
+        for note in notes:
+            console.print(note, highlight=False, soft_wrap=True)
     values = {"out_dir": "runs", "progress": console.is_terminal, **file_options, **flags, **chosen.config,
               "eval_vs": yardstick if chosen.evaluate else None}
     if values.get("eval_every_s") == 0:
@@ -222,7 +230,7 @@ def _train(env_id: str, *, config_file: str | None, print_config: bool, learner:
     league_config, trainee_weights = config.league, config.league_trainee_weights
     console.print(f"training {env.name} with the {runner} runner: " + ", ".join(
         f"{a}={p.learner_name}" + (f" (group {p.unit})" if p.unit != a else "") for a, p in run.plan.agents.items())
-        + (f"; learner {learner}" if not learner_for else "")
+        + (f"; learner {learner}" if not learner_for and not notes else "")
         + (f"; league {chosen.league}" if league_config else "")
         + (" (trainee weights " + ", ".join(f"{k}={v:g}" for k, v in trainee_weights.items()) + ")"
            if trainee_weights else "")
