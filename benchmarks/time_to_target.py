@@ -2,10 +2,11 @@
 one or more checkouts of pzasync, seeds interleaved so that load drifts hit every checkout alike.
 
     python benchmarks/time_to_target.py --checkouts /work/before /work/after --seeds 0,1,2 --minutes 5
+    python benchmarks/time_to_target.py --checkouts "/work/after::--learner dqn,gamma=0.9,mirror=True" ...
     python benchmarks/time_to_target.py --from-json runs.jsonl          # re-read earlier runs
 
 Each run is `pzasync train --minutes M --seed S --eval-every E --final-episodes 0` from that checkout
-(`PYTHONPATH`), evaluated while training by the run's own evaluator against the recipe's yardstick. A run
+(`PYTHONPATH`; a checkout written `PATH::ARGS` adds ARGS to its command line), evaluated while training by the run's own evaluator against the recipe's yardstick. A run
 reaches the target at the first evaluation round in which every seat's win rate is >= --target; the script
 prints, per checkout, each seed's time to target (wall seconds since the run started, and agent steps and
 learner updates at that round) and the median, and appends one JSON line per run to --json.
@@ -16,6 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
 import statistics
 import subprocess
 import sys
@@ -24,9 +26,10 @@ from pathlib import Path
 
 
 def run_once(checkout: str, seed: int, minutes: float, every: float, out: Path) -> Path:
-    env = dict(os.environ, PYTHONPATH=os.path.abspath(checkout))
+    path, _, extra = checkout.partition("::")
+    env = dict(os.environ, PYTHONPATH=os.path.abspath(path))
     command = [sys.executable, "-m", "pzasync.cli", "train", "--minutes", str(minutes), "--seed", str(seed),
-               "--eval-every", str(every), "--final-episodes", "0", "--out", str(out)]
+               "--eval-every", str(every), "--final-episodes", "0", "--out", str(out), *shlex.split(extra)]
     subprocess.run(command, env=env, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, cwd="/tmp")
     return next(p for p in out.iterdir() if p.is_dir())
 

@@ -156,7 +156,7 @@ SPREAD_BOX = ("mpe2.simple_spread_v3", {"N": 2, "max_cycles": 10, "continuous_ac
 
 def test_the_recipe_learner_gives_way_where_it_refuses_the_spaces():
     from pzasync.core.environments import EnvSpec
-    from pzasync.recipes.fit import fit_learners
+    from pzasync.learners.fitting import fit_learners
 
     env = EnvSpec.of(SPREAD_BOX[0], **SPREAD_BOX[1])
     learners, notes = fit_learners(env, "dqn", {})

@@ -197,7 +197,7 @@ def _train(env_id: str, *, config_file: str | None, print_config: bool, learner:
     given_learner, notes = learner, []
     learner, learners, minutes, yardstick = chosen.learner, chosen.learners, chosen.minutes, chosen.yardstick
     if given_learner is None:  # the recipe's learner: where it refuses an agent's spaces, one that fits
-        from pzasync.recipes.fit import fit_learners
+        from pzasync.learners.fitting import fit_learners
 
         learners, notes = fit_learners(env, learners, chosen.config["agent_groups"],
                                        chosen={item.partition("=")[0] for item in learner_for})
