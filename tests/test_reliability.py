@@ -188,6 +188,26 @@ def test_buffers_that_do_not_fit_are_refused_with_both_numbers(monkeypatch):
         AsyncRunner("pettingzoo.classic.connect_four_v3", "dqn", RunConfig(buffer_capacity=2_000_000))
 
 
+def test_auto_buffers_shrink_to_fit_where_an_explicit_capacity_would_be_refused(monkeypatch):
+    from pzasync.runtime import allocation
+    from pzasync.runtime.plan import RunPlan
+
+    plan = RunPlan("pettingzoo.classic.connect_four_v3", "dqn", RunConfig())
+    assert {p.capacity for p in plan.learning} == {allocation.AUTO_BUFFER_TRANSITIONS} and not plan.auto
+    free = 20_000_000
+    monkeypatch.setattr("pzasync.runtime.allocation.free_shm_bytes", lambda: free)
+    monkeypatch.setattr("pzasync.transport.shm.free_shm_bytes", lambda: free)
+    plan = RunPlan("pettingzoo.classic.connect_four_v3", "dqn", RunConfig())
+    capacities = [p.capacity for p in plan.learning]
+    assert len(set(capacities)) == 1 and 1_000 < capacities[0] < allocation.AUTO_BUFFER_TRANSITIONS
+    assert plan.shm_bytes <= free // 2 + 2 * 4096 + 2 * 8 * plan.learning[0].policy_floats
+    assert f"{capacities[0]:,} transitions for player_0" in plan.auto["buffer_capacity"]
+    with pytest.raises(InsufficientSharedMemoryError):  # a number the user gave is never changed
+        RunPlan("pettingzoo.classic.connect_four_v3", "dqn", RunConfig(buffer_capacity=100_000))
+    on_policy = RunPlan("pettingzoo.classic.connect_four_v3", "ppo", RunConfig())
+    assert "buffer_capacity" not in on_policy.auto, "on-policy buffers are sized in batches"
+
+
 def test_unpicklable_factory_is_refused_with_the_reason():
     lock = threading.Lock()
     with pytest.raises(EnvSpecError, match=r"captures something unpicklable"):

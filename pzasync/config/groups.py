@@ -153,8 +153,12 @@ class LearningOptions(OptionGroup):
                                Check(str, choices=MODES), alias="--publish")
     publish_every: int = option(10, "Learner updates between two publications of its policy (off-policy learners; "
                                     "on-policy learners publish after every update).", COUNT, metavar="N")
-    buffer_capacity: int = option(100_000, "Ring-buffer capacity per agent, in transitions (off-policy learners).",
-                                  Check(int, ge=2), metavar="N")
+    buffer_capacity: int | str = option(
+        AUTO, "Ring-buffer capacity per learner (an agent, or an agent group), in transitions (off-policy learners). "
+              "\"auto\": AUTO_BUFFER_TRANSITIONS (100,000), or fewer where the off-policy learners' buffers "
+              "together would take more than AUTO_BUFFER_BYTES (4 GiB) or half of free /dev/shm "
+              "(runtime/allocation.py: large observations such as raw frames get fewer rows, not a refusal).",
+        Check(int, ge=2, also=(AUTO,), why="an integer >= 2 or 'auto'"), metavar="N|auto")
     onpolicy_buffer_batches: int = option(4, "Ring-buffer capacity of on-policy learners, in learner batches.",
                                           COUNT, metavar="N")
     obs_storage: str = option(

@@ -15,9 +15,39 @@ from typing import Any
 from pzasync.transport.buffer import SharedRingBuffer
 from pzasync.transport.obs_slots import ObservationSlots
 from pzasync.transport.shards import ShardedBuffer
-from pzasync.transport.shm import check_fits
+from pzasync.transport.shm import check_fits, free_shm_bytes
 from pzasync.transport.slots import PolicySlot
 from pzasync.transport.stats import NOT_LEARNING, STATUS, RunStats
+
+
+#: RunConfig(buffer_capacity="auto"): each off-policy learner's buffer holds this many transitions, unless
+#: together they would take more than AUTO_BUFFER_BYTES or half of free /dev/shm (`fit_buffers`).
+AUTO_BUFFER_TRANSITIONS = 100_000
+AUTO_BUFFER_BYTES = 4 << 30
+
+
+def fit_buffers(plan: Any) -> str | None:
+    """buffer_capacity="auto": give every off-policy learning unit an equal share of the byte budget, in rows of
+    its own size, at most AUTO_BUFFER_TRANSITIONS. Returns what was cut, for the run's start-up lines (None
+    where every buffer keeps AUTO_BUFFER_TRANSITIONS)."""
+    units = [p for p in plan.learning if not p.learner_cls.on_policy]
+    if not units:
+        return None
+    budget = min(AUTO_BUFFER_BYTES, free_shm_bytes() // 2)
+    cut = []
+    for unit in units:
+        probe = 10_000
+        per_row = SharedRingBuffer.nbytes_for(unit.layout, probe, buffer_extras(plan, unit),
+                                              obs_storage=plan.config.obs_storage,
+                                              tracks=plan.tracks(unit.agent)) / probe
+        unit.capacity = int(max(2, min(AUTO_BUFFER_TRANSITIONS, budget // len(units) // per_row)))
+        if unit.capacity < AUTO_BUFFER_TRANSITIONS:
+            cut.append(f"{unit.capacity:,} transitions for {unit.agent} ({per_row:,.0f} bytes a row)")
+    if not cut:
+        return None
+    size = f"{budget / 2**30:.1f} GiB" if budget >= 2**30 else f"{budget / 2**20:,.0f} MiB"
+    return (f"{', '.join(cut)}: an equal share for each of the {len(units)} off-policy learner(s) of {size} "
+            f"(half of free /dev/shm, at most {AUTO_BUFFER_BYTES / 2**30:.0f} GiB); --buffer-capacity N chooses")
 
 
 def shard_capacity(plan: Any, unit: Any) -> int:

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pzasync.config import RunConfig
+from pzasync.config.groups import AUTO
 from pzasync.core.environments import EnvSpec
 from pzasync.core.groups import resolve_groups
 from pzasync.core.spaces import AgentLayout, env_layouts, probe_info_masks
@@ -144,6 +145,8 @@ class RunPlan:
             options = cls.validate_config(agent, options)
             name = spec[0] if isinstance(spec, tuple) else spec
             capacity = self.config.buffer_capacity
+            if capacity == AUTO:  # the most `allocation.fit_buffers` gives, below, once the sizes are known
+                capacity = allocation.AUTO_BUFFER_TRANSITIONS
             if cls.on_policy:
                 capacity = self.config.onpolicy_buffer_batches * int(options.get("batch_size", 64))
             size = policy_size(cls.build_policy(layouts[agent], options))
@@ -175,6 +178,10 @@ class RunPlan:
         self.envs_per_actor = self.config.envs_per_actor * self.config.actors // self.actors
         self._check_league()
         self._check_yardstick()
+        if self.config.buffer_capacity == AUTO:
+            note = allocation.fit_buffers(self)
+            if note:
+                self.auto["buffer_capacity"] = note
         #: Bytes of shared memory actually created by `allocate` (0 before).
         self.shm_in_use = 0
         #: Bytes of the actors' observation slots (transport/obs_slots.py), which each actor creates with env workers.
