@@ -173,3 +173,17 @@ def test_train_with_no_learning_agent_ends_cleanly_without_scores(tmp_path):
     assert result.exit_code == 0, result.output
     assert "no agent learns here, so there is no trained policy to score" in result.output
     assert "holds no checkpoints" not in result.output
+
+
+def test_the_final_evaluation_fits_a_quarter_of_the_training_time(tmp_path, monkeypatch):
+    import importlib
+
+    train_cli = importlib.import_module("pzasync.cli.train")  # the module, not the command of that name
+    monkeypatch.setattr(train_cli, "FINAL_SHARE", 1e-4)  # any real game costs more than this share of the run
+    result = CliRunner().invoke(main, ["train", "pettingzoo.classic.tictactoe_v3", "--steps", "300", "--runner",
+                                       "sequential", "--out", str(tmp_path), "--eval-every", "0"],
+                                env={"COLUMNS": "200"})
+    assert result.exit_code == 0, result.output
+    text = " ".join(result.output.split())
+    assert f"final evaluation: {train_cli.FINAL_EPISODES_FLOOR} games per seat and opponent (400 would take" in text
+    assert "--final-episodes N chooses" in text and "untrained" in text, "the summary still comes, on fewer games"

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import signal
 import sys
+import time
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -70,12 +71,13 @@ def check_budget_options(steps: int | None, minutes: float | None) -> None:
               help="Seats share one learner (an agent group) and train in a league against their latest and past "
                    "selves. Default: on where the env's recipe says so (connect_four, tictactoe) when no "
                    "--group or --learner-for is given (a --config file's agent_groups leave it on).")
-@click.option("--final-episodes", "final_episodes", type=int, default=400, show_default=True,
+@click.option("--final-episodes", "final_episodes", type=int, default=None,
               help="Games per seat at the end against the yardstick and random, and for the untrained baseline "
-                   "(0 to skip).")
+                   "(0 to skip). Default: 400, or fewer (not below 40) where 400 would take more than a quarter "
+                   "of the training time, as measured on a few games first.")
 def train(env_id: str, config_file: str | None, print_config: bool, learner: str | None,
           learner_for: tuple[str, ...], env_args: tuple[str, ...], runner: str, steps: int | None,
-          minutes: float | None, self_play: bool | None, final_episodes: int, **_run_options: Any) -> None:
+          minutes: float | None, self_play: bool | None, final_episodes: int | None, **_run_options: Any) -> None:
     """Train every agent of ENV_ID (default: connect_four, both seats sharing one DQN in a self-play league).
 
     Scores the greedy policies against a yardstick player while training (eval.png) and at the end, beside an
@@ -178,14 +180,14 @@ def train_choices(env_name: str, *, learner: str | None = None, learner_for: tup
 
 def _train(env_id: str, *, config_file: str | None, print_config: bool, learner: str | None,
            learner_for: tuple[str, ...], env_args: tuple[str, ...], runner: str, steps: int | None,
-           minutes: float | None, self_play: bool | None, final_episodes: int, flags: dict[str, Any]) -> None:
+           minutes: float | None, self_play: bool | None, final_episodes: int | None, flags: dict[str, Any]) -> None:
     from pzasync.config import RunConfig
     from pzasync.core.environments import EnvSpec
     from pzasync.runtime.rundir import check_out_dir
     from pzasync.runners import AsyncRunner, SequentialRunner
 
     check_budget_options(steps, minutes)
-    if final_episodes < 0:
+    if final_episodes is not None and final_episodes < 0:
         raise UserInputError(f"--final-episodes {final_episodes}: must be >= 0")
     every = flags.get("eval_every_s")
     if every is not None and every < 0:
@@ -256,11 +258,42 @@ def _train(env_id: str, *, config_file: str | None, print_config: bool, learner:
         sys.exit(signal_exit_code(run.stop_signal))
     scores: dict[str, dict[str, Any]] = {}
     learned = any(p.learns for p in run.plan.agents.values())
-    if final_episodes > 0 and result.run_dir and learned:
+    if final_episodes is None and result.run_dir and learned:
+        final_episodes, note = _affordable_episodes(env, result.run_dir, yardstick, result.wall_seconds,
+                                                    seed=config.seed + 777)
+        if note:
+            console.print(note, highlight=False, soft_wrap=True)
+    if final_episodes and result.run_dir and learned:
         scores = _final_scores(env, result.run_dir, learners, yardstick, final_episodes, seed=config.seed + 777)
     _print_summary(result, scores, yardstick)
-    if final_episodes > 0 and not learned:
+    if final_episodes != 0 and not learned:
         console.print("no agent learns here, so there is no trained policy to score", highlight=False)
+
+
+#: `pzasync train`'s final evaluation unless --final-episodes says: FINAL_EPISODES games per seat and opponent,
+#: or fewer, not below FINAL_EPISODES_FLOOR, where they would take more than FINAL_SHARE of the training time.
+FINAL_EPISODES, FINAL_EPISODES_FLOOR, FINAL_SHARE = 400, 40, 0.25
+
+
+def _affordable_episodes(env: Any, run_dir: str, yardstick: str, training_s: float,
+                         seed: int) -> tuple[int, str | None]:
+    """Games per seat for the final evaluation: FINAL_EPISODES, unless a few games against the yardstick say
+    that its evaluations (yardstick, untrained, random) would take more than FINAL_SHARE of `training_s`;
+    then as many as fit, at least FINAL_EPISODES_FLOOR. Returns them and a line saying why, if cut."""
+    from pzasync.evaluation.evaluate import evaluate_against, load_run_policies
+
+    probe = 8
+    start = time.monotonic()
+    evaluate_against(env, load_run_policies(run_dir), yardstick, probe, seed)
+    per_game = (time.monotonic() - start) / probe  # every seat, one opponent
+    evaluations = 2 if yardstick == "random" else 3
+    full, budget = per_game * evaluations * FINAL_EPISODES, FINAL_SHARE * training_s
+    if full <= budget:
+        return FINAL_EPISODES, None
+    episodes = max(FINAL_EPISODES_FLOOR, int(budget / (per_game * evaluations)))
+    return episodes, (f"final evaluation: {episodes} games per seat and opponent ({FINAL_EPISODES} would take "
+                      f"about {full:.0f} s, more than a quarter of the {training_s:.0f} s run); "
+                      f"--final-episodes N chooses")
 
 
 def _final_scores(env: Any, run_dir: str, learners: Any, yardstick: str, episodes: int,
