@@ -1,8 +1,8 @@
 """Time to target of the default `pzasync train` run (connect_four, self-play, scored against one_ply), for
 one or more checkouts of pzasync, seeds interleaved so that load drifts hit every checkout alike.
 
-    python benchmarks/time_to_target.py --checkouts /work/before /work/after --seeds 0,1,2 --minutes 5
-    python benchmarks/time_to_target.py --checkouts "/work/after::--learner dqn,gamma=0.9,mirror=True" ...
+    python benchmarks/time_to_target.py --checkouts ../pzasync-before . --seeds 0,1,2 --minutes 5
+    python benchmarks/time_to_target.py --checkouts ".::--learner dqn,gamma=0.9,mirror=True" ...
     python benchmarks/time_to_target.py --from-json runs.jsonl          # re-read earlier runs
 
 Each run is `pzasync train --minutes M --seed S --eval-every E --final-episodes 0` from that checkout
