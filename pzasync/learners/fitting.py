@@ -15,17 +15,17 @@ from pzasync.learners import resolve_learner
 FALLBACKS = ("ppo",)
 
 
-def refusal(spec: Any, layouts: list[AgentLayout]) -> str | None:
-    """Why the learner `spec` cannot train agents of these layouts (its `check_spaces` message), or None."""
+def fits(spec: Any, layouts: list[AgentLayout]) -> bool:
+    """Whether the learner `spec` accepts agents of these layouts (a player that never learns accepts any)."""
     cls, _ = resolve_learner(spec)
     if not cls.learns:
-        return None
+        return True
     try:
         for layout in layouts:
             cls.check_spaces(layout)
-    except UnsupportedSpaceError as exc:
-        return str(exc)
-    return None
+    except UnsupportedSpaceError:
+        return False
+    return True
 
 
 def fit_learners(env: Any, learners: Any, groups: dict[str, list[str]],
@@ -50,10 +50,10 @@ def fit_learners(env: Any, learners: Any, groups: dict[str, list[str]],
         spec = fitted.get(unit, fitted.get("*"))
         if unit in chosen or spec is None:
             continue
-        why = refusal(spec, [layouts[m] for m in members])
-        if why is None:
+        spaces = [layouts[m] for m in members]
+        if fits(spec, spaces):
             continue
-        fallback = next((f for f in FALLBACKS if refusal(f, [layouts[m] for m in members]) is None), None)
+        fallback = next((f for f in FALLBACKS if fits(f, spaces)), None)
         if fallback is None:
             continue
         fitted[unit] = fallback
