@@ -383,13 +383,14 @@ class DQNLearner(Learner):
         self.update_target()
         if self.replay is not None and "logical" in batch:
             self.replay.update(batch["logical"], (target - q.detach()).cpu().numpy())
-        return self._metrics(loss, q, target, grad_norm, batch)
+        return self._metrics(batch, loss=loss.detach(), q_mean=q.detach().mean(), target_mean=target.mean(),
+                             grad_norm=grad_norm)
 
     @staticmethod
-    def _metrics(loss: torch.Tensor, q: torch.Tensor, target: torch.Tensor, grad_norm: torch.Tensor,
-                 batch: Batch) -> dict[str, float]:
-        metrics = {"loss": float(loss.detach()), "q_mean": float(q.detach().mean()),
-                   "target_mean": float(target.mean()), "grad_norm": float(grad_norm)}
+    def _metrics(batch: Batch, **values: Any) -> dict[str, float]:
+        """An update's metrics as floats (loss, q_mean, target_mean, grad_norm; tensors or numpy values), and
+        the mean steps used with n-step targets."""
+        metrics = {key: float(value) for key, value in values.items()}
         if "nstep" in batch:
             metrics["nstep_mean"] = float(np.mean(batch["nstep"]))
         return metrics
@@ -467,11 +468,8 @@ class DQNLearner(Learner):
         self.update_target()
         if self.replay is not None and "logical" in batch:
             self.replay.update(batch["logical"], target - q)
-        metrics = {"loss": float(losses.mean()), "q_mean": float(q.mean()), "target_mean": float(target.mean()),
-                   "grad_norm": float(grad_norm)}
-        if "nstep" in batch:
-            metrics["nstep_mean"] = float(np.mean(batch["nstep"]))
-        return metrics
+        return self._metrics(batch, loss=losses.mean(), q_mean=q.mean(), target_mean=target.mean(),
+                             grad_norm=grad_norm)
 
     def _targets_numpy(self, target_q: np.ndarray, chooser: np.ndarray, batch: Batch) -> np.ndarray:
         """`_bootstrap` in numpy, for `_update_by_hand`: the same float32 arithmetic, row by row (keep the two
