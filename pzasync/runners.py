@@ -181,6 +181,7 @@ class _Runner:
         run_dir.write_json("run.json", {
             "env": self.plan.env_spec.name if isinstance(self.plan.env_spec.source, str) else None,
             "env_kwargs": self.plan.env_spec.kwargs, "runner": self.kind,
+            "env_state": self.plan.env_spec.state.as_dict() if self.plan.env_spec.state else None,
             "learners": {a: {"learner": p.learner_path, "name": p.learner_name, "options": p.options}
                          for a, p in self.plan.agents.items()},
             "config": self.config.as_dict(),

@@ -204,7 +204,7 @@ def evaluate_cmd(run_dir: str, versus: str, episodes: int, seed: int) -> None:
     info = RunDirectory(run_dir, create=False).read_json("run.json")
     policies = load_run_policies(run_dir)
     opponents = parse_versus(versus)
-    env = EnvSpec.of(info["env"], **info.get("env_kwargs", {}))
+    env = EnvSpec.of_run(info)
     results = evaluate_against(env, policies, opponents, episodes, seed, opponent_name=versus)
     table = Table(title=f"{info['env']}: {run_dir} vs {versus}, {episodes} episodes per agent")
     for column in ("agent", "mean return [95% CI]", "win rate [95% CI]", "wins/draws/losses"):

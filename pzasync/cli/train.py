@@ -257,6 +257,7 @@ def _train(env_id: str, *, config_file: str | None, print_config: bool, learner:
                       highlight=False)
         sys.exit(signal_exit_code(run.stop_signal))
     scores: dict[str, dict[str, Any]] = {}
+    env = run.plan.env_spec  # the env as the run made it (with the global state where a critic reads it)
     learned = any(p.learns for p in run.plan.agents.values())
     if final_episodes is None and result.run_dir and learned:
         final_episodes, note = _affordable_episodes(env, result.run_dir, yardstick, result.wall_seconds,

@@ -20,6 +20,7 @@ from pettingzoo import AECEnv, ParallelEnv
 from pettingzoo.utils.conversions import parallel_to_aec
 
 from pzasync.errors import EnvSpecError
+from pzasync.core.global_state import GlobalStateObservations, StateRequest
 from pzasync.core.gym_adapter import GymnasiumAECEnv
 
 #: Packages whose env modules are listed by `pzasync envs` and offered as close matches.
@@ -152,16 +153,20 @@ def make_env(spec: Any, **kwargs: Any) -> AECEnv:
 
 @dataclass
 class EnvSpec:
-    """A recipe that rebuilds the same env in any process: an id string, or a factory sent with cloudpickle."""
+    """A recipe that rebuilds the same env in any process: an id string, or a factory sent with cloudpickle.
+
+    `state`: agents that observe the env's global state beside their own observation (core/global_state.py),
+    set by the run plan when a learner's critic reads it."""
 
     source: str | Callable[..., Any]
     kwargs: dict[str, Any] = field(default_factory=dict)
+    state: StateRequest | None = None
 
     @classmethod
     def of(cls, spec: Any, **kwargs: Any) -> EnvSpec:
         """Wrap what the user gave. A live env is refused: it cannot be rebuilt in another process."""
         if isinstance(spec, EnvSpec):
-            return EnvSpec(spec.source, {**spec.kwargs, **kwargs})
+            return EnvSpec(spec.source, {**spec.kwargs, **kwargs}, spec.state)
         if isinstance(spec, (AECEnv, ParallelEnv, gymnasium.Env)):
             raise EnvSpecError(
                 f"a live env instance ({type(spec).__name__}) cannot be sent to another process; pass its id or "
@@ -180,7 +185,17 @@ class EnvSpec:
         return getattr(self.source, "__qualname__", type(self.source).__name__)
 
     def make(self, **overrides: Any) -> AECEnv:
-        return make_env(self.source, **{**self.kwargs, **overrides})
+        env = make_env(self.source, **{**self.kwargs, **overrides})
+        return env if self.state is None else GlobalStateObservations(env, self.state, self.name)
+
+    def with_state(self, state: StateRequest | None) -> EnvSpec:
+        """The same env with `state`'s agents observing the global state (None: without)."""
+        return EnvSpec(self.source, dict(self.kwargs), state)
+
+    @classmethod
+    def of_run(cls, info: dict[str, Any]) -> EnvSpec:
+        """The env of a run directory's run.json (its id, kwargs and global-state request)."""
+        return cls(info["env"], dict(info.get("env_kwargs", {})), StateRequest.from_dict(info.get("env_state")))
 
     def check_picklable(self) -> None:
         """Fail now, with the reason, if the factory cannot travel to a spawned process."""
@@ -195,9 +210,9 @@ class EnvSpec:
 
     def __reduce__(self) -> tuple:
         if isinstance(self.source, str):
-            return (EnvSpec, (self.source, self.kwargs))
-        return (_load_spec, (cloudpickle.dumps(self.source), self.kwargs))
+            return (EnvSpec, (self.source, self.kwargs, self.state))
+        return (_load_spec, (cloudpickle.dumps(self.source), self.kwargs, self.state))
 
 
-def _load_spec(payload: bytes, kwargs: dict) -> EnvSpec:
-    return EnvSpec(cloudpickle.loads(payload), kwargs)
+def _load_spec(payload: bytes, kwargs: dict, state: StateRequest | None = None) -> EnvSpec:
+    return EnvSpec(cloudpickle.loads(payload), kwargs, state)

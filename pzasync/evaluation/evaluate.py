@@ -26,7 +26,8 @@ from pzasync.core.groups import resolve_groups
 from pzasync.core.spaces import env_action_converter, AgentLayout, env_layouts, probe_info_masks
 from pzasync.specs import parse_learner_spec
 from pzasync.core.transitions import EpisodeSummary, LayoutBook
-from pzasync.learners import resolve_learner
+from pzasync.core.global_state import OBSERVATION_KEY, STATE_KEY
+from pzasync.learners import resolve_learner, state_request
 from pzasync.learners.players import load_checkpoint_policy
 from pzasync.runtime.rundir import RunDirectory
 
@@ -86,12 +87,23 @@ class EvalResult:
 
 
 def policy_actor(policy: Any, layout: AgentLayout, explore: bool = False) -> ActFn:
-    """Wrap a `pzasync.Policy` as a single-observation act function."""
+    """Wrap a `pzasync.Policy` as a single-observation act function. A recurrent policy's memory is kept per
+    agent and forgotten by the function's `new_episode()`, which `play` calls at every episode start."""
+    memory: dict[str, np.ndarray] = {}
 
     def act(agent: str, obs: Any, mask: np.ndarray | None) -> Any:
-        actions, _ = policy.act(layout.batch([obs]), None if mask is None else mask[None], explore)
+        masks = None if mask is None else mask[None]
+        if policy.memory_size:
+            carried = memory.get(agent)
+            if carried is None:
+                carried = np.zeros(policy.memory_size, np.float32)
+            actions, _, after = policy.act_with_memory(layout.batch([obs]), masks, explore, carried[None])
+            memory[agent] = after[0]
+            return actions[0]
+        actions, _ = policy.act(layout.batch([obs]), masks, explore)
         return actions[0]
 
+    act.new_episode = memory.clear  # type: ignore[attr-defined]
     return act
 
 
@@ -123,10 +135,12 @@ def play(env_spec: Any, actors: dict[str, ActFn], episodes: int, seed: int,
     try:
         layouts = env_layouts(env, probe_info_masks(env, seed=seed))
         done: list[EpisodeSummary] = []
+        starts = [f.new_episode for f in actors.values() if hasattr(f, "new_episode")]  # recurrent players' memory
         run_episodes(env, lambda a, o, m: (actors[a](a, o, m), {}), lambda t: None, agent_steps=None, seed=seed,
                      layouts=LayoutBook(env, layouts, fixed=True), on_episode=done.append,
                      keep_going=lambda: len(done) < episodes, max_episode_steps=max_episode_steps,
-                     to_env=env_action_converter(layouts))
+                     to_env=env_action_converter(layouts),
+                     on_episode_start=(lambda: [start() for start in starts]) if starts else None)
         return done
     finally:
         env.close()
@@ -139,7 +153,7 @@ def load_run_policies(run_dir: str | Path) -> dict[str, tuple[Any, AgentLayout]]
     info = rd.read_json("run.json")
     if info.get("env") is None:
         raise ConfigError(f"{run_dir}: the env was given as a factory; evaluate it from Python with `play`")
-    env = EnvSpec.of(info["env"], **info.get("env_kwargs", {})).make()
+    env = EnvSpec.of_run(info).make()
     try:
         layouts = env_layouts(env, probe_info_masks(env))
     finally:
@@ -155,6 +169,12 @@ def load_run_policies(run_dir: str | Path) -> dict[str, tuple[Any, AgentLayout]]
     if not policies:
         raise ConfigError(f"{run_dir} holds no checkpoints to evaluate")
     return policies
+
+
+def reads_state(layout: AgentLayout) -> bool:
+    """Whether observations of this layout carry the global state beside the agent's own (core/global_state.py)."""
+    return any(leaf.path[:1] == (STATE_KEY,) for leaf in layout.obs_leaves) and any(
+        leaf.path[:1] == (OBSERVATION_KEY,) for leaf in layout.obs_leaves)
 
 
 def player_name(spec: Any) -> str:
@@ -203,6 +223,10 @@ def evaluate_against(env_spec: Any, trained: dict[str, tuple[Any, AgentLayout]],
     the yardstick in the results (default: the spec, or "opponent run").
     """
     spec = EnvSpec.of(env_spec) if not isinstance(env_spec, EnvSpec) else env_spec
+    reading = sorted(a for a, (_p, layout) in trained.items() if reads_state(layout))
+    if reading and (spec.state is None or not set(reading) <= set(spec.state.agents)):
+        raise ConfigError(f"the policies of {reading} read the env's global state beside their observation; evaluate "
+                          f"them on the run's env (EnvSpec.of_run(run.json), or spec.with_state(StateRequest(...)))")
     probe = spec.make()
     try:
         agents = list(probe.possible_agents)
@@ -234,6 +258,11 @@ def evaluate_against(env_spec: Any, trained: dict[str, tuple[Any, AgentLayout]],
     return results
 
 
+def _learner_spec(learner: Any) -> Any:
+    """A learner spec, or a run.json entry {"learner": path, "options": {...}} as one."""
+    return (learner["learner"], dict(learner.get("options", {}))) if isinstance(learner, dict) else learner
+
+
 def untrained_baseline(env_spec: Any, learners: Any, opponents: Any, episodes: int, seed: int = 12345,
                        max_episode_steps: int | None = None, opponent_name: str | None = None) -> list[EvalResult]:
     """Where learning starts: each learning agent's policy with fresh (seeded, untrained) weights, evaluated
@@ -246,20 +275,28 @@ def untrained_baseline(env_spec: Any, learners: Any, opponents: Any, episodes: i
     import torch
 
     spec = EnvSpec.of(env_spec) if not isinstance(env_spec, EnvSpec) else env_spec
+    per_agent = learners if isinstance(learners, dict) else {"*": learners}
+    if spec.state is None:  # learners whose critic reads the global state see it beside their observation
+        probe = spec.make()
+        resolved = {}
+        for agent in probe.possible_agents:
+            learner = per_agent.get(agent, per_agent.get("*"))
+            if learner is not None:
+                cls, options = resolve_learner(_learner_spec(learner), agent)
+                resolved[agent] = (cls, cls.validate_config(agent, options))
+        probe.close()
+        spec = spec.with_state(state_request(resolved, spec.name))
     probe = spec.make()
     try:
         layouts = env_layouts(probe, probe_info_masks(probe, seed=seed))
     finally:
         probe.close()
-    per_agent = learners if isinstance(learners, dict) else {"*": learners}
     fresh: dict[str, tuple[Any, AgentLayout]] = {}
     for index, (agent, layout) in enumerate(layouts.items()):
         learner = per_agent.get(agent, per_agent.get("*"))
         if learner is None:
             continue
-        if isinstance(learner, dict):
-            learner = (learner["learner"], dict(learner.get("options", {})))
-        cls, options = resolve_learner(learner, agent)
+        cls, options = resolve_learner(_learner_spec(learner), agent)
         if not cls.learns:
             continue
         cls.check_spaces(layout)

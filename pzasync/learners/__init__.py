@@ -1,6 +1,6 @@
 """Learners: the plug-in base classes, the built-in ones, and resolution of user learner specs.
 
-A learner spec is a built-in name (`"dqn"`, `"ppo"`, `"random"`, `"fixed"`, and the scripted players
+A learner spec is a built-in name (`"dqn"`, `"ppo"`, `"mappo"`, `"random"`, `"fixed"`, and the scripted players
 `"one_ply"`, `"negamax"`, `"perfect"`), a `"module:Class"` path, a name registered under the `pzasync.learners`
 entry-point group, or a Learner subclass; optionally paired with an options dict: `("ppo", {"lr": 3e-4})`.
 A `"module:callable"` (or object) that is a plain function `fn(obs, mask) -> action` or a `Policy` subclass is a
@@ -13,6 +13,7 @@ import difflib
 from importlib.metadata import entry_points
 from typing import Any
 
+from pzasync.core.global_state import StateRequest, check_source
 from pzasync.errors import ConfigError
 from pzasync.specs import import_object
 from pzasync.learners.base import (Batch, Learner, LearnerContext, Option, Policy, policy_size, policy_to_vector, trajectory_ids,
@@ -21,6 +22,7 @@ from pzasync.learners.base import (Batch, Learner, LearnerContext, Option, Polic
 BUILTIN: dict[str, str] = {
     "dqn": "pzasync.learners.dqn:DQNLearner",
     "ppo": "pzasync.learners.ppo:PPOLearner",
+    "mappo": "pzasync.learners.mappo:MAPPOLearner",
     "random": "pzasync.learners.players:RandomPlayer",
     "fixed": "pzasync.learners.players:FixedPlayer",
     "one_ply": "pzasync.learners.scripted:OnePlyPlayer",
@@ -81,6 +83,19 @@ def resolve_learner(spec: LearnerSpec, agent: str = "?") -> tuple[type[Learner],
     return cls, dict(options)
 
 
+def state_request(resolved: dict[str, tuple[type[Learner], dict[str, Any]]], env_name: str) -> StateRequest | None:
+    """The agents whose learner reads the env's global state (`Learner.state_source`), which must all name the
+    same source (one env wrapper serves them); None when no learner reads it."""
+    sources = {agent: cls.state_source(options) for agent, (cls, options) in resolved.items()}
+    sources = {agent: check_source(source, agent) for agent, source in sources.items() if source is not None}
+    if not sources:
+        return None
+    if len(set(sources.values())) > 1:
+        raise ConfigError(f"env {env_name!r}: learners ask for the global state from different sources {sources}; "
+                          f"give every learner the same state option")
+    return StateRequest(tuple(sources), next(iter(sources.values())))
+
+
 def is_scripted(spec: LearnerSpec) -> bool:
     """Whether `spec` names a player that never learns (scripted, random, fixed, or a user's function/Policy)."""
     try:
@@ -103,6 +118,7 @@ __all__ = [
     "policy_size",
     "policy_to_vector",
     "resolve_learner",
+    "state_request",
     "trajectory_ids",
     "vector_to_policy",
 ]

@@ -32,8 +32,20 @@ class Policy(torch.nn.Module):
     Everything in `state_dict()` that is a floating tensor travels through the policy slot.
     """
 
+    #: Floats of memory a recurrent policy carries for each acting agent from one decision to the next (0: a
+    #: feed-forward policy). The actor keeps it per (env copy, agent), starts it at zeros when that agent's
+    #: episode starts, and calls `act_with_memory` instead of `act`.
+    memory_size: int = 0
+
     def act(self, obs: dict[str, np.ndarray], mask: np.ndarray | None, explore: bool) -> tuple[np.ndarray, dict]:
         raise NotImplementedError
+
+    def act_with_memory(self, obs: dict[str, np.ndarray], mask: np.ndarray | None, explore: bool,
+                        memory: np.ndarray) -> tuple[np.ndarray, dict, np.ndarray]:
+        """A recurrent policy's `act`: `memory` is (rows, memory_size) float32, what each row's agent carried
+        out of its previous decision (zeros at its episode's start); returns the actions, the extras to store
+        and the memory each row carries to its agent's next decision."""
+        raise NotImplementedError(f"{type(self).__name__} has memory_size {self.memory_size} but no act_with_memory")
 
     def parameter_device(self) -> torch.device:
         """Where the parameters live (the CPU without any). Cached: `act` asks at every forward, and walking the
@@ -222,6 +234,19 @@ class Learner(ABC):
     @classmethod
     def check_spaces(cls, layout: AgentLayout) -> None:
         """Raise UnsupportedSpaceError naming the agent if this learner cannot handle its spaces."""
+
+    @classmethod
+    def extra_fields(cls, config: dict[str, Any]) -> dict[str, str]:
+        """The extras stored with each transition for this config: `extras`, unless they depend on the options
+        (a recurrent policy's memory, 'float32[N]', is as wide as its `memory_size`)."""
+        return dict(cls.extras)
+
+    @classmethod
+    def state_source(cls, config: dict[str, Any]) -> str | None:
+        """Where this learner's agents' global state comes from (core/global_state.py: "auto", "env", "concat"
+        or "module:callable"), or None (the default) for learners that read only the agent's observation. Given
+        one, the run wraps the env so these agents observe {"observation": ..., "state": ...}."""
+        return None
 
     @classmethod
     @abstractmethod

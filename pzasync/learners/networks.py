@@ -231,12 +231,17 @@ def leaf_encoder(space: spaces.Space, torso: str = "auto", board_channels: int |
 
 
 class Encoder(nn.Module):
-    """Observation leaves (a dict from `obs_tensors`) -> one feature vector per row."""
+    """Observation leaves (a dict from `obs_tensors`) -> one feature vector per row; with `only`, just the
+    leaves under that top-level key of a Dict observation (e.g. "state" for a centralized critic)."""
 
-    def __init__(self, layout: AgentLayout, torso: str = "auto", board_channels: int | None = None) -> None:
+    def __init__(self, layout: AgentLayout, torso: str = "auto", board_channels: int | None = None,
+                 only: str | None = None) -> None:
         super().__init__()
         self.keys = obs_keys(layout)
         leaves = leaf_spaces(layout.obs_space)
+        if only is not None:  # the leaves under one top-level key (an observation with the global state beside it)
+            chosen = [i for i, leaf in enumerate(layout.obs_leaves) if leaf.path[:1] == (only,)]
+            self.keys, leaves = [self.keys[i] for i in chosen], [leaves[i] for i in chosen]
         if torso == "cnn" and not any(leaf_kind(space, "cnn") in ("image", "board") for space in leaves):
             from pzasync.errors import ConfigError
 

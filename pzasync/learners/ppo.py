@@ -21,6 +21,7 @@ from pzasync.errors import UnsupportedSpaceError
 from pzasync.core.spaces import AgentLayout
 from pzasync.learners.base import Batch, Learner, LearnerContext, Option, Policy, trajectory_ids
 from pzasync.learners.networks import ACTIVATIONS, TORSOS, Encoder, adam, masked_logits, mlp, obs_tensors
+from pzasync.learners.recurrent import Chunk, gru_core, memory_tensor, sequence_chunks, sequence_outputs
 
 Dist = torch.distributions.Distribution
 _HALF_LOG_2PI = 0.5 * float(np.log(2 * np.pi))
@@ -41,9 +42,14 @@ class DiagGaussian:
 
 
 class ActorCritic(Policy):
-    """Shared encoder, a policy head (logits or Gaussian mean), a value head, and for Box a learnable log_std."""
+    """Shared encoder, a policy head (logits or Gaussian mean), a value head, and for Box a learnable log_std.
 
-    def __init__(self, layout: AgentLayout, config: dict[str, Any]) -> None:
+    `observation_key`: encode only the leaves under that key of a Dict observation (the agent's own observation
+    where the global state is beside it); `value_head=False`: no value head (the value lives in a critic the
+    learner keeps, as `mappo`'s does), so acting computes no value and stores none."""
+
+    def __init__(self, layout: AgentLayout, config: dict[str, Any], observation_key: str | None = None,
+                 value_head: bool = True) -> None:
         super().__init__()
         space = layout.action_space
         self.layout = layout
@@ -51,10 +57,15 @@ class ActorCritic(Policy):
         self.start = int(space.start) if self.discrete else 0
         self.action_shape = tuple(space.shape) if not self.discrete else ()
         outputs = int(space.n) if self.discrete else int(np.prod(space.shape))
-        self.encoder = Encoder(layout, config.get("torso", "auto"))
+        self.encoder = Encoder(layout, config.get("torso", "auto"), only=observation_key)
         hidden, activation = list(config["hidden"]), config["activation"]
-        self.pi = mlp(self.encoder.out_dim, hidden, outputs, activation)
-        self.v = mlp(self.encoder.out_dim, hidden, 1, activation)
+        recurrent = config.get("memory", "none") == "gru"
+        #: With memory="gru": a GRU cell between the encoder and the heads (learners/recurrent.py).
+        self.core = gru_core(self.encoder.out_dim, int(config["memory_size"])) if recurrent else None
+        self.memory_size = int(config["memory_size"]) if recurrent else 0
+        width = self.memory_size or self.encoder.out_dim
+        self.pi = mlp(width, hidden, outputs, activation)
+        self.v = mlp(width, hidden, 1, activation) if value_head else None
         with torch.no_grad():  # small initial policy outputs: near-uniform logits, means near 0
             self.pi[-1].weight.mul_(0.01)
             self.pi[-1].bias.zero_()
@@ -81,28 +92,47 @@ class ActorCritic(Policy):
         return self.v(self.encoder(obs)).squeeze(-1)
 
     def act(self, obs: dict[str, np.ndarray], mask: np.ndarray | None, explore: bool) -> tuple[np.ndarray, dict]:
-        # Written out rather than through torch.distributions: this runs at every turn of the actor.
+        if self.core is not None:  # a recurrent policy asked without memory: every row at its episode's start
+            rows = len(next(iter(obs.values())))
+            return self.act_with_memory(obs, mask, explore, np.zeros((rows, self.memory_size), np.float32))[:2]
         with torch.inference_mode():
             # The actor's copy may live on a GPU (RunConfig.actor_device); sampling stays on the CPU generator.
             features = self.encoder(obs_tensors(obs, self.layout, device=self.parameter_device()))
-            value, out = self.v(features).squeeze(-1).cpu(), self.pi(features).cpu()
-            if self.discrete:
-                log_probs = torch.log_softmax(masked_logits(out, mask), dim=1)
-                if explore:
-                    index = torch.multinomial(log_probs.exp(), 1, generator=self.generator).squeeze(1)
-                else:
-                    index = log_probs.argmax(dim=1)
-                log_prob = log_probs.gather(1, index[:, None]).squeeze(1)
-                action = (index + self.start).numpy()
+            return self._sample(features, mask, explore)
+
+    def act_with_memory(self, obs: dict[str, np.ndarray], mask: np.ndarray | None, explore: bool,
+                        memory: np.ndarray) -> tuple[np.ndarray, dict, np.ndarray]:
+        with torch.inference_mode():
+            device = self.parameter_device()
+            after = self.core(self.encoder(obs_tensors(obs, self.layout, device=device)),
+                              torch.as_tensor(memory, device=device))
+            action, extras = self._sample(after, mask, explore)
+            extras["memory"] = memory
+            return action, extras, after.cpu().numpy()
+
+    def _sample(self, features: torch.Tensor, mask: np.ndarray | None, explore: bool) -> tuple[np.ndarray, dict]:
+        """Actions and their log-probabilities (and the value, with a value head) from the heads' input.
+        Written out rather than through torch.distributions: this runs at every turn of the actor."""
+        out = self.pi(features).cpu()
+        if self.discrete:
+            log_probs = torch.log_softmax(masked_logits(out, mask), dim=1)
+            if explore:
+                index = torch.multinomial(log_probs.exp(), 1, generator=self.generator).squeeze(1)
             else:
-                sample, std = out, self.log_std.exp()
-                if explore:
-                    sample = out + torch.randn(out.shape, generator=self.generator) * std
-                z = (sample - out) / std
-                log_prob = (-0.5 * z * z - self.log_std - _HALF_LOG_2PI).sum(-1)
-                action = sample.reshape(-1, *self.action_shape).numpy()
-        return action, {"log_prob": log_prob.numpy().astype(np.float32, copy=False),
-                        "value": value.numpy().astype(np.float32, copy=False)}
+                index = log_probs.argmax(dim=1)
+            log_prob = log_probs.gather(1, index[:, None]).squeeze(1)
+            action = (index + self.start).numpy()
+        else:
+            sample, std = out, self.log_std.exp()
+            if explore:
+                sample = out + torch.randn(out.shape, generator=self.generator) * std
+            z = (sample - out) / std
+            log_prob = (-0.5 * z * z - self.log_std - _HALF_LOG_2PI).sum(-1)
+            action = sample.reshape(-1, *self.action_shape).numpy()
+        extras = {"log_prob": log_prob.numpy().astype(np.float32, copy=False)}
+        if self.v is not None:
+            extras["value"] = self.v(features).squeeze(-1).cpu().numpy().astype(np.float32, copy=False)
+        return action, extras
 
 
 class PPOLearner(Learner):
@@ -115,6 +145,8 @@ class PPOLearner(Learner):
         "batch_size": 512, "vf_coef": 0.5, "ent_coef": 0.01, "max_grad_norm": 0.5, "hidden": [64, 64],
         "activation": "tanh", "init_log_std": -0.5, "normalize_advantages": True,
         "torso": "auto",  # observation torso: "auto", "mlp" or "cnn" (networks.leaf_kind)
+        # A recurrent core ("gru") trained on sequences of seq_len rows (learners/recurrent.py), or "none".
+        "memory": "none", "memory_size": 64, "seq_len": 16, "burn_in": 0,
     }
     #: Checked by `Learner.validate_config` (with the base's batch_size >= 1).
     schema = {
@@ -123,6 +155,8 @@ class PPOLearner(Learner):
         "vf_coef": Option(float, ge=0), "ent_coef": Option(float, ge=0), "max_grad_norm": Option(float, gt=0),
         "hidden": Option(list, item=Option(int, ge=1)), "activation": Option(str, choices=tuple(ACTIVATIONS)),
         "init_log_std": Option(float), "normalize_advantages": Option(bool), "torso": Option(str, choices=TORSOS),
+        "memory": Option(str, choices=("none", "gru")), "memory_size": Option(int, ge=1), "seq_len": Option(int, ge=1),
+        "burn_in": Option(int, ge=0),
     }
 
     def __init__(self, ctx: LearnerContext) -> None:
@@ -145,17 +179,117 @@ class PPOLearner(Learner):
     def build_policy(cls, layout: AgentLayout, config: dict[str, Any]) -> ActorCritic:
         return ActorCritic(layout, config)
 
+    @classmethod
+    def extra_fields(cls, config: dict[str, Any]) -> dict[str, str]:
+        """With memory="gru", the memory each decision started from (what a training sequence starts from)."""
+        extras = dict(cls.extras)
+        if config.get("memory") == "gru":
+            extras["memory"] = f"float32[{int(config['memory_size'])}]"
+        return extras
+
+    @property
+    def recurrent(self) -> bool:
+        return self.net.core is not None
+
     @property
     def policy(self) -> ActorCritic:
         return self.net
 
+    def values(self, batch: Batch, prefix: str) -> np.ndarray:
+        """The current value estimates (float64) of the batch's `prefix` observations ("obs" or "next_obs")."""
+        with torch.no_grad():
+            return self.net.value(obs_tensors(batch, self.ctx.layout, prefix, self.device)).cpu().double().numpy()
+
+    def trainable(self) -> list[nn.Parameter]:
+        """The parameters the optimiser steps and the gradient norm clips."""
+        return list(self.net.parameters())
+
+    def train_inputs(self, batch: Batch) -> dict[str, Any]:
+        """What `evaluate_rows` reads for a chunk: the observation tensors and the masks."""
+        mask = batch.get("action_mask")
+        inputs = {"obs": obs_tensors(batch, self.ctx.layout, "obs", self.device),
+                  "mask": None if mask is None else torch.as_tensor(mask, device=self.device)}
+        if self.recurrent:
+            inputs["memory"] = memory_tensor(batch, self.device)
+        return inputs
+
+    def evaluate_rows(self, inputs: dict[str, Any], idx: torch.Tensor) -> tuple[Dist | DiagGaussian, torch.Tensor]:
+        """The action distribution and the value predicted for the rows `idx` of a chunk (with gradients)."""
+        mask = inputs["mask"]
+        return self.net.evaluate({k: x[idx] for k, x in inputs["obs"].items()}, None if mask is None else mask[idx])
+
+    def value_targets(self, returns: torch.Tensor) -> torch.Tensor:
+        """What the value prediction is regressed on: the returns themselves (a normalising critic rescales)."""
+        return returns
+
+    def value_pair(self, batch: Batch) -> tuple[np.ndarray, np.ndarray]:
+        """The current value estimates of each row's observation and of its next observation. A recurrent
+        policy's come from its core run over the chunk's sequences (the next observation's from one more step
+        of the core, from the memory after the row)."""
+        if not self.recurrent or self.net.v is None:
+            return self.values(batch, "obs"), self.values(batch, "next_obs")
+        net, dev = self.net, self.device
+        with torch.no_grad():
+            inputs = self.train_inputs(batch)
+            rows, after = self.sequence_pass(inputs, self.chunks(batch))
+            order = np.argsort(rows)
+            after = after[torch.as_tensor(order, device=dev)]
+            following = net.core(net.encoder(obs_tensors(batch, self.ctx.layout, "next_obs", dev)), after)
+            return (net.v(after).squeeze(-1).cpu().double().numpy(),
+                    net.v(following).squeeze(-1).cpu().double().numpy())
+
+    def chunks(self, batch: Batch) -> list[Chunk]:
+        """A recurrent policy's training sequences in this batch (learners/recurrent.py)."""
+        done = np.logical_or(batch["terminated"], batch["truncated"])
+        return sequence_chunks(trajectory_ids(batch), done, int(self.config["seq_len"]), int(self.config["burn_in"]))
+
+    def sequence_pass(self, inputs: dict[str, Any], chunks: list[Chunk]) -> tuple[np.ndarray, torch.Tensor]:
+        """The core's output at the trained rows of `chunks` (rows, outputs), encoding each row once."""
+        rows = np.unique(np.concatenate([c.rows for c in chunks]))
+        position = np.full(int(rows[-1]) + 1, -1, np.int64)
+        position[rows] = np.arange(len(rows))
+        local = [Chunk(position[c.rows], c.context) for c in chunks]
+        picked = torch.as_tensor(rows, device=self.device)
+        features = self.net.encoder({k: x[picked] for k, x in inputs["obs"].items()})
+        trained, outputs = sequence_outputs(self.net.core, features, inputs["memory"][picked], local)
+        return rows[trained], outputs
+
+    def evaluate_sequences(self, inputs: dict[str, Any], chunks: list[Chunk]
+                           ) -> tuple[np.ndarray, Dist | DiagGaussian, torch.Tensor]:
+        """A recurrent policy's minibatch: the trained rows of `chunks`, their action distribution and values."""
+        rows, after = self.sequence_pass(inputs, chunks)
+        mask = inputs["mask"]
+        idx = torch.as_tensor(rows, device=self.device)
+        dist = self.net.distribution(after, None if mask is None else mask[idx])
+        return rows, dist, self.sequence_values(inputs, idx, after)
+
+    def sequence_values(self, inputs: dict[str, Any], idx: torch.Tensor, after: torch.Tensor) -> torch.Tensor:
+        """Values of a recurrent minibatch's rows `idx`, whose core outputs are `after` (PPO: the value head)."""
+        return self.net.v(after).squeeze(-1)
+
+    def minibatches(self, batch: Batch) -> list[Any]:
+        """One epoch's minibatches in a random order: row indices, or for a recurrent policy lists of chunks
+        (about `minibatch_size` rows each)."""
+        n, size = len(batch["reward"]), int(self.config["minibatch_size"])
+        if not self.recurrent:
+            order = torch.as_tensor(self.rng.permutation(n), device=self.device)
+            return [order[start:start + size] for start in range(0, n, size)]
+        parts: list[list[Chunk]] = [[]]
+        rows = 0
+        chunks = self.chunks(batch)
+        for i in self.rng.permutation(len(chunks)):
+            if rows >= size:
+                parts.append([])
+                rows = 0
+            parts[-1].append(chunks[i])
+            rows += len(chunks[i].trained)
+        return parts
+
     def compute_advantages(self, batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
         """GAE over the chunk in order (per track: env copy and group member), with values from the current
         network; returns (advantages, returns)."""
-        dev, layout = self.device, self.ctx.layout
-        with torch.no_grad():
-            values = self.net.value(obs_tensors(batch, layout, "obs", dev)).cpu().double().numpy()
-            next_values = self.net.value(obs_tensors(batch, layout, "next_obs", dev)).cpu().double().numpy()
+        dev = self.device
+        values, next_values = self.value_pair(batch)
         rewards = np.asarray(batch["reward"], dtype=np.float64)
         alive = 1.0 - np.asarray(batch["terminated"], dtype=np.float64)
         goes_on = 1.0 - np.logical_or(batch["terminated"], batch["truncated"]).astype(np.float64)
@@ -179,34 +313,36 @@ class PPOLearner(Learner):
     def update(self, batch: Batch) -> dict[str, float]:
         cfg, dev = self.config, self.device
         advantages, returns = self.compute_advantages(batch)
-        obs = obs_tensors(batch, self.ctx.layout, "obs", dev)
+        targets = self.value_targets(returns)
+        inputs = self.train_inputs(batch)
         actions = torch.as_tensor(batch["action"], device=dev)
         if self.net.discrete and self.net.start:
             actions = actions - self.net.start
         old_log_prob = torch.as_tensor(batch["log_prob"], device=dev, dtype=torch.float32)
-        mask = batch.get("action_mask")
-        mask = None if mask is None else torch.as_tensor(mask, device=dev)
-        n, size, clip = len(batch["reward"]), int(cfg["minibatch_size"]), float(cfg["clip"])
+        parameters = self.trainable()
+        clip = float(cfg["clip"])
         totals = dict.fromkeys(("policy_loss", "value_loss", "entropy", "approx_kl", "clip_fraction"), 0.0)
         steps = 0
         for _ in range(int(cfg["epochs"])):
-            order = torch.as_tensor(self.rng.permutation(n), device=dev)
-            for start in range(0, n, size):
-                idx = order[start:start + size]
-                dist, value = self.net.evaluate({k: x[idx] for k, x in obs.items()},
-                                                None if mask is None else mask[idx])
+            for part in self.minibatches(batch):
+                if self.recurrent:
+                    rows, dist, value = self.evaluate_sequences(inputs, part)
+                    idx = torch.as_tensor(rows, device=dev)
+                else:
+                    idx = part
+                    dist, value = self.evaluate_rows(inputs, idx)
                 log_ratio = dist.log_prob(actions[idx]) - old_log_prob[idx]
                 ratio = log_ratio.exp()
                 adv = advantages[idx]
                 if cfg["normalize_advantages"] and len(idx) > 1:
                     adv = (adv - adv.mean()) / (adv.std() + 1e-8)
                 policy_loss = -torch.min(ratio * adv, ratio.clamp(1 - clip, 1 + clip) * adv).mean()
-                value_loss = 0.5 * (returns[idx] - value).pow(2).mean()
+                value_loss = 0.5 * (targets[idx] - value).pow(2).mean()
                 entropy = dist.entropy().mean()
                 loss = policy_loss + float(cfg["vf_coef"]) * value_loss - float(cfg["ent_coef"]) * entropy
                 self.optimizer.zero_grad(set_to_none=True)
                 loss.backward()
-                nn.utils.clip_grad_norm_(self.net.parameters(), float(cfg["max_grad_norm"]))
+                nn.utils.clip_grad_norm_(parameters, float(cfg["max_grad_norm"]))
                 self.optimizer.step()
                 with torch.no_grad():
                     totals["policy_loss"] += float(policy_loss)

@@ -126,6 +126,8 @@ class Actor:
         #: Per env copy: this episode's league match, and the seats it gives another policy (not recorded).
         self.matches: list[Any] = [None] * self.n_copies
         self.overrides: list[dict[str, Any]] = [{} for _ in range(self.n_copies)]
+        #: Recurrent policies' memory per (env copy, agent), from its last decision in this episode.
+        self._memory: dict[tuple[int, str], np.ndarray] = {}
         #: Copies whose decision `align` held back last round (answered this round whatever their group).
         self._held: set[int] = set()
         #: (seed, on_episode, copies) made ready by `prepare` for the next `run`.
@@ -231,7 +233,10 @@ class Actor:
                     self._wait_if_ahead(a)
         if lead.slot is not None and lead.slot.version != lead.version:
             self.refresh(lead)
-        actions, extras = lead.policy.act(lead.layout.batch([d.obs for d in decisions]), _masks(decisions), True)
+        if lead.policy.memory_size:
+            actions, extras = self._act_with_memory(lead.policy, lead.layout, decisions)
+        else:
+            actions, extras = lead.policy.act(lead.layout.batch([d.obs for d in decisions]), _masks(decisions), True)
         if len(acting) == 1:
             lead.steps += len(decisions)
         else:
@@ -257,11 +262,30 @@ class Actor:
     def _act_as_opponent(self, a: ActingAgent, policy: Any, decisions: list[PendingDecision], rows: list[int],
                          out: list) -> None:
         """A league opponent's decisions: counted in the run's steps, not in the seat's own schedule."""
-        actions, _ = policy.act(a.layout.batch([d.obs for d in decisions]), _masks(decisions), True)
+        if policy.memory_size:
+            actions, _ = self._act_with_memory(policy, a.layout, decisions)
+        else:
+            actions, _ = policy.act(a.layout.batch([d.obs for d in decisions]), _masks(decisions), True)
         self.total_steps += len(decisions)
         self.stats.record_steps(None, 0, self.total_steps)
         for j, i in enumerate(rows):
             out[i] = (actions[j], {})
+
+    def _act_with_memory(self, policy: Any, layout: AgentLayout, decisions: list[PendingDecision]) -> tuple[Any, dict]:
+        """A recurrent policy's forward: each row gets the memory its (env copy, agent) carried out of its last
+        decision, zeros at the start of its episode (`_episode_start` forgets the copy's memories)."""
+        memories, size = self._memory, policy.memory_size
+        keys = [(d.copy, d.agent) for d in decisions]
+        memory = np.zeros((len(keys), size), np.float32)
+        for j, key in enumerate(keys):
+            carried = memories.get(key)
+            if carried is not None:
+                memory[j] = carried
+        actions, extras, after = policy.act_with_memory(layout.batch([d.obs for d in decisions]), _masks(decisions),
+                                                        True, memory)
+        for j, key in enumerate(keys):
+            memories[key] = after[j]
+        return actions, extras
 
     def _finite(self, a: ActingAgent, t: Transition) -> bool:
         if not math.isfinite(t.reward):
@@ -369,6 +393,9 @@ class Actor:
         self.factory.close()
 
     def _episode_start(self, copy: int) -> None:
+        if self._memory:
+            for key in [key for key in self._memory if key[0] == copy]:
+                del self._memory[key]
         if self.league is not None:
             match = self.matches[copy] = self.league.start_episode(self.total_steps)
             self.overrides[copy] = match.overrides

@@ -58,7 +58,7 @@ def shard_capacity(plan: Any, unit: Any) -> int:
 def buffer_extras(plan: Any, unit: Any) -> dict[str, str]:
     """The unit's buffer columns beyond the transition: its learner's extras, `member` in a group, and
     `track` when several env copies (of one actor or of several) write into it."""
-    extras = dict(unit.learner_cls.extras)
+    extras = dict(unit.learner_cls.extra_fields(unit.options))
     if unit.members:
         extras["member"] = "int16"
     if plan.envs_per_actor * plan.actors > 1:

@@ -23,7 +23,7 @@ from pzasync.core.environments import EnvSpec
 from pzasync.core.groups import resolve_groups
 from pzasync.core.spaces import AgentLayout, env_layouts, probe_info_masks
 from pzasync.errors import ConfigError, UserInputError
-from pzasync.learners import Learner, LearnerContext, Policy, policy_size, resolve_learner
+from pzasync.learners import Learner, LearnerContext, Policy, policy_size, resolve_learner, state_request
 from pzasync.runtime import allocation
 from pzasync.runtime.autotune import Placement, autotune, env_step_seconds, usable_cores
 from pzasync.specs import LATEST, SNAPSHOT, parse_mix, scripted_spec
@@ -132,17 +132,24 @@ class RunPlan:
             agents = list(probe.possible_agents)
             if not agents:
                 raise ConfigError(f"env {self.env_spec.name!r} declares no possible_agents")
-            layouts = env_layouts(probe, probe_info_masks(probe, seed=self.config.seed))
         finally:
             probe.close()
         self.run_id = run_id or new_run_id()
         #: Env agent -> group members; `units` below holds one plan per learner unit.
         self.groups = resolve_groups(self.config.agent_groups, agents)
+        specs = _learner_specs(learners, agents, self.groups)
+        resolved = {agent: resolve_learner(spec, agent) for agent, spec in specs.items()}
+        resolved = {agent: (cls, cls.validate_config(agent, options)) for agent, (cls, options) in resolved.items()}
+        self.env_spec = self.env_spec.with_state(state_request(resolved, self.env_spec.name))
+        probe = self.env_spec.make()
+        try:
+            layouts = env_layouts(probe, probe_info_masks(probe, seed=self.config.seed))
+        finally:
+            probe.close()
         self.agents: dict[str, AgentPlan] = {}
-        for index, (agent, spec) in enumerate(_learner_specs(learners, agents, self.groups).items()):
-            cls, options = resolve_learner(spec, agent)
+        for index, (agent, spec) in enumerate(specs.items()):
+            cls, options = resolved[agent]
             cls.check_spaces(layouts[agent])
-            options = cls.validate_config(agent, options)
             name = spec[0] if isinstance(spec, tuple) else spec
             capacity = self.config.buffer_capacity
             if capacity == AUTO:  # the most `allocation.fit_buffers` gives, below, once the sizes are known

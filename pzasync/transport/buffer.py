@@ -77,8 +77,17 @@ def transition_fields(layout: AgentLayout, extras: dict[str, str] | None = None)
     for name, dtype in {**DEFAULT_EXTRAS, **(extras or {})}.items():
         if any(f.name == name for f in fields):
             raise ConfigError(f"extra field {name!r} clashes with a transition field of agent {layout.agent!r}")
-        fields.append(ArraySpec(name, (), np.dtype(dtype).str))
+        base, shape = extra_dtype(dtype)
+        fields.append(ArraySpec(name, shape, base.str))
     return fields
+
+
+def extra_dtype(text: str) -> tuple[np.dtype, tuple[int, ...]]:
+    """An extra's declared type: a numpy dtype name ('float32', one number per row) or one with a shape
+    ('float32[64]', a vector per row, such as a recurrent policy's memory)."""
+    base, _, dims = text.partition("[")
+    shape = tuple(int(d) for d in dims.rstrip("]").split(",") if d.strip()) if dims else ()
+    return np.dtype(base), shape
 
 
 def _segment_specs(fields: list[ArraySpec], capacity: int, frames: int = 0) -> list[ArraySpec]:

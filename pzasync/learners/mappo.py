@@ -1,0 +1,160 @@
+"""MAPPO: PPO whose value function reads the env's global state (a centralized critic), whose policy reads only
+the agent's own observation.
+
+The learner asks the run for the global state (`state_source`: core/global_state.py), so its agents observe
+`{"observation": ..., "state": ...}`. The policy that acts (published to the actor, the league, the evaluator)
+encodes only the "observation" leaves; the critic, kept by the learner and saved in its checkpoints, encodes
+the "state" leaves, optionally with the agent's one-hot index in its agent group (`agent_id`, so one shared
+critic can tell the members apart) and its own observation (`critic_obs`). With `value_norm` the critic
+predicts returns standardised by their running mean and variance (as the MAPPO paper's value normalisation
+does), so a value head need not chase the scale of team returns. Everything else (clipped objective,
+GAE per track, masks, Discrete and Box actions, a recurrent policy with `memory="gru"`) is PPO's (ppo.py). The
+critic is feed-forward: it reads the env's state, which (unlike one agent's observation) is meant to be
+Markov; with a recurrent policy only the policy carries memory.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from pzasync.core.global_state import OBSERVATION_KEY, STATE_KEY
+from pzasync.core.spaces import AgentLayout
+from pzasync.errors import UnsupportedSpaceError
+from pzasync.learners.base import Batch, LearnerContext, Option
+from pzasync.learners.networks import Encoder, adam, mlp, obs_tensors
+from pzasync.learners.ppo import ActorCritic, Dist, DiagGaussian, PPOLearner
+
+
+class RunningNorm(nn.Module):
+    """Running mean and variance of the value targets (every return seen), kept as buffers so checkpoints hold
+    them; `normalize` and `denormalize` map returns to the critic's scale and back."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.register_buffer("mean", torch.zeros((), dtype=torch.float64))
+        self.register_buffer("var", torch.ones((), dtype=torch.float64))
+        self.register_buffer("count", torch.zeros((), dtype=torch.float64))
+
+    def update(self, values: torch.Tensor) -> None:
+        """Fold a batch of returns into the running moments (Chan et al.'s parallel update)."""
+        x = values.detach().double()
+        n, mean, var = float(x.numel()), x.mean(), x.var(unbiased=False)
+        total = self.count + n
+        delta = mean - self.mean
+        self.mean += delta * n / total
+        self.var.copy_((self.var * self.count + var * n + delta.pow(2) * self.count * n / total) / total)
+        self.count.copy_(total)
+
+    def normalize(self, values: torch.Tensor) -> torch.Tensor:
+        return ((values.double() - self.mean) / self.var.clamp_min(1e-8).sqrt()).to(values.dtype)
+
+    def denormalize(self, values: torch.Tensor) -> torch.Tensor:
+        return (values.double() * self.var.clamp_min(1e-8).sqrt() + self.mean).to(values.dtype)
+
+
+class CentralCritic(nn.Module):
+    """V(state [, one-hot member index] [, own observation]) -> one value per row (normalised with value_norm)."""
+
+    def __init__(self, layout: AgentLayout, config: dict[str, Any], members: int) -> None:
+        super().__init__()
+        torso = config.get("torso", "auto")
+        self.state = Encoder(layout, torso, only=STATE_KEY)
+        self.own = Encoder(layout, torso, only=OBSERVATION_KEY) if config["critic_obs"] else None
+        self.members = members if config["agent_id"] and members > 1 else 0
+        width = self.state.out_dim + self.members + (self.own.out_dim if self.own is not None else 0)
+        self.v = mlp(width, list(config["critic_hidden"]), 1, config["activation"])
+        self.norm = RunningNorm() if config["value_norm"] else None
+
+    def forward(self, obs: dict[str, torch.Tensor], member: torch.Tensor | None) -> torch.Tensor:
+        parts = [self.state(obs)]
+        if self.members:
+            parts.append(nn.functional.one_hot(member.long(), self.members).float())
+        if self.own is not None:
+            parts.append(self.own(obs))
+        return self.v(torch.cat(parts, dim=1) if len(parts) > 1 else parts[0]).squeeze(-1)
+
+
+class MAPPOLearner(PPOLearner):
+    """PPO with a centralized critic over the global state (module docstring); options as PPO's, plus `state`,
+    `agent_id`, `critic_obs`, `critic_hidden` and `value_norm` (docs/learners.md, "mappo")."""
+
+    extras = {"log_prob": "float32"}
+    defaults = {
+        **PPOLearner.defaults,
+        "state": "auto",  # where the global state comes from: "auto", "env", "concat" or "module:callable"
+        "agent_id": True, "critic_obs": False, "critic_hidden": [128, 128], "value_norm": True,
+    }
+    schema = {
+        "state": Option(str, what="'auto', 'env', 'concat' or 'module:callable'"), "agent_id": Option(bool),
+        "critic_obs": Option(bool), "critic_hidden": Option(list, item=Option(int, ge=1)), "value_norm": Option(bool),
+    }
+
+    def __init__(self, ctx: LearnerContext) -> None:
+        super().__init__(ctx)
+        self.critic = CentralCritic(ctx.layout, self.config, len(ctx.members)).to(self.device)
+        self.optimizer = adam(self.trainable(), float(self.config["lr"]), eps=1e-5)
+
+    @classmethod
+    def state_source(cls, config: dict[str, Any]) -> str | None:
+        return str(config["state"])
+
+    @classmethod
+    def check_spaces(cls, layout: AgentLayout) -> None:
+        super().check_spaces(layout)
+        heads = {leaf.path[:1] for leaf in layout.obs_leaves}
+        if (STATE_KEY,) not in heads or (OBSERVATION_KEY,) not in heads:
+            raise UnsupportedSpaceError(
+                f"agent {layout.agent!r}: mappo's critic reads the global state, but this agent's observations "
+                f"({layout.obs_space}) do not carry it beside the observation; build the env through a run "
+                f"(which adds it) or with EnvSpec.with_state")
+
+    @classmethod
+    def build_policy(cls, layout: AgentLayout, config: dict[str, Any]) -> ActorCritic:
+        return ActorCritic(layout, config, observation_key=OBSERVATION_KEY, value_head=False)
+
+    def _member(self, batch: Batch) -> torch.Tensor | None:
+        if not self.critic.members:
+            return None
+        return torch.as_tensor(np.asarray(batch["member"]), device=self.device)
+
+    def trainable(self) -> list[nn.Parameter]:
+        critic = getattr(self, "critic", None)  # PPOLearner.__init__ asks before the critic exists
+        return list(self.net.parameters()) + (list(critic.parameters()) if critic is not None else [])
+
+    def values(self, batch: Batch, prefix: str) -> np.ndarray:
+        with torch.no_grad():
+            values = self.critic(obs_tensors(batch, self.ctx.layout, prefix, self.device), self._member(batch))
+            if self.critic.norm is not None:
+                values = self.critic.norm.denormalize(values)
+        return values.cpu().double().numpy()
+
+    def train_inputs(self, batch: Batch) -> dict[str, Any]:
+        return {**super().train_inputs(batch), "member": self._member(batch)}
+
+    def evaluate_rows(self, inputs: dict[str, Any], idx: torch.Tensor) -> tuple[Dist | DiagGaussian, torch.Tensor]:
+        obs = {k: x[idx] for k, x in inputs["obs"].items()}
+        mask, member = inputs["mask"], inputs["member"]
+        dist = self.net.distribution(self.net.encoder(obs), None if mask is None else mask[idx])
+        return dist, self.critic(obs, None if member is None else member[idx])
+
+    def sequence_values(self, inputs: dict[str, Any], idx: torch.Tensor, after: torch.Tensor) -> torch.Tensor:
+        member = inputs["member"]
+        return self.critic({k: x[idx] for k, x in inputs["obs"].items()}, None if member is None else member[idx])
+
+    def value_targets(self, returns: torch.Tensor) -> torch.Tensor:
+        if self.critic.norm is None:
+            return returns
+        self.critic.norm.update(returns)
+        return self.critic.norm.normalize(returns)
+
+    def state_dict(self) -> dict[str, Any]:
+        return {**super().state_dict(), "critic": self.critic.state_dict()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        super().load_state_dict(state)
+        if "critic" in state:
+            self.critic.load_state_dict(state["critic"])

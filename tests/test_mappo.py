@@ -1,0 +1,97 @@
+"""`mappo` (learners/mappo.py): PPO with a centralized critic over the env's global state. It learns on a
+cooperative game, works for a shared group and for independent agents, with masks and Box actions, saves its
+critic in checkpoints, and its policy (which reads only the agent's observation) serves evaluation."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from pzasync import AsyncRunner, RunConfig, SequentialRunner
+from pzasync.core.environments import EnvSpec
+from pzasync.core.global_state import StateRequest
+from pzasync.core.spaces import env_layouts, probe_info_masks
+from pzasync.errors import ConfigError, UnsupportedSpaceError
+from pzasync.evaluation.evaluate import evaluate_against, load_run_policies, play, policy_actor, random_actor
+from pzasync.learners import LearnerContext
+from pzasync.learners.mappo import MAPPOLearner, RunningNorm
+
+pytestmark = pytest.mark.timeout(300)
+
+SPREAD = EnvSpec.of("mpe2.simple_spread_v3", N=3)
+
+
+def team_returns(spec, actors, episodes, seed):
+    return np.array([sum(s.returns.values()) for s in play(spec, actors, episodes, seed)])
+
+
+def test_mappo_beats_a_random_team_on_simple_spread(tmp_path):
+    config = RunConfig(seed=0, agent_groups={"team": ["agent_*"]}, out_dir=str(tmp_path))
+    result = SequentialRunner(SPREAD, "mappo", config).run(agent_steps=15_000)
+    policies = load_run_policies(result.run_dir)
+    with pytest.raises(ConfigError, match="read the env's global state"):
+        evaluate_against(SPREAD, policies, "random", 1)
+    spec = SPREAD.with_state(StateRequest(("agent_0", "agent_1", "agent_2")))
+    # sampled actions: after a short run the policy is still broad, and its argmax alone drifts off (greedy -163)
+    trained = team_returns(spec, {a: policy_actor(p, layout, explore=True) for a, (p, layout) in policies.items()},
+                           60, 5)
+    probe = spec.make()
+    rand = team_returns(spec, {a: random_actor(spec.make(), 3 + i) for i, a in enumerate(probe.possible_agents)},
+                        60, 5)
+    margin = 2 * (trained.std() / np.sqrt(len(trained)) + rand.std() / np.sqrt(len(rand)))
+    assert trained.mean() > rand.mean() + margin, (trained.mean(), rand.mean(), margin)
+
+
+def test_the_critic_reads_the_state_and_the_published_policy_does_not():
+    spec = SPREAD.with_state(StateRequest(("agent_0", "agent_1", "agent_2")))
+    env = spec.make()
+    layout = env_layouts(env, probe_info_masks(env))["agent_0"]
+    learner = MAPPOLearner(LearnerContext("team", layout, {}, members=["agent_0", "agent_1", "agent_2"]))
+    assert learner.critic.state.keys == ["obs/state"] and learner.critic.members == 3
+    assert learner.net.encoder.keys == ["obs/observation"] and learner.net.v is None
+    assert not any("critic" in k for k in learner.policy.state_dict())
+    assert "critic" in learner.state_dict()
+    # the actor's forward stores only the log-probability (no value: the critic is not published)
+    _, extras = learner.policy.act({"obs/observation": np.zeros((2, 18), np.float32),
+                                    "obs/state": np.zeros((2, 54), np.float32)}, None, True)
+    assert set(extras) == {"log_prob"}
+    with pytest.raises(UnsupportedSpaceError, match="global state"):
+        MAPPOLearner.check_spaces(env_layouts(SPREAD.make(), set())["agent_0"])
+    with pytest.raises(ConfigError, match="critic_hidden"):
+        MAPPOLearner.validate_config("team", {"critic_hidden": [0]})
+
+
+def test_value_normalisation_tracks_the_returns_moments():
+    norm = RunningNorm()
+    data = torch.randn(3000, dtype=torch.float64) * 7 + 40
+    for part in data.split(250):
+        norm.update(part)
+    assert abs(float(norm.mean) - float(data.mean())) < 1e-9
+    assert abs(float(norm.var) - float(data.var(unbiased=False))) < 1e-6
+    np.testing.assert_allclose(norm.denormalize(norm.normalize(data)).numpy(), data.numpy())
+
+
+@pytest.mark.parametrize("env, kwargs, learner, groups", [
+    ("mpe2.simple_speaker_listener_v4", {}, ("mappo", {"batch_size": 128}), {}),  # independent agents, unequal spaces
+    ("mpe2.simple_spread_v3", {"N": 2, "continuous_actions": True}, ("mappo", {"batch_size": 128}),
+     {"team": ["agent_*"]}),                                                        # Box actions
+    ("pettingzoo.classic.connect_four_v3", {}, ("mappo", {"batch_size": 128, "critic_obs": True}), {}),  # masks
+    ("pzasync.envs.recall", {}, ("mappo", {"batch_size": 128, "memory": "gru", "seq_len": 4}),
+     {"team": ["agent_*"]}),                                                        # a recurrent policy
+])
+def test_mappo_trains_on_each_kind_of_env(env, kwargs, learner, groups, tmp_path):
+    config = RunConfig(seed=1, agent_groups=groups, out_dir=str(tmp_path), max_episode_steps=100)
+    result = SequentialRunner(EnvSpec.of(env, **kwargs), learner, config).run(agent_steps=800)
+    assert all(r.updates >= 1 for r in result.agents.values()), result.agents
+    policies = load_run_policies(result.run_dir)  # checkpoints load into the env with the state beside
+    assert set(policies) == set(result.agents)
+
+
+@pytest.mark.slow
+def test_mappo_in_an_async_run_with_a_league_and_the_evaluator(tmp_path):
+    config = RunConfig(seed=2, out_dir=str(tmp_path), league={"*": "latest=0.5,snapshot=0.5"},
+                       league_snapshot_every=300, eval_every_s=2, eval_vs="random", eval_episodes=20)
+    result = AsyncRunner("pettingzoo.classic.connect_four_v3", ("mappo", {"batch_size": 128}), config).run(
+        agent_steps=3000)
+    assert result.evaluations and result.league is not None
