@@ -50,7 +50,7 @@ class Connection:
         try:
             self.sock = self.address.connect(timeout_s)
         except OSError as exc:
-            raise self._error(f"cannot connect ({type(exc).__name__}: {exc})") from None
+            raise self.failure(f"cannot connect ({type(exc).__name__}: {exc})") from None
         try:
             self.sock.sendall(frame(Kind.HELLO, MAGIC + struct.pack("<HH", VERSION, 0)))
             kind, body = self._read_frame()
@@ -77,12 +77,12 @@ class Connection:
         try:
             return read_frame(self.sock, time.monotonic() + self.timeout_s, self.label)
         except TimeoutError:
-            raise self._error(f"has not answered for {self.timeout_s:g}s (an env step that never returns?)",
+            raise self.failure(f"has not answered for {self.timeout_s:g}s (an env step that never returns?)",
                               hung=True) from None
         except (EOFError, OSError) as exc:
-            raise self._error(f"closed the connection ({type(exc).__name__}: {exc})") from None
+            raise self.failure(f"closed the connection ({type(exc).__name__}: {exc})") from None
 
-    def _error(self, what: str, hung: bool = False) -> RemoteEnvError:
+    def failure(self, what: str, hung: bool = False) -> RemoteEnvError:
         """The error that ends a run whose server failed: the server, the instances, how it ended."""
         instances = sorted(self.envs)
         served = (f" (instances {instances[0]}-{instances[-1]})" if len(instances) > 1 else
@@ -116,7 +116,7 @@ class Connection:
         try:
             self.sock.sendall(data)
         except OSError as exc:
-            raise self._error(f"closed the connection ({type(exc).__name__}: {exc})") from None
+            raise self.failure(f"closed the connection ({type(exc).__name__}: {exc})") from None
         self._sent += 1
         return self._sent - 1
 
