@@ -321,8 +321,11 @@ class _Snapshots:
         for k, seen in enumerate(self.obs):
             if seen is not None:
                 agent, observation, info = seen
-                layout.obs[agent].encode_into(observation, obs_bytes[k])
-                flags[k] |= _put_info(layout, agent, info, masks[k], self.infos)
+                try:
+                    layout.obs[agent].encode_into(observation, obs_bytes[k])
+                    flags[k] |= _put_info(layout, agent, info, masks[k], self.infos)
+                except RemoteSpaceError as exc:
+                    raise _Refused("space", str(exc), instance=self.rows[k][0], agent=agent) from None
         return records_frame(Kind.STATE, records, info_tail(self.infos))
 
 
