@@ -7,6 +7,7 @@ import glob
 import json
 import os
 import re
+import shutil
 import socket
 import struct
 import subprocess
@@ -45,15 +46,18 @@ def python_server(env_id: str, *flags: str) -> str:
 
 
 def _children() -> set[int]:
+    """Live server processes this test process launched (their command names a pzremote- socket directory)."""
     me = str(os.getpid())
     out = set()
     for status in glob.glob("/proc/[0-9]*/status"):
         try:
             with open(status) as f:
                 text = f.read()
+            with open(status.replace("status", "cmdline"), "rb") as f:
+                command = f.read()
         except OSError:
             continue
-        if re.search(rf"^PPid:\s+{me}$", text, re.M) and "State:\tZ" not in text:
+        if re.search(rf"^PPid:\s+{me}$", text, re.M) and "State:\tZ" not in text and b"pzremote-" in command:
             out.add(int(status.split("/")[2]))
     return out
 
@@ -353,3 +357,31 @@ def test_spaces_round_trip_through_json_nested_included():
     assert again == space
     with pytest.raises(RemoteSpaceError, match="cannot be served"):
         space_to_json(spaces.Text(5))
+
+
+# ---------------------------------------------------------------------------------------------- Node.js
+NODE = shutil.which("node")
+NODE_ID = f"cmd:node {Path(__file__).parents[1] / 'examples/remote_node/server.js'} --socket {{socket}} " \
+          f"--instances {{instances}}"
+needs_node = pytest.mark.skipif(NODE is None, reason="Node.js (`node`) is not installed: the reference server in "
+                                                     "examples/remote_node/ cannot run")
+
+
+@needs_node
+def test_the_node_server_passes_api_test_through_connect():
+    env = connect(NODE_ID)
+    try:
+        api_test(env, num_cycles=100)
+        assert env.connection.ping() < 5
+    finally:
+        env.close()
+
+
+@needs_node
+def test_the_node_servers_game_trains_end_to_end(tmp_path):
+    """DQN on both seats over 4 copies of the JavaScript game (the sequential runner: its learners update
+    inline, so a brief run surely updates them)."""
+    result = pzasync.SequentialRunner(NODE_ID, ("dqn", {"learning_starts": 100}), pzasync.RunConfig(seed=0, envs_per_actor=4,
+                                                                   out_dir=str(tmp_path))).run(agent_steps=800)
+    assert result.agent_steps >= 800 and result.episodes > 50
+    assert all(result.agents[a].updates > 0 for a in ("player_0", "player_1")), result.agents

@@ -13,6 +13,7 @@ import math
 import socket
 import struct
 import time
+from collections import OrderedDict
 from dataclasses import dataclass
 from enum import IntEnum
 from typing import Any
@@ -213,7 +214,8 @@ def space_from_json(data: Any, where: str = "space") -> spaces.Space:
         if kind == "MultiBinary":
             return spaces.MultiBinary(data["n"])
         if kind == "Dict":
-            return spaces.Dict({str(k): space_from_json(v, f"{where}/{k}") for k, v in data["spaces"]})
+            # In the order listed (a plain dict would be sorted by gymnasium): the order of the leaves' bytes.
+            return spaces.Dict(OrderedDict((str(k), space_from_json(v, f"{where}/{k}")) for k, v in data["spaces"]))
         if kind == "Tuple":
             return spaces.Tuple([space_from_json(v, f"{where}/{i}") for i, v in enumerate(data["spaces"])])
     except RemoteSpaceError:
