@@ -232,9 +232,10 @@ class Leaf:
     shape: tuple[int, ...]
     dtype: np.dtype
 
-    @property
-    def nbytes(self) -> int:
-        return int(np.prod(self.shape, dtype=np.int64)) * self.dtype.itemsize
+    nbytes: int = 0
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "nbytes", int(np.prod(self.shape, dtype=np.int64)) * self.dtype.itemsize)
 
 
 def leaves(space: spaces.Space, path: tuple = ()) -> list[Leaf]:
@@ -305,7 +306,7 @@ class SpaceCodec:
             for key in leaf.path[:-1]:
                 node = node.setdefault(key, {})
             node[leaf.path[-1]] = array[0].copy() if leaf.shape == () else array.reshape(leaf.shape).copy()
-        return self._rebuild(out, ())
+        return self._rebuild(out, ()) if self._tuples else out
 
     def _rebuild(self, node: Any, path: tuple) -> Any:
         if not isinstance(node, dict):

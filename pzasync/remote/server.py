@@ -68,6 +68,7 @@ class EnvServer:
         self.selector = selectors.DefaultSelector()
         self.selector.register(self.listener, selectors.EVENT_READ, None)
         self.connections: list[_Connection] = []
+        self.states: dict[int, _State] = {}  # per env (by id): where its state attributes are read
         self._stopping = False
 
     # ------------------------------------------------------------------------------------------ the loop
@@ -98,7 +99,7 @@ class EnvServer:
 
     def _readable(self, conn: _Connection) -> None:
         try:
-            data = conn.sock.recv(1 << 20)
+            data = conn.sock.recv(1 << 16)
         except OSError:
             data = b""
         if not data:
@@ -208,7 +209,7 @@ class EnvServer:
                         traceback=traceback.format_exc())
 
     def _reset(self, conn: _Connection, records: np.ndarray, tail: memoryview) -> bytes:
-        out = _Snapshots(self.layout)
+        out = _Snapshots(self.layout, self.states)
         rows = records.tolist()
         options = iter(read_infos(tail, sum(1 for _, flags, _ in rows if flags & HAS_OPTIONS), f"client {conn.peer}"))
         for instance, flags, seed in rows:
@@ -222,17 +223,17 @@ class EnvServer:
         return out.frame()
 
     def _step(self, conn: _Connection, records: np.ndarray) -> bytes:
-        out = _Snapshots(self.layout)
+        out = _Snapshots(self.layout, self.states)
         codecs, to_env = self.layout.actions, self.to_env
-        for record in records:
-            instance = int(record["instance"])
+        actions = records["action"]
+        for k, (instance, flags) in enumerate(zip(records["instance"].tolist(), records["flags"].tolist())):
             env = self._env(conn, instance, create=False)
             try:
-                if record["flags"] & NONE_ACTION:
+                if flags & NONE_ACTION:
                     action = None
                 else:
                     agent = env.agent_selection
-                    action = to_env[agent](codecs[agent].decode(record["action"]))
+                    action = to_env[agent](codecs[agent].decode(actions[k]))
                 env.step(action)
                 out.chain(env, instance)
             except _Refused:
@@ -262,11 +263,46 @@ class EnvServer:
         return records_frame(Kind.OBSERVATION, replies, info_tail(infos))
 
 
+_STATE = ("agents", "agent_selection", "rewards", "_cumulative_rewards", "terminations", "truncations", "infos")
+
+
+class _State:
+    """An AEC env's state attributes read where they live, past PettingZoo's forwarding wrappers (whose
+    `__getattr__` costs about a microsecond per wrapper and name, several times per step). Each read first
+    checks that no wrapper above the owner has set one of the names itself; if one has, it reads through the
+    wrappers as before."""
+
+    def __init__(self, env: Any) -> None:
+        self.env, self.owner, self.skipped = env, env, []
+        try:
+            from pettingzoo.utils.wrappers import BaseWrapper
+        except ImportError:  # pragma: no cover
+            return
+        obj = env
+        while isinstance(obj, BaseWrapper) and "env" in vars(obj) and not any(n in vars(obj) for n in _STATE):
+            if any(n in vars(k) for k in type(obj).__mro__ if k is not BaseWrapper and k.__module__.split(".")[0]
+                   != "pettingzoo" for n in _STATE):
+                break  # a wrapper class of the user's that defines one of the names: read through it
+            self.skipped.append(vars(obj))
+            obj = vars(obj)["env"]
+        self.owner = obj
+
+    def get(self) -> Any:
+        """The object to read the state attributes from now."""
+        for own in self.skipped:
+            if not _NAMES.isdisjoint(own):
+                return self.env
+        return self.owner
+
+
+_NAMES = frozenset(_STATE)
+
+
 class _Snapshots:
     """The STATE reply being built: one snapshot per env step, each agent's state as the env shows it."""
 
-    def __init__(self, layout: EnvLayout) -> None:
-        self.layout = layout
+    def __init__(self, layout: EnvLayout, states: dict[int, _State]) -> None:
+        self.layout, self.states = layout, states
         self.rows: list[tuple] = []
         self.obs: list[Any] = []
         self.infos: list[dict] = []
@@ -285,24 +321,28 @@ class _Snapshots:
     def add(self, env: Any, instance: int) -> None:
         layout, index = self.layout, self.layout.index
         p = len(layout.agents)
-        agents = env.agents
+        state = self.states.get(id(env))
+        if state is None or state.env is not env:
+            state = self.states[id(env)] = _State(env)
+        owner = state.get()
+        agents = owner.agents
         try:
             order = [index[a] for a in agents]
         except KeyError as exc:
             raise RemoteSpaceError(f"agent {exc.args[0]!r} is not among possible_agents {layout.agents}; the protocol "
                                    f"needs every agent declared up front") from None
         rewards, cumulative, terms, truncs = [0.0] * p, [0.0] * p, [0] * p, [0] * p
-        env_rewards, env_cumulative = env.rewards, env._cumulative_rewards
-        env_terms, env_truncs = env.terminations, env.truncations
+        env_rewards, env_cumulative = owner.rewards, owner._cumulative_rewards
+        env_terms, env_truncs = owner.terminations, owner.truncations
         for agent, i in zip(agents, order):
             rewards[i] = env_rewards.get(agent, 0.0)
             cumulative[i] = env_cumulative.get(agent, 0.0)
             terms[i] = env_terms.get(agent, False)
             truncs[i] = env_truncs.get(agent, False)
-        selected = env.agent_selection
+        selected = owner.agent_selection
         flags = 0
         if selected in index and selected in agents:
-            self.obs.append((selected, env.observe(selected), env.infos.get(selected)))
+            self.obs.append((selected, env.observe(selected), owner.infos.get(selected)))
         else:
             flags = NO_OBS
             self.obs.append(None)
