@@ -13,13 +13,13 @@ import selectors
 import signal
 import socket
 import struct
-import sys
 import traceback
 from typing import Any, Callable
 
 import numpy as np
 
 from pzasync.errors import RemoteProtocolError, RemoteSpaceError
+from pzasync.logs import logger
 from pzasync.remote.address import Address
 from pzasync.remote.protocol import (HAS_OPTIONS, HAS_SEED, INFO_JSON, INFO_MASK, MAGIC, MASK_KEY, NO_AGENT, NO_OBS, NONE_ACTION,
                                      OBSERVE_RECORD, RESET_RECORD, VERSION, EnvLayout, Kind, error_frame, frame,
@@ -401,14 +401,15 @@ def _action_converter(space: Any) -> Callable[[Any], Any]:
 
 def serve(env_fn: Callable[[], Any], address: str, instances: int = 16, *, name: str | None = None) -> None:
     """Serve the AEC env `env_fn()` builds at `address` (unix:///path or tcp://host:port; port 0 picks one),
-    up to `instances` instances per connection, until SIGTERM or SIGINT. Prints one line naming the address."""
+    up to `instances` instances per connection, until SIGTERM or SIGINT. Logs one line naming the address
+    (`pzasync: remote: serving NAME at ADDRESS ...` on stderr by default)."""
     server = EnvServer(env_fn, address, instances, name)
     previous = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)}
     for sig in previous:
         signal.signal(sig, lambda *_: server.stop())
     try:
-        print(f"pzasync remote: serving {server.name} at {server.address} "
-              f"(up to {instances} instances per connection)", file=sys.stderr, flush=True)
+        logger.info(f"remote: serving {server.name} at {server.address} (up to {instances} instances per "
+                    f"connection)")
         server.run()
     finally:
         for sig, handler in previous.items():
