@@ -61,6 +61,19 @@ class EnvCrashedError(PzasyncError):
     """The environment raised; the message names the env, the agent, the episode and the step."""
 
 
+class RemoteEnvError(EnvCrashedError):
+    """An env served by another process (pzasync.remote) failed: its server died, hung past the deadline or
+    answered with an error; the message names the server, the instances, and what is known of its end."""
+
+
+class RemoteProtocolError(RemoteEnvError):
+    """A remote env endpoint broke the protocol (docs/remote.md): a malformed frame, another protocol version."""
+
+
+class RemoteSpaceError(RemoteProtocolError):
+    """A remote env's spaces cannot be carried, or disagree with the data or the record sizes stated."""
+
+
 class NonFiniteError(PzasyncError, FloatingPointError):
     """NaN or inf in an observation or reward while RunConfig.nonfinite == "raise"."""
 

@@ -1,4 +1,4 @@
-"""The `pzasync` command line: train, eval, bench, rollout, envs, clean, microbench.
+"""The `pzasync` command line: train, eval, bench, rollout, envs, clean, microbench, serve.
 
 - `train` (cli/train.py) and `bench` (cli/bench.py): options generated from RunConfig's and BenchSettings'
   declarations by cli/options.py;
@@ -100,6 +100,23 @@ def rollout(env_id: str, steps: int, seed: int, max_episode_steps: int | None) -
         table.add_row(agent, f"{counts[agent]:,}", str(terminated[agent]), str(truncated[agent]),
                       f"{np.mean(returns):.3f}" if returns else "-", f"{rewards[agent]:.3f}")
     console.print(table)
+
+
+@main.command()
+@click.argument("env_id")
+@click.option("--socket", "socket_path", default=None, help="Serve on this Unix socket path.")
+@click.option("--address", default=None, help="Serve at unix:///path or tcp://host:port (port 0: any free port).")
+@click.option("--instances", default=16, show_default=True, help="Env instances each connection may use.")
+def serve(env_id: str, socket_path: str | None, address: str | None, instances: int) -> None:
+    """Serve ENV_ID over the remote env protocol (docs/remote.md) until SIGTERM or Ctrl-C; train on it with
+    the env id unix:///path (or tcp://host:port), or let pzasync launch it: "cmd:pzasync serve ENV --socket {socket}"."""
+    from pzasync.core.environments import EnvSpec
+    from pzasync.remote import serve as serve_env
+
+    if (socket_path is None) == (address is None):
+        raise UserInputError("pzasync serve: give exactly one of --socket PATH and --address ADDRESS")
+    spec = EnvSpec.of(env_id)
+    serve_env(spec.make, address or f"unix://{socket_path}", instances, name=spec.name)
 
 
 @main.command()

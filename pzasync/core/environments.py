@@ -22,6 +22,7 @@ from pettingzoo.utils.conversions import parallel_to_aec
 from pzasync.errors import EnvSpecError
 from pzasync.core.global_state import GlobalStateObservations, StateRequest
 from pzasync.core.gym_adapter import GymnasiumAECEnv
+from pzasync.remote import connect, is_remote_id
 
 #: Packages whose env modules are listed by `pzasync envs` and offered as close matches.
 ENV_PACKAGES = (
@@ -35,8 +36,14 @@ ENV_PACKAGES = (
 
 ACCEPTED = (
     "an env module id ('pettingzoo.classic.connect_four_v3'), a PettingZoo registry id "
-    "('classic/connect_four_v3'), 'package.module:callable', a Gymnasium id ('CartPole-v1'), an AEC/parallel/Gymnasium env instance, or a zero-argument factory returning one"
+    "('classic/connect_four_v3'), 'package.module:callable', a Gymnasium id ('CartPole-v1'), a remote env "
+    "('unix:///path', 'tcp://host:port', 'cmd:COMMAND --socket {socket}'), an AEC/parallel/Gymnasium env instance, "
+    "or a zero-argument factory returning one"
 )
+
+#: The keyword arguments a remote env id takes (docs/remote.md): the reply deadline in seconds, and for cmd:
+#: ids how many servers to launch and how many instances each serves (the template's {instances}).
+REMOTE_KWARGS = ("timeout_s", "servers", "instances")
 
 
 def known_env_ids() -> list[str]:
@@ -103,6 +110,12 @@ def _from_registry(spec: str, kwargs: dict) -> AECEnv | None:
 
 
 def _from_string(spec: str, kwargs: dict) -> AECEnv:
+    if is_remote_id(spec):
+        unknown = sorted(set(kwargs) - set(REMOTE_KWARGS))
+        if unknown:
+            raise EnvSpecError(f"remote env {spec!r} takes only {list(REMOTE_KWARGS)} as keyword arguments, not "
+                               f"{unknown}: the env's own arguments belong to the server")
+        return connect(spec, timeout_s=float(kwargs.get("timeout_s", 60.0)), instances=kwargs.get("instances"))
     if ":" in spec:
         module_name, _, attr = spec.partition(":")
         try:

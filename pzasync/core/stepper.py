@@ -114,6 +114,13 @@ class EpisodeStepper:
     def step(self, action: Any, extras: dict | None = None) -> None:
         """Take `action` at the pending decision: complete the agent's previous transition, record this one's
         start and step the env."""
+        self.act(action, extras)
+        self.ledger.after_step(self.env)
+
+    def act(self, action: Any, extras: dict | None = None) -> None:
+        """`step` up to the env's step, without reading what it paid: for an env whose `step` only queues the
+        action (remote env copies send a round's steps in one frame), which calls `stepped` once its state has
+        come back."""
         if self._pending is None:
             raise RuntimeError(f"env copy {self.copy}: step() called with no pending decision")
         agent, reward, info, obs, mask = self._pending
@@ -125,6 +132,9 @@ class EpisodeStepper:
         self.ledger.decided(agent)
         self.steps += 1
         self.env.step(action if self.to_env is None else self.to_env(agent, action))
+
+    def stepped(self) -> None:
+        """Complete an `act`: the env's state after the step is current."""
         self.ledger.after_step(self.env)
 
     def cut(self) -> None:

@@ -1,23 +1,28 @@
 """The actor's env copies behind one interface (`EnvCopies`, `EnvCopiesFactory`: protocol.py), stepped in the
-actor's own process (local.py) or in env worker processes (workers.py, their wire codec in wire.py). A new
-kind of copies (envs served by another process) implements the protocol and is chosen in `copies_for`."""
+actor's own process (local.py), in env worker processes (workers.py, their wire codec in wire.py), or served by
+remote env servers (remote.py, docs/remote.md). Each kind is chosen in `copies_for`."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from pzasync.runtime.copies.local import LocalCopies, LocalEnvs
+from pzasync.remote.address import is_remote_id
 from pzasync.runtime.copies.protocol import Answer, EnvCopies, EnvCopiesFactory
+from pzasync.runtime.copies.remote import RemoteCopies, RemoteEnvs
 from pzasync.runtime.copies.workers import EnvWorkers, WorkerCopies
 
-__all__ = ["Answer", "EnvCopies", "EnvCopiesFactory", "EnvWorkers", "LocalCopies", "LocalEnvs", "WorkerCopies",
-           "copies_for"]
+__all__ = ["Answer", "EnvCopies", "EnvCopiesFactory", "EnvWorkers", "LocalCopies", "LocalEnvs", "RemoteCopies",
+           "RemoteEnvs", "WorkerCopies", "copies_for"]
 
 
 def copies_for(plan: Any) -> EnvCopiesFactory:
-    """An actor's env copies as its run plan asks: `envs_per_actor` copies, stepped by `env_workers` worker
-    processes, or in the actor's process when there are none."""
+    """An actor's env copies as its run plan asks: `envs_per_actor` copies, served by remote env servers when
+    the env id names them (unix://, tcp://, cmd:; env workers would add nothing: the servers step the envs),
+    else stepped by `env_workers` worker processes, or in the actor's process when there are none."""
     cfg = plan.config
+    if is_remote_id(plan.env_spec.source):
+        return RemoteEnvs(plan.env_spec, plan.envs_per_actor, cfg.heartbeat_timeout_s)
     if cfg.env_workers:
         return EnvWorkers(plan.env_spec, plan.envs_per_actor, cfg.env_workers, cfg.heartbeat_timeout_s,
                           run_id=plan.run_id)

@@ -1,0 +1,389 @@
+"""The trainer's side of the remote env protocol (docs/remote.md): a `Connection` to one server, and
+`RemoteEnv`, an AEC env that mirrors one served instance.
+
+A `RemoteEnv` shows exactly what the served env shows after each step (agents, selection, every agent's reward,
+cumulative reward, termination and truncation, the selected agent's observation and info), so anything that
+steps an AEC env in process steps it unchanged; `connect` returns one. Env copies (runtime/copies/remote.py)
+put many of them on one connection and send each round's steps as one frame (`Connection.flush`).
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import struct
+import time
+from collections import deque
+from typing import Any, Callable
+
+import numpy as np
+from pettingzoo import AECEnv
+
+from pzasync.errors import RemoteEnvError, RemoteProtocolError, RemoteSpaceError, remote_error
+from pzasync.remote.address import Address
+from pzasync.remote.launch import launch
+from pzasync.remote.protocol import (HAS_OPTIONS, HAS_SEED, INFO_JSON, INFO_MASK, MAGIC, MASK_KEY, NO_AGENT, NO_OBS, NONE_ACTION,
+                                     OBSERVE_RECORD, RESET_RECORD, VERSION, EnvLayout, Kind, frame, read_frame,
+                                     info_tail, read_infos, records_frame, split_records)
+
+_ERRORS = {"malformed": RemoteProtocolError, "version": RemoteProtocolError, "space": RemoteSpaceError}
+
+
+class Connection:
+    """One connection to a server: the handshake, requests answered in order (several may be in flight), and
+    the instances (`RemoteEnv`s) it serves. Every failure is a `RemoteEnvError` naming the server, the
+    instances and, for a server we launched, its exit code and the tail of its stderr (`describe_end`)."""
+
+    def __init__(self, address: str | Address, timeout_s: float = 60.0,
+                 describe_end: Callable[[], str] | None = None, label: str | None = None) -> None:
+        self.address = Address.parse(address) if isinstance(address, str) else address
+        self.timeout_s = timeout_s
+        self.describe_end = describe_end
+        self.label = label or f"server {self.address}"
+        self.envs: dict[int, RemoteEnv] = {}
+        self._sent = 0  # tickets: requests sent, and the one whose reply is read next
+        self._read = 0
+        self._stash: dict[int, tuple[int, memoryview]] = {}
+        self._queued: list[tuple[int, int, bytes]] = []
+        self._broken: RemoteEnvError | None = None
+        self.sock: socket.socket | None = None
+        try:
+            self.sock = self.address.connect(timeout_s)
+        except OSError as exc:
+            raise self.failure(f"cannot connect ({type(exc).__name__}: {exc})") from None
+        try:
+            self.sock.sendall(frame(Kind.HELLO, MAGIC + struct.pack("<HH", VERSION, 0)))
+            kind, body = self._read_frame()
+            if kind == Kind.ERROR:
+                raise self._refusal(body)
+            if kind != Kind.WELCOME or len(body) < 2:
+                raise RemoteProtocolError(f"{self.label}: expected WELCOME to HELLO, got message kind {kind}")
+            (version,) = struct.unpack_from("<H", body)
+            if version != VERSION:
+                raise RemoteProtocolError(f"{self.label} speaks protocol version {version}; this client speaks {VERSION}")
+            try:
+                self.description = json.loads(bytes(body[2:]))
+            except ValueError as exc:
+                raise RemoteProtocolError(f"{self.label}: malformed WELCOME JSON ({exc})") from None
+            self.layout = EnvLayout.from_description(self.description, self.label)
+            self.name = str(self.description.get("name", self.address))
+            self.max_instances = int(self.description.get("max_instances", 1))
+        except BaseException:
+            self.close()
+            raise
+
+    # ------------------------------------------------------------------------------------------ frames
+    def _read_frame(self) -> tuple[int, memoryview]:
+        try:
+            return read_frame(self.sock, time.monotonic() + self.timeout_s, self.label)
+        except TimeoutError:
+            raise self.failure(f"has not answered for {self.timeout_s:g}s (an env step that never returns?)",
+                              hung=True) from None
+        except (EOFError, OSError) as exc:
+            raise self.failure(f"closed the connection ({type(exc).__name__}: {exc})") from None
+
+    def failure(self, what: str, hung: bool = False) -> RemoteEnvError:
+        """The error that ends a run whose server failed: the server, the instances, how it ended."""
+        instances = sorted(self.envs)
+        served = (f" (instances {instances[0]}-{instances[-1]})" if len(instances) > 1 else
+                  f" (instance {instances[0]})" if instances else "")
+        end = self.describe_end(hung) if self.describe_end is not None else ""
+        error = RemoteEnvError(f"{self.label}{served} {what}{'; ' + end if end else ''}")
+        self._broken = error
+        return error
+
+    def _refusal(self, body: memoryview) -> RemoteEnvError:
+        """An ERROR frame as the error it stands for (the env's own type where the server names one)."""
+        try:
+            data = json.loads(bytes(body))
+        except ValueError:
+            return RemoteProtocolError(f"{self.label} answered with a malformed ERROR frame")
+        code, message = data.get("code", "error"), data.get("message", "")
+        where = f"instance {data['instance']}" if data.get("instance") is not None else ""
+        if data.get("agent") is not None:
+            where += f", during the turn of agent {data['agent']!r}"
+        text = f"{self.label} of env {self.description.get('name')!r}" if hasattr(self, "description") else self.label
+        text += f" ({where})" if where else ""
+        if code == "env" and data.get("type"):
+            return remote_error(RemoteEnvError, data["type"], f"{text} raised {message} (the server's traceback is "
+                                f"the cause)", data.get("traceback", ""))
+        return _ERRORS.get(code, RemoteEnvError)(f"{text}: {message}")
+
+    def send(self, data: bytes) -> int:
+        """Send a request; returns its ticket, for `receive`."""
+        if self._broken is not None:
+            raise self._broken
+        try:
+            self.sock.sendall(data)
+        except OSError as exc:
+            raise self.failure(f"closed the connection ({type(exc).__name__}: {exc})") from None
+        self._sent += 1
+        return self._sent - 1
+
+    def receive(self, ticket: int) -> tuple[int, memoryview]:
+        """The reply to `ticket` (replies come in order; earlier ones are kept for their own `receive`). An
+        ERROR reply is raised."""
+        while ticket not in self._stash:
+            if self._broken is not None:
+                raise self._broken
+            self._stash[self._read] = self._read_frame()
+            self._read += 1
+        kind, body = self._stash.pop(ticket)
+        if kind == Kind.ERROR:
+            self._broken = self._refusal(body)
+            raise self._broken
+        return kind, body
+
+    def has_reply(self, ticket: int) -> bool:
+        """Whether `ticket`'s reply was already read (it came in while waiting for another)."""
+        return ticket in self._stash
+
+    def request(self, data: bytes, expect: int) -> memoryview:
+        kind, body = self.receive(self.send(data))
+        if kind != expect:
+            raise RemoteProtocolError(f"{self.label}: expected message kind {expect}, got {kind}")
+        return body
+
+    def ping(self, token: int = 0) -> float:
+        """A heartbeat: seconds until the server answered."""
+        start = time.perf_counter()
+        body = self.request(frame(Kind.PING, struct.pack("<Q", token)), Kind.PONG)
+        if bytes(body) != struct.pack("<Q", token):
+            raise RemoteProtocolError(f"{self.label}: PONG carries another token")
+        return time.perf_counter() - start
+
+    # ------------------------------------------------------------------------------------------ instances
+    def env(self, instance: int, deferred: bool = False) -> RemoteEnv:
+        """The `RemoteEnv` of `instance` on this connection (made on first use)."""
+        if not 0 <= instance < self.max_instances:
+            raise RemoteEnvError(f"{self.label} serves instances 0..{self.max_instances - 1} per connection, not "
+                                 f"{instance}")
+        env = self.envs.get(instance)
+        if env is None:
+            env = self.envs[instance] = RemoteEnv(self, instance, deferred=deferred)
+        return env
+
+    def queue(self, instance: int, flags: int, action: bytes) -> None:
+        self._queued.append((instance, flags, action))
+
+    def flush(self) -> int | None:
+        """Send the queued steps as one STEP frame; its ticket (None when nothing was queued)."""
+        if not self._queued:
+            return None
+        records = np.zeros(len(self._queued), self.layout.step)
+        columns = list(zip(*self._queued))
+        records["instance"], records["flags"] = columns[0], columns[1]
+        width = self.layout.action_bytes
+        if width:
+            actions = records["action"]
+            for k, data in enumerate(columns[2]):
+                if data:
+                    actions[k, :len(data)] = np.frombuffer(data, np.uint8)
+        self._queued.clear()
+        return self.send(records_frame(Kind.STEP, records))
+
+    def collect(self, ticket: int) -> None:
+        """Receive a STATE reply and hand each instance its snapshots."""
+        kind, body = self.receive(ticket)
+        if kind != Kind.STATE:
+            raise RemoteProtocolError(f"{self.label}: expected STATE, got message kind {kind}")
+        self.apply_state(body)
+
+    def apply_state(self, body: memoryview) -> None:
+        records, tail = split_records(body, self.layout.snapshot, self.label)
+        flags = records["flags"].tolist()
+        infos = read_infos(tail, sum(1 for f in flags if f & INFO_JSON), self.label)
+        columns = zip(records["instance"].tolist(), flags, records["selection"].tolist(),
+                      records["n_agents"].tolist(), records["agents"].tolist(), records["rewards"].tolist(),
+                      records["cumulative"].tolist(), records["terminations"].tolist(),
+                      records["truncations"].tolist(), records["obs"], records["mask"])
+        envs, previous, info_at = self.envs, None, 0
+        for row in columns:
+            info = None
+            if row[1] & INFO_JSON:
+                info, info_at = infos[info_at], info_at + 1
+            env = envs.get(row[0])
+            if env is None:
+                raise RemoteProtocolError(f"{self.label}: a snapshot of instance {row[0]}, which was not asked for")
+            if row[0] == previous:
+                env._later.append((row, info))  # a dead agent's turn, stepped with None by the server
+            else:
+                env._later.clear()
+                env._apply(row, info)
+            previous = row[0]
+
+    def reset_many(self, requests: list[tuple[int, int | None, dict | None]]) -> None:
+        """Reset instances, `(instance, seed, options)` each, in one frame."""
+        records = np.zeros(len(requests), RESET_RECORD)
+        options = []
+        for k, (instance, seed, opts) in enumerate(requests):
+            records[k] = (instance, (HAS_SEED if seed is not None else 0) | (HAS_OPTIONS if opts else 0), seed or 0)
+            if opts:
+                options.append(opts)
+        body = self.request(records_frame(Kind.RESET, records, info_tail(options)), Kind.STATE)
+        self.apply_state(body)
+
+    def observe_many(self, requests: list[tuple[int, str]]) -> list[tuple[Any, dict]]:
+        """(observation, info) of `(instance, agent)` pairs, in one frame."""
+        layout = self.layout
+        records = np.zeros(len(requests), OBSERVE_RECORD)
+        for k, (instance, agent) in enumerate(requests):
+            records[k] = (instance, layout.index[agent])
+        body = self.request(records_frame(Kind.OBSERVE, records), Kind.OBSERVATION)
+        replies, tail = split_records(body, layout.observation, self.label)
+        flags = replies["flags"].tolist()
+        infos = read_infos(tail, sum(1 for f in flags if f & INFO_JSON), self.label)
+        out, info_at = [], 0
+        for k, (_, agent) in enumerate(requests):
+            extra = None
+            if flags[k] & INFO_JSON:
+                extra, info_at = infos[info_at], info_at + 1
+            out.append((layout.obs[agent].decode(replies["obs"][k]),
+                        _info(layout, agent, flags[k], replies["mask"][k], extra)))
+        return out
+
+    def close(self) -> None:
+        """Close the socket; never raises."""
+        if self.sock is not None:
+            try:
+                self.sock.close()
+            except OSError:
+                pass
+            self.sock = None
+        if self._broken is None:
+            self._broken = RemoteEnvError(f"{self.label}: the connection was closed")
+
+
+def _info(layout: EnvLayout, agent: str, flags: int, mask: np.ndarray, extra: dict | None) -> dict:
+    info = dict(extra) if extra else {}
+    if flags & INFO_MASK:
+        info[MASK_KEY] = mask[:layout.masks[agent]].astype(np.int8)
+    return info
+
+
+class RemoteEnv(AECEnv):
+    """An AEC env mirroring one instance served by another process (module docstring).
+
+    With `deferred`, `step` only queues its action on the connection; the owner sends the round's steps at once
+    (`Connection.flush`, `collect`) before the env's state is read again."""
+
+    def __init__(self, connection: Connection, instance: int = 0, *, deferred: bool = False,
+                 owns: Callable[[], None] | None = None) -> None:
+        super().__init__()
+        self.connection, self.instance, self.deferred = connection, instance, deferred
+        self._owns = owns
+        layout = self.layout = connection.layout
+        self.metadata = {"name": connection.name, "render_modes": [], "is_parallelizable": False}
+        self.render_mode = None
+        self.possible_agents = list(layout.agents)
+        self._names = self.possible_agents
+        self.observation_spaces = dict(layout.observation_spaces)
+        self.action_spaces = dict(layout.action_spaces)
+        self.agents: list[str] = []
+        self.rewards: dict[str, float] = {}
+        self._cumulative_rewards: dict[str, float] = {}
+        self.terminations: dict[str, bool] = {}
+        self.truncations: dict[str, bool] = {}
+        self.infos: dict[str, dict] = {}
+        self.agent_selection: str | None = None
+        self._order: list[int] | None = None
+        self._obs_row: np.ndarray | None = None
+        self._obs_value: Any = None
+        self._later: deque = deque()
+
+    def observation_space(self, agent: str) -> Any:
+        return self.observation_spaces[agent]
+
+    def action_space(self, agent: str) -> Any:
+        return self.action_spaces[agent]
+
+    def _apply(self, row: tuple, info: dict | None) -> None:
+        """Show a snapshot: (instance, flags, selection, n_agents, agents, rewards, cumulative, terminations,
+        truncations, obs bytes, mask bytes)."""
+        _, flags, selection, n, order, rewards, cumulative, terms, truncs, obs, mask = row
+        names = self._names
+        order = order[:n]
+        if order != self._order:
+            self._order = order
+            self.agents = [names[i] for i in order]
+            old = self.infos
+            self.infos = {a: old.get(a, {}) for a in self.agents}
+        agents = self.agents
+        self.rewards = {a: rewards[i] for a, i in zip(agents, order)}
+        self._cumulative_rewards = {a: cumulative[i] for a, i in zip(agents, order)}
+        self.terminations = {a: bool(terms[i]) for a, i in zip(agents, order)}
+        self.truncations = {a: bool(truncs[i]) for a, i in zip(agents, order)}
+        agent = self.agent_selection = names[selection] if selection != NO_AGENT else None
+        self._obs_value = None
+        if flags & NO_OBS:
+            self._obs_row = None
+        else:
+            self._obs_row = obs
+            self.infos[agent] = _info(self.layout, agent, flags, mask, info) if flags & (INFO_JSON | INFO_MASK) else {}
+
+    def reset(self, seed: int | None = None, options: dict | None = None) -> None:
+        self._order, self.infos = None, {}
+        self._later.clear()
+        self.connection.reset_many([(self.instance, seed, options)])
+
+    def step(self, action: Any) -> None:
+        agent = self.agent_selection
+        if self._later:
+            if action is not None:
+                raise ValueError(f"agent {agent!r} is dead (terminated or truncated): the only valid action is None")
+            self._apply(*self._later.popleft())
+            return
+        if action is None:
+            flags, data = NONE_ACTION, b""
+        else:
+            flags, data = 0, self.layout.actions[agent].encode(action)
+        connection = self.connection
+        connection.queue(self.instance, flags, data)
+        if not self.deferred:
+            connection.collect(connection.flush())
+
+    def observe(self, agent: str) -> Any:
+        if agent == self.agent_selection and self._obs_row is not None:
+            if self._obs_value is None:
+                self._obs_value = self.layout.obs[agent].decode(self._obs_row)
+            return self._obs_value
+        observation, info = self.connection.observe_many([(self.instance, agent)])[0]
+        if agent in self.infos:
+            self.infos[agent] = info
+        return observation
+
+    def state(self) -> np.ndarray:
+        raise NotImplementedError(f"{self.connection.label}: state() is not part of remote env protocol {VERSION}")
+
+    def render(self) -> None:
+        return None
+
+    def close(self) -> None:
+        if self._owns is not None:
+            owns, self._owns = self._owns, None
+            owns()
+
+    def __str__(self) -> str:
+        return f"RemoteEnv({self.connection.name!r} at {self.connection.address}, instance {self.instance})"
+
+
+def connect(address: str, *, timeout_s: float = 60.0, instance: int = 0, instances: int | None = None) -> RemoteEnv:
+    """An AEC env served at `address`: unix:///path, tcp://host:port, or cmd:TEMPLATE (one server launched
+    for it, with `instances` as its {instances}, stopped by `close`). Its `close` also closes the connection."""
+    if address.startswith("cmd:"):
+        (server,) = launch(address, 1, timeout_s=timeout_s, instances=instances)
+        try:
+            connection = Connection(server.address, timeout_s, describe_end=server.describe_end, label=server.label)
+        except BaseException:
+            server.close()
+            raise
+
+        def owns() -> None:
+            connection.close()
+            server.close()
+    else:
+        connection = Connection(address, timeout_s)
+        owns = connection.close
+    env = connection.env(instance)
+    env._owns = owns
+    return env

@@ -1,0 +1,52 @@
+"""A Python remote env server for the tests (`python tests/remote_server.py ENV --socket PATH`), with faults on
+demand: exit or hang after a number of env steps, or print to stderr first."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from pzasync.core.environments import make_env  # noqa: E402
+from pzasync.remote import serve  # noqa: E402
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("env")
+    parser.add_argument("--socket", help="Unix socket path")
+    parser.add_argument("--address", help="unix:///path or tcp://host:port")
+    parser.add_argument("--instances", type=int, default=16)
+    parser.add_argument("--exit-after", type=int, default=None, help="exit with code 3 after this many env steps")
+    parser.add_argument("--hang-after", type=int, default=None, help="sleep for good after this many env steps")
+    args = parser.parse_args()
+    steps = 0
+
+    def env_fn():
+        env = make_env(args.env)
+        step = env.step
+
+        def faulty_step(action):
+            nonlocal steps
+            steps += 1
+            if args.exit_after is not None and steps > args.exit_after:
+                print(f"test server: exiting on purpose after {args.exit_after} steps", file=sys.stderr, flush=True)
+                os._exit(3)
+            if args.hang_after is not None and steps > args.hang_after:
+                print("test server: hanging on purpose", file=sys.stderr, flush=True)
+                time.sleep(3600)
+            step(action)
+
+        if args.exit_after is not None or args.hang_after is not None:
+            env.step = faulty_step
+        return env
+
+    serve(env_fn, args.address or f"unix://{args.socket}", instances=args.instances)
+
+
+if __name__ == "__main__":
+    main()
