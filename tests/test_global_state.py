@@ -17,7 +17,7 @@ from pzasync.errors import ConfigError, EnvSpecError
 from pzasync.learners.mappo import MAPPOLearner
 from pzasync.runtime.plan import RunPlan
 
-from test_vector_actor import FIELDS, hashed_choice, per_copy, vector_actor  # noqa: F401 - shared helpers
+from test_vector_actor import hashed_choice, per_copy, vector_actor
 
 pytestmark = pytest.mark.timeout(240)
 
