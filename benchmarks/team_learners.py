@@ -1,7 +1,7 @@
 """Team return against wall time for cooperative MPE games: `mappo` (centralized critic) against independent
 `ppo`, the same wall budget each, several seeds, beside the random team.
 
-    python benchmarks/team_learners.py --envs simple_spread,speaker_listener --learners mappo,ppo \\
+    python benchmarks/team_learners.py --envs simple_spread,speaker_listener --learners "mappo;ppo,lr=1e-3,batch_size=256" \\
         --seeds 0,1,2 --seconds 180 --out /tmp/team_learners
     python benchmarks/team_learners.py --from-json /tmp/team_learners/runs.jsonl --out /tmp/team_learners
 
@@ -43,10 +43,11 @@ def run_once(env_key: str, learner: str, seed: int, seconds: float, out: Path) -
     from pzasync import RunConfig
     from pzasync.core.environments import EnvSpec
     from pzasync.runners import AsyncRunner
+    from pzasync.specs import learner_spec_of
 
     env_id, kwargs, groups = ENVS[env_key]
     config = RunConfig(seed=seed, agent_groups=groups, out_dir=str(out))
-    result = AsyncRunner(EnvSpec.of(env_id, **kwargs), learner, config).run(seconds=seconds)
+    result = AsyncRunner(EnvSpec.of(env_id, **kwargs), learner_spec_of(learner), config).run(seconds=seconds)
     rows = [json.loads(line) for line in (Path(result.run_dir) / "episodes.jsonl").read_text().splitlines()]
     return {"env": env_key, "learner": learner, "seed": seed, "seconds": seconds, "agent_steps": result.agent_steps,
             "episodes": [(r["wall_s"], sum(r["returns"].values())) for r in rows]}
@@ -117,7 +118,8 @@ def plot(summary: dict, path: Path) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--envs", default="simple_spread,speaker_listener")
-    parser.add_argument("--learners", default="mappo,ppo")
+    parser.add_argument("--learners", default="mappo;ppo,lr=1e-3,batch_size=256",
+                        help="learner specs separated by ';' (the default gives ppo mappo's shared defaults)")
     parser.add_argument("--seeds", default="0,1,2")
     parser.add_argument("--seconds", type=float, default=180)
     parser.add_argument("--random-episodes", type=int, default=400)
@@ -133,7 +135,7 @@ def main() -> None:
         with open(out / "runs.jsonl", "a") as log:
             for seed in (int(s) for s in args.seeds.split(",")):
                 for env in args.envs.split(","):
-                    for learner in args.learners.split(","):
+                    for learner in args.learners.split(";"):
                         start = time.monotonic()
                         run = run_once(env, learner, seed, args.seconds, out / "runs")
                         runs.append(run)
