@@ -1,5 +1,6 @@
 """A Python remote env server for the tests (`python tests/remote_server.py ENV --socket PATH`), with faults on
-demand: exit or hang after a number of env steps, or print to stderr first."""
+demand: exit or hang after a number of env steps (printing to stderr first), in every server or only in the
+one whose `--index` is `--fault-index`."""
 
 from __future__ import annotations
 
@@ -23,7 +24,11 @@ def main() -> None:
     parser.add_argument("--instances", type=int, default=16)
     parser.add_argument("--exit-after", type=int, default=None, help="exit with code 3 after this many env steps")
     parser.add_argument("--hang-after", type=int, default=None, help="sleep for good after this many env steps")
+    parser.add_argument("--index", type=int, default=0, help="this server's index (a cmd: id's {index})")
+    parser.add_argument("--fault-index", type=int, default=None, help="faults only in the server of this index")
     args = parser.parse_args()
+    if args.fault_index is not None and args.fault_index != args.index:
+        args.exit_after = args.hang_after = None
     steps = 0
 
     def env_fn():

@@ -220,6 +220,53 @@ def test_a_server_that_dies_mid_run_is_named_with_its_exit_code_and_stderr_and_n
     assert sum(len(w.rows) for w in writers.values()) > 50, "transitions received before the death are kept"
 
 
+def _decisions(streams: dict, k: int) -> int:
+    return sum(len(by_copy.get(k, [])) for by_copy in streams.values())
+
+
+def _rollout_of_copy(env_id: str, layouts: dict, seed: int, steps: int) -> dict:
+    n = {a: layouts[a].action_space.n for a in layouts}
+    return pzasync.rollout(env_id, lambda agent, obs, mask: hashed_choice(obs, mask, n[agent]), agent_steps=steps,
+                           seed=seed)
+
+
+def test_when_one_of_two_servers_dies_the_healthy_copies_are_cut_and_the_dead_ones_invent_nothing():
+    """Server 0 of two exits mid-run. The run ends with its error; before that, the copies on server 1 are cut
+    as rule 5 says (each copy's transitions equal a rollout cut after as many decisions), and the copies on
+    server 0 keep what they delivered, a prefix of their rollout, with nothing made up for the lost turns."""
+    episodes = []
+    actor, writers, layouts = remote_actor(python_server(C4, "--index {index} --exit-after 150 --fault-index 0"), 4,
+                                           servers=2)
+    try:
+        with pytest.raises(RemoteEnvError) as info:
+            actor.run(agent_steps=5000, seed=7, keep_going=lambda: True, on_episode=episodes.append)
+    finally:
+        actor.close()
+    message = str(info.value)
+    assert "server 0" in message and "instances 0-1" in message and "exited with code 3" in message, message
+    streams = {agent: per_copy(w, 4) for agent, w in writers.items()}
+    for k in (2, 3):  # server 1: every pending transition completed as truncated, exactly as a cut rollout
+        steps = _decisions(streams, k)
+        assert steps > 20
+        expected = _rollout_of_copy(C4, layouts, 7 + k, steps)
+        got = transitions_to_arrays([t for by_copy in streams.values() for t in by_copy[k]], layouts)
+        for agent, arrays in expected.items():
+            for name in FIELDS:
+                np.testing.assert_array_equal(got[agent][name], arrays[name], err_msg=f"copy {k} {agent} {name}")
+        assert got["player_0"]["truncated"].any() or got["player_1"]["truncated"].any(), "the last episode was cut"
+        assert [e.cut_by_actor for e in episodes if e.copy == k][-1]
+    for k in (0, 1):  # server 0: what was delivered is a prefix of the rollout; the episode in flight is dropped
+        rows = {agent: by_copy.get(k, []) for agent, by_copy in streams.items()}
+        expected = _rollout_of_copy(C4, layouts, 7 + k, _decisions(streams, k) + 50)
+        for agent, transitions in rows.items():
+            got = transitions_to_arrays(transitions, {agent: layouts[agent]})[agent] if transitions else None
+            assert got is not None and not got["truncated"].any(), f"copy {k} {agent}: nothing cut, nothing made up"
+            for name in FIELDS:
+                np.testing.assert_array_equal(got[name], expected[agent][name][:len(transitions)],
+                                              err_msg=f"copy {k} {agent} {name}")
+        assert not [e for e in episodes if e.copy == k and e.cut_by_actor], "no summary for a dropped episode"
+
+
 def test_a_hung_server_hits_the_deadline_and_is_stopped():
     actor, writers, _ = remote_actor(python_server(C4, "--hang-after 40"), 2, timeout_s=1.5)
     try:
