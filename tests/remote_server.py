@@ -26,7 +26,10 @@ def main() -> None:
     parser.add_argument("--hang-after", type=int, default=None, help="sleep for good after this many env steps")
     parser.add_argument("--index", type=int, default=0, help="this server's index (a cmd: id's {index})")
     parser.add_argument("--fault-index", type=int, default=None, help="faults only in the server of this index")
+    parser.add_argument("--pid-dir", default=None, help="write this server's pid to a file named after it here")
     args = parser.parse_args()
+    if args.pid_dir:
+        Path(args.pid_dir, str(os.getpid())).write_text(str(args.index))
     if args.fault_index is not None and args.fault_index != args.index:
         args.exit_after = args.hang_after = None
     steps = 0

@@ -5,14 +5,12 @@ from __future__ import annotations
 
 import glob
 import json
-import os
 import re
 import shutil
 import socket
 import struct
 import subprocess
 import sys
-import tempfile
 import threading
 from collections import Counter
 from pathlib import Path
@@ -33,7 +31,7 @@ from pzasync.remote.protocol import MAGIC, EnvLayout, Kind, frame, json_frame, r
 from pzasync.runtime.actor import ActingAgent, Actor
 from pzasync.runtime.copies.remote import RemoteEnvs
 
-pytestmark = pytest.mark.timeout(120)
+pytestmark = [pytest.mark.timeout(120), pytest.mark.usefixtures("no_remote_server_left")]
 
 SERVER = Path(__file__).with_name("remote_server.py")
 C4 = "pettingzoo.classic.connect_four_v3"
@@ -43,34 +41,6 @@ FORAGE = "pzasync.envs.forage"
 def python_server(env_id: str, *flags: str) -> str:
     """A `cmd:` env id launching tests/remote_server.py (a Python server in its own process)."""
     return f"cmd:{{python}} {SERVER} {env_id} --socket {{socket}} --instances {{instances}} {' '.join(flags)}".strip()
-
-
-def _children() -> set[int]:
-    """Live server processes this test process launched (their command names a pzremote- socket directory)."""
-    me = str(os.getpid())
-    out = set()
-    for status in glob.glob("/proc/[0-9]*/status"):
-        try:
-            with open(status) as f:
-                text = f.read()
-            with open(status.replace("status", "cmdline"), "rb") as f:
-                command = f.read()
-        except OSError:
-            continue
-        if re.search(rf"^PPid:\s+{me}$", text, re.M) and "State:\tZ" not in text and b"pzremote-" in command:
-            out.add(int(status.split("/")[2]))
-    return out
-
-
-@pytest.fixture(autouse=True)
-def no_server_left():
-    """Nothing a test launched outlives it: no server process, no socket directory."""
-    before, dirs = _children(), set(glob.glob(os.path.join(tempfile.gettempdir(), "pzremote-*")))
-    yield
-    left = _children() - before
-    stray = set(glob.glob(os.path.join(tempfile.gettempdir(), "pzremote-*"))) - dirs
-    assert not left, f"server processes left running: {sorted(left)}"
-    assert not stray, f"server directories left behind: {sorted(stray)}"
 
 
 @pytest.fixture
