@@ -26,7 +26,7 @@ from pzasync.core.collect import transitions_to_arrays
 from pzasync.core.environments import EnvSpec, make_env
 from pzasync.core.spaces import env_layouts, probe_info_masks
 from pzasync.errors import RemoteEnvError, RemoteProtocolError, RemoteSpaceError
-from pzasync.remote import EnvServer, connect
+from pzasync.remote import Connection, EnvServer, connect
 from pzasync.remote.protocol import MAGIC, EnvLayout, Kind, frame, json_frame, read_frame, space_from_json, space_to_json
 from pzasync.runtime.actor import ActingAgent, Actor
 from pzasync.runtime.copies.remote import RemoteEnvs
@@ -61,7 +61,7 @@ def thread_server(tmp_path):
         thread.join(5)
 
 
-def remote_actor(env_id: str, copies: int, timeout_s: float = 30.0, **kwargs):
+def remote_actor(env_id: str, copies: int, timeout_s: float = 30.0, max_episode_steps: int | None = None, **kwargs):
     spec = EnvSpec.of(env_id, **kwargs)
     probe = spec.make()
     layouts = env_layouts(probe, probe_info_masks(probe, seed=0))
@@ -70,7 +70,7 @@ def remote_actor(env_id: str, copies: int, timeout_s: float = 30.0, **kwargs):
     agents = {agent: ActingAgent(agent, layout, HashedPolicy(layout), learns=False, buffer=writers[agent],
                                  tracks=copies) for agent, layout in layouts.items()}
     actor = Actor(RemoteEnvs(spec, copies, timeout_s), agents, Counters(), replay_ratio=None, max_lead=64,
-                  backpressure=False)
+                  backpressure=False, max_episode_steps=max_episode_steps)
     return actor, writers, layouts
 
 
@@ -129,6 +129,40 @@ def test_each_remote_copy_equals_an_independent_rollout_with_seed_plus_k(env_id,
                 if name in arrays:
                     np.testing.assert_array_equal(got[agent][name], arrays[name], err_msg=f"copy {k} {agent} {name}")
     assert max(max(a.policy.batch_sizes) for a in actor.agents.values()) > 1
+
+
+def test_the_copies_whose_episodes_end_in_one_reply_are_reset_with_one_frame(monkeypatch):
+    """Episodes cut at 6 decisions end in the same round for every copy of a group: each group's resets go
+    out as one RESET frame (at the start too), and each copy's transitions are still rollout's."""
+    frames = []
+    send = Connection.send
+
+    def counting_send(self, data):
+        if data[4] == Kind.RESET:
+            frames.append(struct.unpack_from("<I", data, 5)[0])
+        return send(self, data)
+
+    starts = []
+    actor, writers, layouts = remote_actor(python_server(C4), 8, max_episode_steps=6)
+    monkeypatch.setattr(Connection, "send", counting_send)  # after the probe's own reset
+    on_start = actor._episode_start
+    actor._episode_start = lambda k: (starts.append(k), on_start(k))
+    try:
+        taken = actor.run(agent_steps=480, seed=3, keep_going=lambda: True, on_episode=lambda s: None)
+    finally:
+        actor.close()
+    assert taken == 480
+    assert sum(frames) == len(starts) >= 80
+    assert frames == [4] * len(frames), frames  # two groups of four copies, every episode 6 decisions long
+    streams = {agent: per_copy(w, 8) for agent, w in writers.items()}
+    n = {a: layouts[a].action_space.n for a in layouts}
+    for k in range(8):
+        expected = pzasync.rollout(C4, lambda agent, obs, mask: hashed_choice(obs, mask, n[agent]),
+                                   agent_steps=_decisions(streams, k), seed=3 + k, max_episode_steps=6)
+        got = transitions_to_arrays([t for by_copy in streams.values() for t in by_copy[k]], layouts)
+        for agent, arrays in expected.items():
+            for name in FIELDS:
+                np.testing.assert_array_equal(got[agent][name], arrays[name], err_msg=f"copy {k} {agent} {name}")
 
 
 def test_a_server_over_tcp_serves_several_connections():
