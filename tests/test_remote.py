@@ -271,6 +271,36 @@ def test_when_one_of_two_servers_dies_the_healthy_copies_are_cut_and_the_dead_on
         assert not [e for e in episodes if e.copy == k and e.cut_by_actor], "no summary for a dropped episode"
 
 
+def test_a_restart_budget_launches_a_dead_server_again_and_its_copies_start_fresh_episodes(capfd):
+    """restarts=5: the server exits every 150 env steps; it is launched again each time, its copies start new
+    episodes, and the run takes its whole budget. Nothing of the lost episodes is completed."""
+    episodes = []
+    actor, writers, _ = remote_actor(python_server(C4, "--exit-after 150"), 2, restarts=5)
+    try:
+        taken = actor.run(agent_steps=400, seed=0, keep_going=lambda: True, on_episode=episodes.append)
+    finally:
+        actor.close()
+    assert taken == 400
+    err = capfd.readouterr().err
+    relaunches = re.findall(r"server 0 \(\S+, pid \d+\) \(instances 0-1\) closed the connection.*exited with code 3.*"
+                            r"\n(?:.*\n)*?.*launching it again \((\d) restarts left\)", err)
+    assert relaunches[:2] == ["4", "3"], err
+    rows = [t for w in writers.values() for t in w.rows]
+    # Only the run's end cuts episodes (two copies, two agents): those lost with a server were dropped.
+    assert sum(t.truncated for t in rows) <= 4, "episodes lost with a server are dropped, not cut"
+    assert len(rows) < 400 and sum(e.agent_steps for e in episodes) < 400
+
+
+def test_a_restart_budget_that_runs_out_ends_the_run_with_the_servers_error(capfd):
+    actor, writers, _ = remote_actor(python_server(C4, "--exit-after 150"), 2, restarts=1)
+    try:
+        with pytest.raises(RemoteEnvError, match=r"(?s)server 0 .*\(instances 0-1\).*exited with code 3"):
+            actor.run(agent_steps=5000, seed=0, keep_going=lambda: True, on_episode=lambda s: None)
+    finally:
+        actor.close()
+    assert capfd.readouterr().err.count("launching it again (0 restarts left)") == 1
+
+
 def test_a_hung_server_hits_the_deadline_and_is_stopped():
     actor, writers, _ = remote_actor(python_server(C4, "--hang-after 40"), 2, timeout_s=1.5)
     try:
