@@ -431,6 +431,46 @@ def test_observations_that_disagree_with_the_space_are_refused_naming_the_agent(
         env.close()
 
 
+def _c4_with_info(extra):
+    def env_fn():
+        env = make_env(C4)
+        step = env.step
+
+        def step_with_info(action):
+            step(action)
+            if env.agents:
+                env.unwrapped.infos[env.agent_selection] = dict(extra)
+        env.step = step_with_info
+        return env
+    return env_fn
+
+
+def test_infos_cross_as_json_with_numpy_values_made_plain(thread_server):
+    info = {"score": np.float32(1.5), "count": np.int64(3), "flag": np.bool_(True), "grid": np.arange(4).reshape(2, 2),
+            "pair": (1, np.float64(2.5)), "nested": {"a": [np.int8(1), "x", None]}, np.int64(7): "key"}
+    env = connect(thread_server(_c4_with_info(info)))
+    try:
+        env.reset(seed=0)
+        env.step(3)
+        got = env.infos[env.agent_selection]
+    finally:
+        env.close()
+    assert got == {"score": 1.5, "count": 3, "flag": True, "grid": [[0, 1], [2, 3]], "pair": [1, 2.5],
+                   "nested": {"a": [1, "x", None]}, "7": "key"}
+    assert type(got["count"]) is int and type(got["flag"]) is bool
+
+
+def test_an_info_value_with_no_json_form_is_refused_naming_the_agent_and_key(thread_server):
+    env = connect(thread_server(_c4_with_info({"stats": {"when": object()}})))
+    try:
+        env.reset(seed=0)
+        with pytest.raises(RemoteSpaceError, match=r"agent 'player_1': info\['stats'\]\['when'\] is builtins.object "
+                                                   r".*has no JSON form"):
+            env.step(3)
+    finally:
+        env.close()
+
+
 def test_spaces_round_trip_through_json_nested_included():
     space = spaces.Dict({"a": spaces.Box(-np.inf, 1.0, (2, 3), np.float32), "b": spaces.Tuple(
         [spaces.Discrete(4, start=1), spaces.MultiDiscrete([2, 3]), spaces.MultiBinary(5)])})

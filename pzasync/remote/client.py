@@ -21,6 +21,7 @@ from pettingzoo import AECEnv
 
 from pzasync.errors import RemoteEnvError, RemoteProtocolError, RemoteSpaceError, remote_error
 from pzasync.remote.address import Address
+from pzasync.remote.json_values import plain
 from pzasync.remote.launch import launch
 from pzasync.remote.protocol import (HAS_OPTIONS, HAS_SEED, INFO_JSON, INFO_MASK, MAGIC, MASK_KEY, NO_AGENT, NO_OBS, NONE_ACTION,
                                      OBSERVE_RECORD, RESET_RECORD, VERSION, EnvLayout, Kind, frame, read_frame,
@@ -284,7 +285,7 @@ def _reset_frame(requests: list[tuple[int, int | None, dict | None]]) -> bytes:
     for k, (instance, seed, opts) in enumerate(requests):
         records[k] = (instance, (HAS_SEED if seed is not None else 0) | (HAS_OPTIONS if opts else 0), seed or 0)
         if opts:
-            options.append(opts)
+            options.append(plain(opts, f"instance {instance}: reset options"))
     return records_frame(Kind.RESET, records, info_tail(options))
 
 
