@@ -234,20 +234,23 @@ def _rollout_of_copy(env_id: str, layouts: dict, seed: int, steps: int) -> dict:
                            seed=seed)
 
 
-def test_when_one_of_two_servers_dies_the_healthy_copies_are_cut_and_the_dead_ones_invent_nothing():
-    """Server 0 of two exits mid-run. The run ends with its error; before that, the copies on server 1 are cut
-    as rule 5 says (each copy's transitions equal a rollout cut after as many decisions), and the copies on
-    server 0 keep what they delivered, a prefix of their rollout, with nothing made up for the lost turns."""
+@pytest.mark.parametrize("fault, end", [("--exit-after 150", "exited with code 3"),
+                                        ("--hang-after 150", "has not answered for 2s")], ids=["dies", "hangs"])
+def test_when_one_of_two_servers_fails_the_healthy_copies_are_cut_and_the_failed_ones_invent_nothing(fault, end):
+    """Server 0 of two exits (or hangs) mid-run. The run ends with its error; before that, the copies on server
+    1 are cut as rule 5 says (each copy's transitions equal a rollout cut after as many decisions), and the
+    copies on server 0 keep what they delivered, a prefix of their rollout, with nothing made up for the lost
+    turns."""
     episodes = []
-    actor, writers, layouts = remote_actor(python_server(C4, "--index {index} --exit-after 150 --fault-index 0"), 4,
-                                           servers=2)
+    actor, writers, layouts = remote_actor(python_server(C4, f"--index {{index}} {fault} --fault-index 0"), 4,
+                                           timeout_s=2.0, servers=2)
     try:
         with pytest.raises(RemoteEnvError) as info:
             actor.run(agent_steps=5000, seed=7, keep_going=lambda: True, on_episode=episodes.append)
     finally:
         actor.close()
     message = str(info.value)
-    assert "server 0" in message and "instances 0-1" in message and "exited with code 3" in message, message
+    assert "server 0" in message and "instances 0-1" in message and end in message, message
     streams = {agent: per_copy(w, 4) for agent, w in writers.items()}
     for k in (2, 3):  # server 1: every pending transition completed as truncated, exactly as a cut rollout
         steps = _decisions(streams, k)
