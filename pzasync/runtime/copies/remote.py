@@ -103,7 +103,8 @@ class RemoteCopies:
                     found[k] = decision
                 elif may_reset:
                     resets.append(k)
-            self._reset(resets)
+            if resets:
+                self._reset(resets)
             todo = resets
         return [found[k] for k in copies if k in found]
 
