@@ -246,7 +246,7 @@ def test_when_one_of_two_servers_fails_the_healthy_copies_are_cut_and_the_failed
                                            timeout_s=2.0, servers=2)
     try:
         with pytest.raises(RemoteEnvError) as info:
-            actor.run(agent_steps=5000, seed=7, keep_going=lambda: True, on_episode=episodes.append)
+            actor.run(agent_steps=None, seed=7, keep_going=lambda: True, on_episode=episodes.append)  # no budget cut
     finally:
         actor.close()
     message = str(info.value)
@@ -260,8 +260,8 @@ def test_when_one_of_two_servers_fails_the_healthy_copies_are_cut_and_the_failed
         for agent, arrays in expected.items():
             for name in FIELDS:
                 np.testing.assert_array_equal(got[agent][name], arrays[name], err_msg=f"copy {k} {agent} {name}")
-        assert got["player_0"]["truncated"].any() or got["player_1"]["truncated"].any(), "the last episode was cut"
-        assert [e.cut_by_actor for e in episodes if e.copy == k][-1]
+        # Every decision is in an episode that was reported, ended by the env or cut: none was left open.
+        assert sum(e.agent_steps for e in episodes if e.copy == k) == steps
     for k in (0, 1):  # server 0: what was delivered is a prefix of the rollout; the episode in flight is dropped
         rows = {agent: by_copy.get(k, []) for agent, by_copy in streams.items()}
         expected = _rollout_of_copy(C4, layouts, 7 + k, _decisions(streams, k) + 50)

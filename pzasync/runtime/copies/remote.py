@@ -166,6 +166,7 @@ class RemoteCopies:
             outstanding = [i for i, g in enumerate(self.groups) if g.outstanding]
             if not outstanding:
                 return None
+            self._check_deadlines(outstanding)
             for i in outstanding:
                 g = self.groups[i]
                 if g.ready is not None or g.connection.has_reply(g.ticket):
@@ -179,11 +180,18 @@ class RemoteCopies:
             if readable:
                 i = min(waiting[s] for s in readable)
                 return i, self._complete(self.groups[i])
-            for i in waiting.values():
-                g = self.groups[i]
-                if time.monotonic() - g.since > self.timeout_s:
-                    raise g.connection.failure(f"has not answered for {self.timeout_s:g}s (an env step that never "
-                                              f"returns?)", hung=True)
+
+    def _check_deadlines(self, outstanding: list[int]) -> None:
+        """Raise for a group whose reply is overdue, with nothing come in on its connection: checked every
+        round, so a hung server is found while other servers keep the actor busy."""
+        now = time.monotonic()
+        for i in outstanding:
+            g = self.groups[i]
+            if g.ticket is None or now - g.since <= self.timeout_s or g.connection.has_reply(g.ticket):
+                continue
+            if not select.select([g.connection.sock], [], [], 0)[0]:
+                raise g.connection.failure(f"has not answered for {self.timeout_s:g}s (an env step that never "
+                                          f"returns?)", hung=True)
 
     def _complete(self, g: Group) -> list[PendingDecision]:
         """The group's reply applied: each answered copy's step completed and its next decision."""
