@@ -5,6 +5,7 @@ from __future__ import annotations
 import glob
 import multiprocessing as mp
 import os
+import re
 import secrets
 import shutil
 import sys
@@ -84,6 +85,35 @@ def pytest_sessionfinish(session, exitstatus):
     if mine:
         print(f"\nLEAKED shared-memory segments at session end: {mine}", file=sys.stderr)
         session.exitstatus = 1
+
+
+def _children() -> set[int]:
+    """Live server processes this test process launched (their command names a pzremote- socket directory)."""
+    me = str(os.getpid())
+    out = set()
+    for status in glob.glob("/proc/[0-9]*/status"):
+        try:
+            with open(status) as f:
+                text = f.read()
+            with open(status.replace("status", "cmdline"), "rb") as f:
+                command = f.read()
+        except OSError:
+            continue
+        if re.search(rf"^PPid:\s+{me}$", text, re.M) and "State:\tZ" not in text and b"pzremote-" in command:
+            out.add(int(status.split("/")[2]))
+    return out
+
+
+@pytest.fixture
+def no_remote_server_left():
+    """Nothing a test launched outlives it: no remote env server process (docs/remote.md), no socket
+    directory (used by the remote env tests)."""
+    before, dirs = _children(), set(glob.glob(os.path.join(tempfile.gettempdir(), "pzremote-*")))
+    yield
+    left = _children() - before
+    stray = set(glob.glob(os.path.join(tempfile.gettempdir(), "pzremote-*"))) - dirs
+    assert not left, f"server processes left running: {sorted(left)}"
+    assert not stray, f"server directories left behind: {sorted(stray)}"
 
 
 @pytest.fixture

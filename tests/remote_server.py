@@ -1,5 +1,6 @@
 """A Python remote env server for the tests (`python tests/remote_server.py ENV --socket PATH`), with faults on
-demand: exit or hang after a number of env steps, or print to stderr first."""
+demand: exit or hang after a number of env steps (printing to stderr first), in every server or only in the
+one whose `--index` is `--fault-index`."""
 
 from __future__ import annotations
 
@@ -23,7 +24,15 @@ def main() -> None:
     parser.add_argument("--instances", type=int, default=16)
     parser.add_argument("--exit-after", type=int, default=None, help="exit with code 3 after this many env steps")
     parser.add_argument("--hang-after", type=int, default=None, help="sleep for good after this many env steps")
+    parser.add_argument("--index", type=int, default=0, help="this server's index (a cmd: id's {index})")
+    parser.add_argument("--fault-index", type=int, default=None, help="faults only in the server of this index")
+    parser.add_argument("--pid-dir", default=None, help="write a file named after this server's pid here, holding "
+                        "its index and, once stopped, the env steps it took")
     args = parser.parse_args()
+    if args.pid_dir:
+        Path(args.pid_dir, str(os.getpid())).write_text(f"{args.index} 0")
+    if args.fault_index is not None and args.fault_index != args.index:
+        args.exit_after = args.hang_after = None
     steps = 0
 
     def env_fn():
@@ -41,11 +50,13 @@ def main() -> None:
                 time.sleep(3600)
             step(action)
 
-        if args.exit_after is not None or args.hang_after is not None:
+        if args.exit_after is not None or args.hang_after is not None or args.pid_dir:
             env.step = faulty_step
         return env
 
     serve(env_fn, args.address or f"unix://{args.socket}", instances=args.instances)
+    if args.pid_dir:  # stopped by SIGTERM: say how many env steps this server took
+        Path(args.pid_dir, str(os.getpid())).write_text(f"{args.index} {steps}")
 
 
 if __name__ == "__main__":

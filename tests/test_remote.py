@@ -5,14 +5,12 @@ from __future__ import annotations
 
 import glob
 import json
-import os
 import re
 import shutil
 import socket
 import struct
 import subprocess
 import sys
-import tempfile
 import threading
 from collections import Counter
 from pathlib import Path
@@ -28,12 +26,12 @@ from pzasync.core.collect import transitions_to_arrays
 from pzasync.core.environments import EnvSpec, make_env
 from pzasync.core.spaces import env_layouts, probe_info_masks
 from pzasync.errors import RemoteEnvError, RemoteProtocolError, RemoteSpaceError
-from pzasync.remote import EnvServer, connect
+from pzasync.remote import Connection, EnvServer, connect
 from pzasync.remote.protocol import MAGIC, EnvLayout, Kind, frame, json_frame, read_frame, space_from_json, space_to_json
 from pzasync.runtime.actor import ActingAgent, Actor
 from pzasync.runtime.copies.remote import RemoteEnvs
 
-pytestmark = pytest.mark.timeout(120)
+pytestmark = [pytest.mark.timeout(120), pytest.mark.usefixtures("no_remote_server_left")]
 
 SERVER = Path(__file__).with_name("remote_server.py")
 C4 = "pettingzoo.classic.connect_four_v3"
@@ -43,34 +41,6 @@ FORAGE = "pzasync.envs.forage"
 def python_server(env_id: str, *flags: str) -> str:
     """A `cmd:` env id launching tests/remote_server.py (a Python server in its own process)."""
     return f"cmd:{{python}} {SERVER} {env_id} --socket {{socket}} --instances {{instances}} {' '.join(flags)}".strip()
-
-
-def _children() -> set[int]:
-    """Live server processes this test process launched (their command names a pzremote- socket directory)."""
-    me = str(os.getpid())
-    out = set()
-    for status in glob.glob("/proc/[0-9]*/status"):
-        try:
-            with open(status) as f:
-                text = f.read()
-            with open(status.replace("status", "cmdline"), "rb") as f:
-                command = f.read()
-        except OSError:
-            continue
-        if re.search(rf"^PPid:\s+{me}$", text, re.M) and "State:\tZ" not in text and b"pzremote-" in command:
-            out.add(int(status.split("/")[2]))
-    return out
-
-
-@pytest.fixture(autouse=True)
-def no_server_left():
-    """Nothing a test launched outlives it: no server process, no socket directory."""
-    before, dirs = _children(), set(glob.glob(os.path.join(tempfile.gettempdir(), "pzremote-*")))
-    yield
-    left = _children() - before
-    stray = set(glob.glob(os.path.join(tempfile.gettempdir(), "pzremote-*"))) - dirs
-    assert not left, f"server processes left running: {sorted(left)}"
-    assert not stray, f"server directories left behind: {sorted(stray)}"
 
 
 @pytest.fixture
@@ -91,7 +61,7 @@ def thread_server(tmp_path):
         thread.join(5)
 
 
-def remote_actor(env_id: str, copies: int, timeout_s: float = 30.0, **kwargs):
+def remote_actor(env_id: str, copies: int, timeout_s: float = 30.0, max_episode_steps: int | None = None, **kwargs):
     spec = EnvSpec.of(env_id, **kwargs)
     probe = spec.make()
     layouts = env_layouts(probe, probe_info_masks(probe, seed=0))
@@ -100,7 +70,7 @@ def remote_actor(env_id: str, copies: int, timeout_s: float = 30.0, **kwargs):
     agents = {agent: ActingAgent(agent, layout, HashedPolicy(layout), learns=False, buffer=writers[agent],
                                  tracks=copies) for agent, layout in layouts.items()}
     actor = Actor(RemoteEnvs(spec, copies, timeout_s), agents, Counters(), replay_ratio=None, max_lead=64,
-                  backpressure=False)
+                  backpressure=False, max_episode_steps=max_episode_steps)
     return actor, writers, layouts
 
 
@@ -161,6 +131,40 @@ def test_each_remote_copy_equals_an_independent_rollout_with_seed_plus_k(env_id,
     assert max(max(a.policy.batch_sizes) for a in actor.agents.values()) > 1
 
 
+def test_the_copies_whose_episodes_end_in_one_reply_are_reset_with_one_frame(monkeypatch):
+    """Episodes cut at 6 decisions end in the same round for every copy of a group: each group's resets go
+    out as one RESET frame (at the start too), and each copy's transitions are still rollout's."""
+    frames = []
+    send = Connection.send
+
+    def counting_send(self, data):
+        if data[4] == Kind.RESET:
+            frames.append(struct.unpack_from("<I", data, 5)[0])
+        return send(self, data)
+
+    starts = []
+    actor, writers, layouts = remote_actor(python_server(C4), 8, max_episode_steps=6)
+    monkeypatch.setattr(Connection, "send", counting_send)  # after the probe's own reset
+    on_start = actor._episode_start
+    actor._episode_start = lambda k: (starts.append(k), on_start(k))
+    try:
+        taken = actor.run(agent_steps=480, seed=3, keep_going=lambda: True, on_episode=lambda s: None)
+    finally:
+        actor.close()
+    assert taken == 480
+    assert sum(frames) == len(starts) >= 80
+    assert frames == [4] * len(frames), frames  # two groups of four copies, every episode 6 decisions long
+    streams = {agent: per_copy(w, 8) for agent, w in writers.items()}
+    n = {a: layouts[a].action_space.n for a in layouts}
+    for k in range(8):
+        expected = pzasync.rollout(C4, lambda agent, obs, mask: hashed_choice(obs, mask, n[agent]),
+                                   agent_steps=_decisions(streams, k), seed=3 + k, max_episode_steps=6)
+        got = transitions_to_arrays([t for by_copy in streams.values() for t in by_copy[k]], layouts)
+        for agent, arrays in expected.items():
+            for name in FIELDS:
+                np.testing.assert_array_equal(got[agent][name], arrays[name], err_msg=f"copy {k} {agent} {name}")
+
+
 def test_a_server_over_tcp_serves_several_connections():
     proc = subprocess.Popen([sys.executable, str(SERVER), C4, "--address", "tcp://127.0.0.1:0"],
                             stderr=subprocess.PIPE, text=True)
@@ -218,6 +222,86 @@ def test_a_server_that_dies_mid_run_is_named_with_its_exit_code_and_stderr_and_n
     assert "server 0" in message and "instances 0-3" in message, message
     assert "exited with code 3" in message and "exiting on purpose after 150 steps" in message, message
     assert sum(len(w.rows) for w in writers.values()) > 50, "transitions received before the death are kept"
+
+
+def _decisions(streams: dict, k: int) -> int:
+    return sum(len(by_copy.get(k, [])) for by_copy in streams.values())
+
+
+def _rollout_of_copy(env_id: str, layouts: dict, seed: int, steps: int) -> dict:
+    n = {a: layouts[a].action_space.n for a in layouts}
+    return pzasync.rollout(env_id, lambda agent, obs, mask: hashed_choice(obs, mask, n[agent]), agent_steps=steps,
+                           seed=seed)
+
+
+@pytest.mark.parametrize("fault, end", [("--exit-after 150", "exited with code 3"),
+                                        ("--hang-after 150", "has not answered for 2s")], ids=["dies", "hangs"])
+def test_when_one_of_two_servers_fails_the_healthy_copies_are_cut_and_the_failed_ones_invent_nothing(fault, end):
+    """Server 0 of two exits (or hangs) mid-run. The run ends with its error; before that, the copies on server
+    1 are cut as rule 5 says (each copy's transitions equal a rollout cut after as many decisions), and the
+    copies on server 0 keep what they delivered, a prefix of their rollout, with nothing made up for the lost
+    turns."""
+    episodes = []
+    actor, writers, layouts = remote_actor(python_server(C4, f"--index {{index}} {fault} --fault-index 0"), 4,
+                                           timeout_s=2.0, servers=2)
+    try:
+        with pytest.raises(RemoteEnvError) as info:
+            actor.run(agent_steps=None, seed=7, keep_going=lambda: True, on_episode=episodes.append)  # no budget cut
+    finally:
+        actor.close()
+    message = str(info.value)
+    assert "server 0" in message and "instances 0-1" in message and end in message, message
+    streams = {agent: per_copy(w, 4) for agent, w in writers.items()}
+    for k in (2, 3):  # server 1: every pending transition completed as truncated, exactly as a cut rollout
+        steps = _decisions(streams, k)
+        assert steps > 20
+        expected = _rollout_of_copy(C4, layouts, 7 + k, steps)
+        got = transitions_to_arrays([t for by_copy in streams.values() for t in by_copy[k]], layouts)
+        for agent, arrays in expected.items():
+            for name in FIELDS:
+                np.testing.assert_array_equal(got[agent][name], arrays[name], err_msg=f"copy {k} {agent} {name}")
+        # Every decision is in an episode that was reported, ended by the env or cut: none was left open.
+        assert sum(e.agent_steps for e in episodes if e.copy == k) == steps
+    for k in (0, 1):  # server 0: what was delivered is a prefix of the rollout; the episode in flight is dropped
+        rows = {agent: by_copy.get(k, []) for agent, by_copy in streams.items()}
+        expected = _rollout_of_copy(C4, layouts, 7 + k, _decisions(streams, k) + 50)
+        for agent, transitions in rows.items():
+            got = transitions_to_arrays(transitions, {agent: layouts[agent]})[agent] if transitions else None
+            assert got is not None and not got["truncated"].any(), f"copy {k} {agent}: nothing cut, nothing made up"
+            for name in FIELDS:
+                np.testing.assert_array_equal(got[name], expected[agent][name][:len(transitions)],
+                                              err_msg=f"copy {k} {agent} {name}")
+        assert not [e for e in episodes if e.copy == k and e.cut_by_actor], "no summary for a dropped episode"
+
+
+def test_a_restart_budget_launches_a_dead_server_again_and_its_copies_start_fresh_episodes(capfd):
+    """restarts=5: the server exits every 150 env steps; it is launched again each time, its copies start new
+    episodes, and the run takes its whole budget. Nothing of the lost episodes is completed."""
+    episodes = []
+    actor, writers, _ = remote_actor(python_server(C4, "--exit-after 150"), 2, restarts=5)
+    try:
+        taken = actor.run(agent_steps=400, seed=0, keep_going=lambda: True, on_episode=episodes.append)
+    finally:
+        actor.close()
+    assert taken == 400
+    err = capfd.readouterr().err
+    relaunches = re.findall(r"server 0 \(\S+, pid \d+\) \(instances 0-1\) closed the connection.*exited with code 3.*"
+                            r"\n(?:.*\n)*?.*launching it again \((\d) restarts left\)", err)
+    assert relaunches[:2] == ["4", "3"], err
+    rows = [t for w in writers.values() for t in w.rows]
+    # Only the run's end cuts episodes (two copies, two agents): those lost with a server were dropped.
+    assert sum(t.truncated for t in rows) <= 4, "episodes lost with a server are dropped, not cut"
+    assert len(rows) < 400 and sum(e.agent_steps for e in episodes) < 400
+
+
+def test_a_restart_budget_that_runs_out_ends_the_run_with_the_servers_error(capfd):
+    actor, writers, _ = remote_actor(python_server(C4, "--exit-after 150"), 2, restarts=1)
+    try:
+        with pytest.raises(RemoteEnvError, match=r"(?s)server 0 .*\(instances 0-1\).*exited with code 3"):
+            actor.run(agent_steps=5000, seed=0, keep_going=lambda: True, on_episode=lambda s: None)
+    finally:
+        actor.close()
+    assert capfd.readouterr().err.count("launching it again (0 restarts left)") == 1
 
 
 def test_a_hung_server_hits_the_deadline_and_is_stopped():
@@ -346,6 +430,46 @@ def test_observations_that_disagree_with_the_space_are_refused_naming_the_agent(
         with pytest.raises(RemoteSpaceError, match=r"agent 'player_0': observation at 'observation': shape \(6, 7\), "
                                                    r"but the space says \(6, 7, 2\)"):
             env.reset(seed=0)
+    finally:
+        env.close()
+
+
+def _c4_with_info(extra):
+    def env_fn():
+        env = make_env(C4)
+        step = env.step
+
+        def step_with_info(action):
+            step(action)
+            if env.agents:
+                env.unwrapped.infos[env.agent_selection] = dict(extra)
+        env.step = step_with_info
+        return env
+    return env_fn
+
+
+def test_infos_cross_as_json_with_numpy_values_made_plain(thread_server):
+    info = {"score": np.float32(1.5), "count": np.int64(3), "flag": np.bool_(True), "grid": np.arange(4).reshape(2, 2),
+            "pair": (1, np.float64(2.5)), "nested": {"a": [np.int8(1), "x", None]}, np.int64(7): "key"}
+    env = connect(thread_server(_c4_with_info(info)))
+    try:
+        env.reset(seed=0)
+        env.step(3)
+        got = env.infos[env.agent_selection]
+    finally:
+        env.close()
+    assert got == {"score": 1.5, "count": 3, "flag": True, "grid": [[0, 1], [2, 3]], "pair": [1, 2.5],
+                   "nested": {"a": [1, "x", None]}, "7": "key"}
+    assert type(got["count"]) is int and type(got["flag"]) is bool
+
+
+def test_an_info_value_with_no_json_form_is_refused_naming_the_agent_and_key(thread_server):
+    env = connect(thread_server(_c4_with_info({"stats": {"when": object()}})))
+    try:
+        env.reset(seed=0)
+        with pytest.raises(RemoteSpaceError, match=r"agent 'player_1': info\['stats'\]\['when'\] is builtins.object "
+                                                   r".*has no JSON form"):
+            env.step(3)
     finally:
         env.close()
 

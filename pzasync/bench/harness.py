@@ -99,37 +99,39 @@ def bare_loop(env: Any, learners: Any | None, agent_steps: int, seed: int = 0,
 
     spec = EnvSpec.of(env)
     instance = spec.make()
-    layouts = env_layouts(instance, probe_info_masks(instance, seed=seed))
-    actors = {a: random_actor(instance, seed + i) for i, a in enumerate(layouts)}
-    if learners is not None:
-        from pzasync.config import RunConfig
+    try:
+        layouts = env_layouts(instance, probe_info_masks(instance, seed=seed))
+        actors = {a: random_actor(instance, seed + i) for i, a in enumerate(layouts)}
+        if learners is not None:
+            from pzasync.config import RunConfig
 
-        plan = RunPlan(spec, learners, RunConfig(agent_groups=groups or {}))
-        for a, p in plan.agents.items():
-            policy = p.build_policy(seed)
-            actors[a] = policy_actor(policy, p.layout, explore=True) if p.learns else actors[a]
-    to_env = env_action_converter(layouts)
-    book = LayoutBook(instance, layouts, fixed=True)
-    steps, first, last = 0, True, None
-    start = time.perf_counter()
-    while steps < agent_steps:
-        instance.reset(seed=seed if first else None)
-        first = False
-        last = last or last_reader(instance)
-        for agent in instance.agent_iter():
-            observation, _reward, terminated, truncated, info = last()
-            if terminated or truncated:
-                instance.step(None)
-                continue
-            if steps >= agent_steps:
-                break
-            obs, mask = book.get(agent, info).split(observation, info)
-            instance.step(to_env(agent, actors[agent](agent, obs, mask)))
-            steps += 1
-            if on_progress is not None and not steps % 1000:
-                on_progress(steps)
-    elapsed = time.perf_counter() - start
-    instance.close()
+            plan = RunPlan(spec, learners, RunConfig(agent_groups=groups or {}))
+            for a, p in plan.agents.items():
+                policy = p.build_policy(seed)
+                actors[a] = policy_actor(policy, p.layout, explore=True) if p.learns else actors[a]
+        to_env = env_action_converter(layouts)
+        book = LayoutBook(instance, layouts, fixed=True)
+        steps, first, last = 0, True, None
+        start = time.perf_counter()
+        while steps < agent_steps:
+            instance.reset(seed=seed if first else None)
+            first = False
+            last = last or last_reader(instance)
+            for agent in instance.agent_iter():
+                observation, _reward, terminated, truncated, info = last()
+                if terminated or truncated:
+                    instance.step(None)
+                    continue
+                if steps >= agent_steps:
+                    break
+                obs, mask = book.get(agent, info).split(observation, info)
+                instance.step(to_env(agent, actors[agent](agent, obs, mask)))
+                steps += 1
+                if on_progress is not None and not steps % 1000:
+                    on_progress(steps)
+        elapsed = time.perf_counter() - start
+    finally:
+        instance.close()  # a remote env id's connection, and the server a cmd: id launched
     return steps / elapsed
 
 

@@ -86,9 +86,12 @@ def rollout(env_id: str, steps: int, seed: int, max_episode_steps: int | None) -
 
         start = time.perf_counter()
         act = random_actor(env, seed)
-        run_episodes(env, lambda a, o, m: (act(a, o, m), {}), emit,
-                     agent_steps=steps, seed=seed, layouts=LayoutBook(env), on_episode=episodes.append,
-                     max_episode_steps=max_episode_steps)
+        try:
+            run_episodes(env, lambda a, o, m: (act(a, o, m), {}), emit,
+                         agent_steps=steps, seed=seed, layouts=LayoutBook(env), on_episode=episodes.append,
+                         max_episode_steps=max_episode_steps)
+        finally:
+            env.close()  # a remote env id's connection, and the server a cmd: id launched
         elapsed = time.perf_counter() - start
 
     table = Table(title=f"{env_id}: {steps:,} agent steps, {len(episodes)} episodes, "

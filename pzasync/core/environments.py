@@ -43,7 +43,7 @@ ACCEPTED = (
 
 #: The keyword arguments a remote env id takes (docs/remote.md): the reply deadline in seconds, and for cmd:
 #: ids how many servers to launch and how many instances each serves (the template's {instances}).
-REMOTE_KWARGS = ("timeout_s", "servers", "instances")
+REMOTE_KWARGS = ("timeout_s", "servers", "instances", "restarts")
 
 
 def known_env_ids() -> list[str]:

@@ -77,8 +77,17 @@ class EpisodeStepper:
 
     def reset(self) -> None:
         """Start the next episode."""
+        self.request_reset()
+        self.after_reset()
+
+    def request_reset(self) -> None:
+        """`reset` up to the env's reset: for an env whose `reset` only queues the request (remote env copies
+        send the resets of a round in one frame), which calls `after_reset` once its state has come back."""
         self.env.reset(seed=self.seed if self._first_reset else None)
         self._first_reset = False
+
+    def after_reset(self) -> None:
+        """Complete a `request_reset`: the env's state after the reset is current."""
         if self._last is None:
             self._last = last_reader(self.env)
         self.assembler.start_episode()
@@ -146,6 +155,17 @@ class EpisodeStepper:
         for done in self.assembler.cut_episode(self.env, self.ledger.since_decision):
             self.emit(done)
         self._end(cut=True)
+
+    def abandon(self) -> int:
+        """Forget the episode in flight without completing anything: its env can no longer be observed (a
+        remote server died), so its pending decisions are dropped, never completed with made-up data, and no
+        summary is reported. Returns how many decisions were dropped; does nothing between episodes."""
+        if not self.in_episode:
+            return 0
+        self._pending = None
+        self._turns = None
+        self.in_episode = False
+        return len(self.assembler.abandon_episode())
 
     def _end(self, cut: bool) -> None:
         self.in_episode = False

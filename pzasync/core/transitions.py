@@ -286,6 +286,13 @@ class TransitionAssembler:
         self._pending.clear()
         return done
 
+    def abandon_episode(self) -> list[str]:
+        """Drop the pending decisions of an episode that cannot be observed any more (a remote server died):
+        nothing is completed. Returns the agents whose decision was dropped."""
+        dropped = sorted(self._pending)
+        self._pending.clear()
+        return dropped
+
     def end_episode(self, paid: dict[str, float] | None = None, cut_by_actor: bool = False) -> EpisodeSummary:
         """Close the episode; with `paid` (a RewardLedger's), check that every reward was accounted for."""
         if self._pending:

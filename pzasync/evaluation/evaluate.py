@@ -11,6 +11,7 @@ on its own seed, never during training, so it costs the training runs nothing.
 
 from __future__ import annotations
 
+import copy
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -105,6 +106,23 @@ def policy_actor(policy: Any, layout: AgentLayout, explore: bool = False) -> Act
 
     act.new_episode = memory.clear  # type: ignore[attr-defined]
     return act
+
+
+class ActionSpaces:
+    """An env's action spaces, kept after the env is closed: all a random player needs (without an env of its
+    own to close, which for a remote env id would hold a connection, or a launched server)."""
+
+    def __init__(self, env: Any) -> None:
+        self.spaces = {agent: env.action_space(agent) for agent in env.possible_agents}
+
+    def action_space(self, agent: str) -> Any:
+        return self.spaces[agent]
+
+    def copy(self) -> ActionSpaces:
+        """Independent copies of the spaces (a random player seeds its spaces)."""
+        out = ActionSpaces.__new__(ActionSpaces)
+        out.spaces = copy.deepcopy(self.spaces)
+        return out
 
 
 def random_actor(env: Any, seed: int) -> ActFn:
@@ -230,6 +248,7 @@ def evaluate_against(env_spec: Any, trained: dict[str, tuple[Any, AgentLayout]],
     probe = spec.make()
     try:
         agents = list(probe.possible_agents)
+        action_spaces = ActionSpaces(probe)
         players: dict[str, tuple[type, dict[str, Any], AgentLayout]] = {}
         if not isinstance(opponents, dict) and opponents != "random":
             layouts = env_layouts(probe, probe_info_masks(probe, seed=seed))
@@ -250,7 +269,7 @@ def evaluate_against(env_spec: Any, trained: dict[str, tuple[Any, AgentLayout]],
                     raise ConfigError(f"the opponent run has no checkpoint for agent {other!r}")
                 actors[other] = policy_actor(*opponents[other])
             elif opponents == "random":
-                actors[other] = random_actor(spec.make(), seed + 7 * j)
+                actors[other] = random_actor(action_spaces.copy(), seed + 7 * j)
             else:
                 actors[other] = player_actor(*players[other], seed + 7 * j)
         summaries = play(spec, actors, episodes, seed + 1000 * i, max_episode_steps)

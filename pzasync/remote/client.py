@@ -21,6 +21,7 @@ from pettingzoo import AECEnv
 
 from pzasync.errors import RemoteEnvError, RemoteProtocolError, RemoteSpaceError, remote_error
 from pzasync.remote.address import Address
+from pzasync.remote.json_values import plain
 from pzasync.remote.launch import launch
 from pzasync.remote.protocol import (HAS_OPTIONS, HAS_SEED, INFO_JSON, INFO_MASK, MAGIC, MASK_KEY, NO_AGENT, NO_OBS, NONE_ACTION,
                                      OBSERVE_RECORD, RESET_RECORD, VERSION, EnvLayout, Kind, frame, read_frame,
@@ -45,7 +46,11 @@ class Connection:
         self._read = 0
         self._stash: dict[int, tuple[int, memoryview]] = {}
         self._queued: list[tuple[int, int, bytes]] = []
+        self._resets: list[tuple[int, int | None, dict | None]] = []
         self._broken: RemoteEnvError | None = None
+        #: Whether the server was lost (closed the connection, died, did not answer in time), as opposed to
+        #: answering with an ERROR (an env that raised, a refused request).
+        self.lost = False
         self.sock: socket.socket | None = None
         try:
             self.sock = self.address.connect(timeout_s)
@@ -89,8 +94,13 @@ class Connection:
                   f" (instance {instances[0]})" if instances else "")
         end = self.describe_end(hung) if self.describe_end is not None else ""
         error = RemoteEnvError(f"{self.label}{served} {what}{'; ' + end if end else ''}")
-        self._broken = error
+        self._broken, self.lost = error, True
         return error
+
+    @property
+    def broken(self) -> RemoteEnvError | None:
+        """The error that ended this connection, if one did."""
+        return self._broken
 
     def _refusal(self, body: memoryview) -> RemoteEnvError:
         """An ERROR frame as the error it stands for (the env's own type where the server names one)."""
@@ -163,6 +173,27 @@ class Connection:
             env = self.envs[instance] = RemoteEnv(self, instance, deferred=deferred)
         return env
 
+    def adopt(self, env: RemoteEnv) -> None:
+        """Serve `env` (a `RemoteEnv` of a connection that was lost) from this connection, as the same instance;
+        it shows nothing until its next reset."""
+        if not 0 <= env.instance < self.max_instances:
+            raise RemoteEnvError(f"{self.label} serves instances 0..{self.max_instances - 1} per connection, not "
+                                 f"{env.instance}")
+        env.connection = self
+        env._order, env.agents, env.agent_selection, env.infos = None, [], None, {}
+        env._later.clear()
+        self.envs[env.instance] = env
+
+    def queue_reset(self, instance: int, seed: int | None, options: dict | None) -> None:
+        self._resets.append((instance, seed, options))
+
+    def flush_resets(self) -> int | None:
+        """Send the queued resets as one RESET frame; its ticket (None when nothing was queued)."""
+        if not self._resets:
+            return None
+        requests, self._resets = self._resets, []
+        return self.send(_reset_frame(requests))
+
     def queue(self, instance: int, flags: int, action: bytes) -> None:
         self._queued.append((instance, flags, action))
 
@@ -214,14 +245,7 @@ class Connection:
 
     def reset_many(self, requests: list[tuple[int, int | None, dict | None]]) -> None:
         """Reset instances, `(instance, seed, options)` each, in one frame."""
-        records = np.zeros(len(requests), RESET_RECORD)
-        options = []
-        for k, (instance, seed, opts) in enumerate(requests):
-            records[k] = (instance, (HAS_SEED if seed is not None else 0) | (HAS_OPTIONS if opts else 0), seed or 0)
-            if opts:
-                options.append(opts)
-        body = self.request(records_frame(Kind.RESET, records, info_tail(options)), Kind.STATE)
-        self.apply_state(body)
+        self.apply_state(self.request(_reset_frame(requests), Kind.STATE))
 
     def observe_many(self, requests: list[tuple[int, str]]) -> list[tuple[Any, dict]]:
         """(observation, info) of `(instance, agent)` pairs, in one frame."""
@@ -254,6 +278,17 @@ class Connection:
             self._broken = RemoteEnvError(f"{self.label}: the connection was closed")
 
 
+def _reset_frame(requests: list[tuple[int, int | None, dict | None]]) -> bytes:
+    """A RESET frame: `(instance, seed, options)` per instance."""
+    records = np.zeros(len(requests), RESET_RECORD)
+    options = []
+    for k, (instance, seed, opts) in enumerate(requests):
+        records[k] = (instance, (HAS_SEED if seed is not None else 0) | (HAS_OPTIONS if opts else 0), seed or 0)
+        if opts:
+            options.append(plain(opts, f"instance {instance}: reset options"))
+    return records_frame(Kind.RESET, records, info_tail(options))
+
+
 def _info(layout: EnvLayout, agent: str, flags: int, mask: np.ndarray, extra: dict | None) -> dict:
     info = dict(extra) if extra else {}
     if flags & INFO_MASK:
@@ -264,8 +299,9 @@ def _info(layout: EnvLayout, agent: str, flags: int, mask: np.ndarray, extra: di
 class RemoteEnv(AECEnv):
     """An AEC env mirroring one instance served by another process (module docstring).
 
-    With `deferred`, `step` only queues its action on the connection; the owner sends the round's steps at once
-    (`Connection.flush`, `collect`) before the env's state is read again."""
+    With `deferred`, `step` and `reset` only queue their request on the connection; the owner sends the round's
+    steps (`Connection.flush`) and resets (`flush_resets`) at once, and `collect`s the replies before the env's
+    state is read again."""
 
     def __init__(self, connection: Connection, instance: int = 0, *, deferred: bool = False,
                  owns: Callable[[], None] | None = None) -> None:
@@ -324,7 +360,10 @@ class RemoteEnv(AECEnv):
     def reset(self, seed: int | None = None, options: dict | None = None) -> None:
         self._order, self.infos = None, {}
         self._later.clear()
-        self.connection.reset_many([(self.instance, seed, options)])
+        if self.deferred:
+            self.connection.queue_reset(self.instance, seed, options)
+        else:
+            self.connection.reset_many([(self.instance, seed, options)])
 
     def step(self, action: Any) -> None:
         agent = self.agent_selection

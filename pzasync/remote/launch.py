@@ -37,7 +37,7 @@ class ServerProcess:
     """One launched server: its process, socket address and stderr file."""
 
     def __init__(self, template: str, index: int, instances: int | None = None) -> None:
-        self.index = index
+        self.template, self.index, self.instances = template, index, instances
         self.dir = tempfile.mkdtemp(prefix="pzremote-")
         path = os.path.join(self.dir, "env.sock")
         self.address = Address(path=path)
@@ -79,6 +79,18 @@ class ServerProcess:
                 raise RemoteEnvError(f"{self.label} did not listen on {self.address} within {timeout_s:g}s; "
                                      f"{self.describe_end(hung=True)}")
             time.sleep(0.02)
+
+    def relaunch(self, timeout_s: float) -> ServerProcess:
+        """Stop this server (if it still runs) and start the same command again, ready to connect to (a fresh
+        socket directory, the same index)."""
+        self.close()
+        server = ServerProcess(self.template, self.index, self.instances)
+        try:
+            server.wait_ready(timeout_s)
+        except BaseException:
+            server.close()
+            raise
+        return server
 
     def stderr_tail(self) -> str:
         try:

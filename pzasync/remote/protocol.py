@@ -159,9 +159,10 @@ def read_infos(tail: memoryview, wanted: int, source: str) -> list[dict]:
 
 
 def info_tail(infos: list[dict]) -> bytes:
+    """A tail of JSON values, each already plain (json_values.py)."""
     parts = []
     for info in infos:
-        data = json.dumps(info, default=_json_default).encode()
+        data = json.dumps(info).encode()
         parts.append(_COUNT.pack(len(data)) + data)
     return b"".join(parts)
 

@@ -21,6 +21,7 @@ import numpy as np
 from pzasync.errors import RemoteProtocolError, RemoteSpaceError
 from pzasync.logs import logger
 from pzasync.remote.address import Address
+from pzasync.remote.json_values import plain
 from pzasync.remote.protocol import (HAS_OPTIONS, HAS_SEED, INFO_JSON, INFO_MASK, MAGIC, MASK_KEY, NO_AGENT, NO_OBS, NONE_ACTION,
                                      OBSERVE_RECORD, RESET_RECORD, VERSION, EnvLayout, Kind, error_frame, frame,
                                      info_tail, json_frame, parse_header, read_infos, records_frame,
@@ -385,7 +386,7 @@ def _put_info(layout: EnvLayout, agent: str, info: Any, mask_out: np.ndarray, in
         flags |= INFO_MASK
         rest = {k: v for k, v in info.items() if k != MASK_KEY}
     if rest:
-        infos.append(rest if isinstance(rest, dict) else {"info": rest})
+        infos.append(plain(rest if isinstance(rest, dict) else {"info": rest}, f"agent {agent!r}: info"))
         flags |= INFO_JSON
     return flags
 

@@ -14,7 +14,7 @@ A *learner unit* owns one learner, buffer and slot: an agent on its own, or an a
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from pzasync.config import RunConfig
@@ -23,6 +23,8 @@ from pzasync.core.environments import EnvSpec
 from pzasync.core.groups import resolve_groups
 from pzasync.core.spaces import AgentLayout, env_layouts, probe_info_masks
 from pzasync.errors import ConfigError, UserInputError
+from pzasync.logs import logger
+from pzasync.remote.address import is_remote_id
 from pzasync.learners import Learner, LearnerContext, Policy, policy_size, resolve_learner, state_request
 from pzasync.runtime import allocation
 from pzasync.runtime.autotune import Placement, autotune, env_step_seconds, usable_cores
@@ -127,6 +129,11 @@ class RunPlan:
                  placement: Placement = Placement()) -> None:
         self.config = (config or RunConfig()).validate()
         self.env_spec = EnvSpec.of(env)
+        if is_remote_id(self.env_spec.source) and self.config.env_workers:
+            if self.config.env_workers != AUTO:
+                logger.info(f"env_workers={self.config.env_workers} is ignored: env {self.env_spec.name!r} is served "
+                            f"by other processes, which step its copies (docs/remote.md)")
+            self.config = replace(self.config, env_workers=0).validate()
         probe = self.env_spec.make()
         try:
             agents = list(probe.possible_agents)

@@ -2,40 +2,41 @@
 `RemoteCopies`, behind the same `EnvCopies` interface as the others (protocol.py).
 
 Each copy is an `EpisodeStepper` over a `RemoteEnv` (pzasync/remote/client.py) that mirrors one served
-instance, so transitions are assembled here with `rollout`'s exact semantics. Many copies share a connection:
-a round's steps go out as one STEP frame per group and come back as one STATE frame, and dead agents' turns
-come back in it (the server steps them). A connection's copies form two groups, so the server steps one
-while the actor answers the other; with several servers (a `cmd:` id with `servers=N`) the actor answers
-whichever group comes back first.
+instance, so transitions are assembled here with `rollout`'s exact semantics. Many copies share a connection
+(remote_links.py): a round's steps go out as one STEP frame per group and come back as one STATE frame, dead
+agents' turns come back in it (the server steps them), and the copies whose episodes ended in that reply are
+reset with one RESET frame. A connection's copies form two groups, so the server steps one while the actor
+answers the other; with several servers (a `cmd:` id with `servers=N`) the actor answers whichever group
+comes back first.
 
-A server that dies, hangs past `timeout_s` or answers with an error ends the run with a `RemoteEnvError`
-naming the server, its instances and (for servers launched here) its exit code and the end of its stderr.
-Transitions already delivered stay delivered; the episodes in flight on that server are dropped, never
-completed with made-up data. `close` closes every connection and stops every launched server.
+A server that fails (dies, hangs past `timeout_s`, answers with an error) ends the run with a
+`RemoteEnvError` naming the server, its instances and (for servers launched here) its exit code and the end
+of its stderr. Before it is raised, the copies on the other servers are cut (docs/transitions.md, rule 5:
+their outstanding replies are read, then every pending transition is completed as truncated and emitted);
+the failed server's copies cannot be observed any more, so their pending decisions are dropped, never
+completed with made-up data. With `restarts=N` (a `cmd:` id), a launched server that was lost is instead
+launched again, up to N times in the run, and its copies start fresh episodes.
 """
 
 from __future__ import annotations
 
-import math
 import select
 import time
 from typing import Any, Callable, Sequence
 
-import numpy as np
-
 from pzasync.core.spaces import env_action_converter
 from pzasync.core.stepper import EpisodeStepper, PendingDecision
 from pzasync.core.transitions import EpisodeSummary, LayoutBook, Transition
-from pzasync.errors import EnvSpecError
-from pzasync.remote.address import Address
+from pzasync.errors import RemoteEnvError
+from pzasync.logs import logger
 from pzasync.remote.client import Connection
-from pzasync.remote.launch import ServerProcess, launch
 from pzasync.runtime.copies.protocol import Answer
+from pzasync.runtime.copies.remote_links import Group, Links
 
 
 class RemoteEnvs:
     """What an actor needs to step `copies` copies of a remote env (`EnvCopiesFactory`): its id (an address
-    or a `cmd:` template) and keyword arguments (`servers`, `instances`, `timeout_s`)."""
+    or a `cmd:` template) and keyword arguments (`servers`, `instances`, `timeout_s`, `restarts`)."""
 
     #: No copy is stepped in the actor's process.
     env: Any = None
@@ -57,18 +58,6 @@ class RemoteEnvs:
         """Nothing held between runs: each run's `RemoteCopies` closes its own connections and servers."""
 
 
-class _Group:
-    """Copies of one connection answered together: their outstanding STEP frame, if any."""
-
-    def __init__(self, connection: Connection, copies: list[int]) -> None:
-        self.connection, self.copies = connection, copies
-        self.ticket: int | None = None
-        self.answered: list[int] = []
-        self.may_reset = False
-        self.since = 0.0
-        self.ready: list[PendingDecision] | None = None  # decisions known without a reply (after `start`)
-
-
 class RemoteCopies:
     """Env copies served by remote env servers (module docstring)."""
 
@@ -80,69 +69,67 @@ class RemoteCopies:
                  timeout_s: float = 60.0) -> None:
         self.on_start = on_start
         self.timeout_s = timeout_s
-        self.servers: list[ServerProcess] = []
-        self.connections: list[Connection] = []
-        self.groups: list[_Group] = []
+        #: Relaunches of lost servers still allowed in this run (`restarts`, cmd: ids only).
+        self.restarts_left = int(kwargs.get("restarts") or 0)
         self.steppers: dict[int, EpisodeStepper] = {}
         self.current = 0
+        #: What the actor said last about starting episodes (for copies whose server was launched again).
+        self.may_reset = True
+        self.links = Links(env_id, kwargs, copies, timeout_s)
+        self.groups = self.links.groups
         try:
-            self._connect(env_id, kwargs, copies)
             to_env = env_action_converter(layouts)
-            for group in self.groups:
-                for k in group.copies:
-                    env = self._env_of[k]
-                    self.steppers[k] = EpisodeStepper(
-                        env, (lambda t, k=k: emit(t, k)), copy=k, seed=None if seed is None else seed + k,
-                        layouts=LayoutBook(env, layouts, fixed=True), check_rewards=check_rewards,
-                        max_episode_steps=max_episode_steps, to_env=to_env, on_episode=on_episode)
+            for k, env in sorted(self.links.envs.items()):
+                self.steppers[k] = EpisodeStepper(
+                    env, (lambda t, k=k: emit(t, k)), copy=k, seed=None if seed is None else seed + k,
+                    layouts=LayoutBook(env, layouts, fixed=True), check_rewards=check_rewards,
+                    max_episode_steps=max_episode_steps, to_env=to_env, on_episode=on_episode)
         except BaseException:
             self.close()
             raise
 
-    def _connect(self, env_id: str, kwargs: dict, copies: int) -> None:
-        """Launch or reach the servers, open as many connections as their instance limits need, and split the
-        copies into groups (two per connection)."""
-        if env_id.startswith("cmd:"):
-            n = int(kwargs.get("servers") or 1)
-            if not 1 <= n <= copies:
-                raise EnvSpecError(f"remote env {env_id!r}: servers={n}, but the actor steps {copies} copies")
-            per_server = kwargs.get("instances") or math.ceil(copies / n)
-            self.servers = launch(env_id, n, timeout_s=self.timeout_s, instances=per_server)
-            endpoints = [(s.address, s.describe_end, s.label) for s in self.servers]
-        else:
-            endpoints = [(Address.parse(env_id), None, f"server {env_id}")]
-        self._env_of: dict[int, Any] = {}
-        for share, (address, describe_end, label) in zip(np.array_split(np.arange(copies), len(endpoints)),
-                                                         endpoints):
-            share = [int(k) for k in share]
-            while share:
-                n_conn = len([c for c in self.connections if c.address == address])
-                connection = Connection(address, self.timeout_s, describe_end=describe_end,
-                                        label=label + (f", connection {n_conn}" if n_conn else ""))
-                self.connections.append(connection)
-                mine, share = share[:connection.max_instances], share[connection.max_instances:]
-                for instance, k in enumerate(mine):
-                    self._env_of[k] = connection.env(instance, deferred=True)
-                halves = [h for h in np.array_split(np.array(mine), 2 if len(mine) > 1 else 1)]
-                self.groups.extend(_Group(connection, [int(k) for k in h]) for h in halves)
+    # ------------------------------------------------------------------------------------------ stepping
+    def _advance(self, copies: list[int], may_reset: bool) -> list[PendingDecision]:
+        """Each copy's next live decision, in order, starting episodes while `may_reset`: the copies of a
+        connection that need a reset together are reset with one RESET frame."""
+        found: dict[int, PendingDecision] = {}
+        todo = copies
+        while todo:
+            resets = []
+            for k in todo:
+                stepper = self.steppers[k]
+                self.current = k
+                if stepper.in_episode and (decision := stepper.advance()) is not None:
+                    found[k] = decision
+                elif may_reset:
+                    resets.append(k)
+            if resets:
+                self._reset(resets)
+            todo = resets
+        return [found[k] for k in copies if k in found]
 
-    def _next(self, stepper: EpisodeStepper, may_reset: bool) -> PendingDecision | None:
-        """The copy's next live decision, starting episodes while `may_reset`."""
-        self.current = stepper.copy
-        while True:
-            if not stepper.in_episode:
-                if not may_reset:
-                    return None
-                stepper.reset()
-                self.on_start(stepper.copy)
-            decision = stepper.advance()
-            if decision is not None:
-                return decision
+    def _reset(self, copies: list[int]) -> None:
+        """Start the next episode of each copy: one RESET frame per connection, sent before any is read."""
+        for k in copies:
+            self.steppers[k].request_reset()
+        tickets = [(c, t) for c in {self.steppers[k].env.connection: None for k in copies}
+                   if (t := c.flush_resets()) is not None]
+        for connection, ticket in tickets:
+            connection.collect(ticket)
+        for k in copies:
+            self.current = k
+            self.steppers[k].after_reset()
+            self.on_start(k)
 
     def start(self, may_reset: bool) -> None:
-        """Bring every copy to its first pending decision (each reset is a round trip: once per episode)."""
-        for group in self.groups:
-            group.ready = [d for k in group.copies if (d := self._next(self.steppers[k], may_reset)) is not None]
+        """Bring every copy to its first pending decision (the resets of a connection in one frame)."""
+        self.may_reset = may_reset
+        for g in self.groups:
+            if g.ready is None:
+                try:
+                    g.ready = self._advance(g.copies, may_reset)
+                except RemoteEnvError as exc:
+                    self._recover(exc, may_reset)
 
     def submit(self, group: int, answered: list[Answer], cut: list[int], may_reset: bool,
                held: Sequence[PendingDecision] = ()) -> None:
@@ -150,27 +137,36 @@ class RemoteCopies:
         if held:
             raise ValueError(f"remote env group {group}: {len(held)} decisions held back; a group is answered whole")
         g = self.groups[group]
-        for k in cut:
-            self.current = k
-            self.steppers[k].cut()
-        for decision, action, extras in answered:
-            self.current = decision.copy
-            self.steppers[decision.copy].act(action, extras)
-        g.answered = [d.copy for d, _, _ in answered]
-        g.may_reset = may_reset
-        g.ticket = g.connection.flush()
-        g.ready = None if g.ticket is not None else []
-        g.since = time.monotonic()
-
-    def _outstanding(self) -> list[int]:
-        return [i for i, g in enumerate(self.groups) if g.ready is not None or g.ticket is not None]
+        self.may_reset = may_reset
+        try:
+            for k in cut:
+                self.current = k
+                self.steppers[k].cut()
+            for decision, action, extras in answered:
+                self.current = decision.copy
+                self.steppers[decision.copy].act(action, extras)
+            g.answered = [d.copy for d, _, _ in answered]
+            g.may_reset = may_reset
+            g.ticket = g.connection.flush()
+            g.ready = None if g.ticket is not None else []
+            g.since = time.monotonic()
+        except RemoteEnvError as exc:
+            self._recover(exc, may_reset)
 
     def next_ready(self) -> tuple[int, list[PendingDecision]] | None:
         """The next group with its reply in (waiting for one); None when no group is outstanding."""
         while True:
-            outstanding = self._outstanding()
+            try:
+                return self._next_ready()
+            except RemoteEnvError as exc:
+                self._recover(exc, self.may_reset)
+
+    def _next_ready(self) -> tuple[int, list[PendingDecision]] | None:
+        while True:
+            outstanding = [i for i, g in enumerate(self.groups) if g.outstanding]
             if not outstanding:
                 return None
+            self._check_deadlines(outstanding)
             for i in outstanding:
                 g = self.groups[i]
                 if g.ready is not None or g.connection.has_reply(g.ticket):
@@ -184,33 +180,93 @@ class RemoteCopies:
             if readable:
                 i = min(waiting[s] for s in readable)
                 return i, self._complete(self.groups[i])
-            for i in waiting.values():
-                g = self.groups[i]
-                if time.monotonic() - g.since > self.timeout_s:
-                    raise g.connection.failure(f"has not answered for {self.timeout_s:g}s (an env step that never "
-                                              f"returns?)", hung=True)
 
-    def _complete(self, g: _Group) -> list[PendingDecision]:
+    def _check_deadlines(self, outstanding: list[int]) -> None:
+        """Raise for a group whose reply is overdue, with nothing come in on its connection: checked every
+        round, so a hung server is found while other servers keep the actor busy."""
+        now = time.monotonic()
+        for i in outstanding:
+            g = self.groups[i]
+            if g.ticket is None or now - g.since <= self.timeout_s or g.connection.has_reply(g.ticket):
+                continue
+            if not select.select([g.connection.sock], [], [], 0)[0]:
+                raise g.connection.failure(f"has not answered for {self.timeout_s:g}s (an env step that never "
+                                          f"returns?)", hung=True)
+
+    def _complete(self, g: Group) -> list[PendingDecision]:
         """The group's reply applied: each answered copy's step completed and its next decision."""
         if g.ready is not None:
             ready, g.ready = g.ready, None
             return ready
         ticket, g.ticket = g.ticket, None
         g.connection.collect(ticket)
-        following = []
         for k in g.answered:
-            stepper = self.steppers[k]
             self.current = k
-            stepper.stepped()
-            if (nxt := self._next(stepper, g.may_reset)) is not None:
-                following.append(nxt)
-        return following
+            self.steppers[k].stepped()
+        return self._advance(g.answered, g.may_reset)
 
     def finish(self) -> None:
         """Cut every copy still in an episode (the run is over)."""
+        self.may_reset = False
         for k, stepper in self.steppers.items():
             self.current = k
-            stepper.cut()
+            try:
+                stepper.cut()
+            except RemoteEnvError as exc:
+                self._recover(exc, False)
+
+    # ------------------------------------------------------------------------------------------ failures
+    def _recover(self, error: RemoteEnvError, may_reset: bool) -> None:
+        """After `error`: relaunch the lost servers while the restart budget allows (their copies start fresh
+        episodes), else cut the copies on healthy servers, drop those on failed ones, and raise `error`."""
+        while True:
+            failed = [c for c in self.links.connections if c.broken is not None]
+            servers = {self.links.server(c) for c in failed}
+            if (not failed or not all(c.lost for c in failed) or None in servers
+                    or len(servers) > self.restarts_left):
+                self._wind_down()
+                raise error
+            try:
+                for server in sorted(servers):
+                    self.restarts_left -= 1
+                    dropped = self._drop(self.links.copies_of(server))
+                    logger.warning(f"remote: {next(c.broken for c in failed if self.links.server(c) == server)}; "
+                                   f"{dropped} pending decisions of its episodes in flight dropped; launching it "
+                                   f"again ({self.restarts_left} restarts left)")
+                    for g in self.links.relaunch(server):
+                        g.may_reset, g.ready = may_reset, self._advance(g.copies, may_reset)
+                return
+            except RemoteEnvError as again:
+                error = again
+
+    def _drop(self, copies: list[int]) -> int:
+        """Abandon the episodes in flight of copies whose server was lost; the decisions dropped."""
+        return sum(self.steppers[k].abandon() for k in copies)
+
+    def _wind_down(self) -> None:
+        """Before a server's error ends the run: read the healthy connections' outstanding replies, cut their
+        copies (rule 5), and drop the episodes of copies on failed connections. A healthy connection that fails
+        meanwhile has its copies dropped too."""
+        for g in self.groups:
+            if g.connection.broken is None and g.ticket is not None:
+                g.may_reset, g.ready = False, None
+                self._quietly(g.connection, lambda g=g: self._complete(g))
+            g.clear()
+        for connection in self.links.connections:
+            copies = self.links.copies_of(None, connection)
+            self._quietly(connection, lambda copies=copies: [self.steppers[k].cut() for k in copies])
+        for connection in self.links.connections:
+            if connection.broken is not None:
+                self._drop(self.links.copies_of(None, connection))
+
+    def _quietly(self, connection: Connection, work: Callable[[], Any]) -> None:
+        """Run `work` on a healthy connection; a failure there is logged, never raised over the first error."""
+        if connection.broken is not None:
+            return
+        try:
+            work()
+        except Exception as exc:  # noqa: BLE001 - the run already ends with the first server's error
+            logger.warning(f"remote: while cutting the episodes of {connection.label}: {type(exc).__name__}: {exc}")
 
     def failure_context(self) -> tuple[int, Any, int]:
         stepper = self.steppers.get(self.current)
@@ -220,7 +276,4 @@ class RemoteCopies:
 
     def close(self) -> None:
         """Close every connection and stop every launched server; never raises."""
-        for connection in self.connections:
-            connection.close()
-        for server in self.servers:
-            server.close()
+        self.links.close()
