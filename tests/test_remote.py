@@ -254,7 +254,7 @@ def test_when_one_of_two_servers_fails_the_healthy_copies_are_cut_and_the_failed
     streams = {agent: per_copy(w, 4) for agent, w in writers.items()}
     for k in (2, 3):  # server 1: every pending transition completed as truncated, exactly as a cut rollout
         steps = _decisions(streams, k)
-        assert steps > 20
+        assert steps > 0  # how many depends on how the two servers were scheduled (8 to 60+ seen)
         expected = _rollout_of_copy(C4, layouts, 7 + k, steps)
         got = transitions_to_arrays([t for by_copy in streams.values() for t in by_copy[k]], layouts)
         for agent, arrays in expected.items():
