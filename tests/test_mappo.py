@@ -82,6 +82,8 @@ def test_value_normalisation_tracks_the_returns_moments():
     ("pettingzoo.classic.connect_four_v3", {}, ("mappo", {"batch_size": 128, "critic_obs": True}), {}),  # masks
     ("pzasync.envs.recall", {}, ("mappo", {"batch_size": 128, "memory": "gru", "seq_len": 4}),
      {"team": ["agent_*"]}),                                                        # a recurrent policy
+    ("pzasync.envs.recall", {}, ("mappo", {"batch_size": 128, "memory": "gru", "seq_len": 4, "critic_memory": True}),
+     {"team": ["agent_*"]}),                                                        # and a recurrent critic
 ])
 def test_mappo_trains_on_each_kind_of_env(env, kwargs, learner, groups, tmp_path):
     config = RunConfig(seed=1, agent_groups=groups, out_dir=str(tmp_path), max_episode_steps=100)
@@ -98,3 +100,84 @@ def test_mappo_in_an_async_run_with_a_league_and_the_evaluator(tmp_path):
     result = AsyncRunner("pettingzoo.classic.connect_four_v3", ("mappo", {"batch_size": 128}), config).run(
         agent_steps=3000)
     assert result.evaluations and result.league is not None
+
+
+RECALL = EnvSpec.of("pzasync.envs.recall").with_state(StateRequest(("agent_0", "agent_1")))
+
+
+def recurrent_critic(**options):
+    env = RECALL.make()
+    layout = env_layouts(env, probe_info_masks(env))["agent_0"]
+    config = {"memory": "gru", "memory_size": 8, "critic_memory": True, "seq_len": 3, **options}
+    return MAPPOLearner(LearnerContext("team", layout, config, members=["agent_0", "agent_1"], seed=3))
+
+
+def interleaved_batch(n=30, seed=0):
+    """Two tracks' rows interleaved, with episode ends on both; memory columns as the actor would store them."""
+    rng = np.random.default_rng(seed)
+    track = np.arange(n) % 2
+    done = np.zeros(n, bool)
+    done[[7, 12, 21]] = True
+    batch = {"obs/observation": rng.random((n, 4)).astype(np.float32),
+             "obs/state": rng.random((n, 5)).astype(np.float32),
+             "next_obs/observation": rng.random((n, 4)).astype(np.float32),
+             "next_obs/state": rng.random((n, 5)).astype(np.float32),
+             "terminated": done, "truncated": np.zeros(n, bool), "track": track, "member": track,
+             "reward": rng.random(n), "memory": rng.random((n, 8)).astype(np.float32)}
+    return batch
+
+
+def rows_of(batch, rows):
+    return {k: v[rows] for k, v in batch.items()}
+
+
+def test_a_recurrent_critic_carries_its_memory_along_each_track_and_across_chunks_restarting_at_episode_ends():
+    learner, batch = recurrent_critic(), interleaved_batch()
+    critic = learner.critic
+    # reference: each track stepped row by row, from zeros, back to zeros after every episode end
+    expected_in = np.zeros((30, 8), np.float32)
+    expected_out = np.zeros((30, 8), np.float32)
+    with torch.no_grad():
+        features = critic.features({"obs/observation": torch.as_tensor(batch["obs/observation"]),
+                                    "obs/state": torch.as_tensor(batch["obs/state"])},
+                                   torch.as_tensor(batch["member"]))
+        for t in (0, 1):
+            h = torch.zeros(1, 8)
+            for row in np.flatnonzero(batch["track"] == t):
+                expected_in[row] = h[0].numpy()
+                h = critic.core(features[row:row + 1], h)
+                expected_out[row] = h[0].numpy()
+                if batch["terminated"][row]:
+                    h = torch.zeros(1, 8)
+    memory_in, memory_out = learner.critic_memory_pass(batch)
+    np.testing.assert_allclose(memory_in.numpy(), expected_in, atol=1e-6)
+    np.testing.assert_allclose(memory_out.numpy(), expected_out, atol=1e-6)
+    assert not memory_in[[0, 1, 9, 14, 23]].any()  # each track's first row, and its row after each episode end
+    assert memory_in[[2, 3, 8, 10]].abs().sum(dim=1).min() > 0
+    # the same rows in two chunks: the second goes on from where the first left each track
+    split = recurrent_critic()
+    first_in, _ = split.critic_memory_pass(rows_of(batch, np.arange(17)))
+    second_in, second_out = split.critic_memory_pass(rows_of(batch, np.arange(17, 30)))
+    np.testing.assert_allclose(torch.cat([first_in, second_in]).numpy(), expected_in, atol=1e-6)
+    np.testing.assert_allclose(second_out.numpy(), expected_out[17:], atol=1e-6)
+
+
+@pytest.mark.parametrize("burn_in", [0, 2])
+def test_a_recurrent_critics_training_sequences_reproduce_its_memory_pass(burn_in):
+    """The values a minibatch of sequences trains on (each from the memory the pass left at its first row)
+    equal the values of the pass itself, row for row, at the same parameters."""
+    learner, batch = recurrent_critic(burn_in=burn_in), interleaved_batch(seed=1)
+    pass_values, _ = learner.value_pair(batch)
+    inputs = learner.train_inputs(batch)
+    with torch.no_grad():
+        rows, _, values = learner.evaluate_sequences(inputs, learner.chunks(batch))
+    expected = pass_values[rows]
+    if learner.critic.norm is not None:
+        expected = learner.critic.norm.normalize(torch.as_tensor(expected)).numpy()
+    np.testing.assert_allclose(values.double().numpy(), expected, rtol=1e-5, atol=1e-5)
+    assert sorted(rows.tolist()) == list(range(30))
+
+
+def test_a_recurrent_critic_needs_a_recurrent_policy():
+    with pytest.raises(ConfigError, match="critic_memory=True needs memory='gru'"):
+        MAPPOLearner.validate_config("team", {"critic_memory": True})

@@ -273,7 +273,8 @@ class ReliabilityOptions(OptionGroup):
                                            "further restart of the same learner.", Check(float, ge=0),
                                       metavar="SECONDS")
     heartbeat_timeout_s: float = option(120.0, "A learner process silent (no heartbeat) for this long is reported "
-                                               "as hung, killed and restarted.", SECONDS, metavar="SECONDS")
+                                               "as hung, killed and restarted (while it starts, the longer of this and "
+                                               "`process_timeout_s`).", SECONDS, metavar="SECONDS")
 
 
 @dataclass(kw_only=True)

@@ -9,8 +9,10 @@ critic can tell the members apart) and its own observation (`critic_obs`). With 
 predicts returns standardised by their running mean and variance (as the MAPPO paper's value normalisation
 does), so a value head need not chase the scale of team returns. Everything else (clipped objective,
 GAE per track, masks, Discrete and Box actions, a recurrent policy with `memory="gru"`) is PPO's (ppo.py). The
-critic is feed-forward: it reads the env's state, which (unlike one agent's observation) is meant to be
-Markov; with a recurrent policy only the policy carries memory.
+critic is feed-forward by default: it reads the env's state, which (unlike one agent's observation) is meant to
+be Markov. Where it is not (the "concat" fallback of partially observed agents, a state function that drops
+history), `critic_memory=True` gives the critic a GRU of its own, trained on the recurrent policy's sequences
+from a memory the learner carries per track (`critic_memory_pass`).
 """
 
 from __future__ import annotations
@@ -23,10 +25,11 @@ from torch import nn
 
 from pzasync.core.global_state import OBSERVATION_KEY, STATE_KEY
 from pzasync.core.spaces import AgentLayout
-from pzasync.errors import UnsupportedSpaceError
-from pzasync.learners.base import Batch, LearnerContext, Option
+from pzasync.errors import ConfigError, UnsupportedSpaceError
+from pzasync.learners.base import Batch, LearnerContext, Option, trajectory_ids
 from pzasync.learners.networks import Encoder, adam, mlp, obs_tensors
 from pzasync.learners.ppo import ActorCritic, Dist, DiagGaussian, PPOLearner
+from pzasync.learners.recurrent import Chunk, gru_core
 
 
 class RunningNorm(nn.Module):
@@ -57,7 +60,8 @@ class RunningNorm(nn.Module):
 
 
 class CentralCritic(nn.Module):
-    """V(state [, one-hot member index] [, own observation]) -> one value per row (normalised with value_norm)."""
+    """V(state [, one-hot member index] [, own observation]) -> one value per row (normalised with value_norm);
+    with `critic_memory` a GRU cell between those features and the value MLP, carrying `memory_size` floats."""
 
     def __init__(self, layout: AgentLayout, config: dict[str, Any], members: int) -> None:
         super().__init__()
@@ -66,16 +70,27 @@ class CentralCritic(nn.Module):
         self.own = Encoder(layout, torso, only=OBSERVATION_KEY) if config["critic_obs"] else None
         self.members = members if config["agent_id"] and members > 1 else 0
         width = self.state.out_dim + self.members + (self.own.out_dim if self.own is not None else 0)
-        self.v = mlp(width, list(config["critic_hidden"]), 1, config["activation"])
+        self.core = gru_core(width, int(config["memory_size"])) if config["critic_memory"] else None
+        self.v = mlp(self.core.hidden_size if self.core is not None else width, list(config["critic_hidden"]), 1,
+                     config["activation"])
         self.norm = RunningNorm() if config["value_norm"] else None
 
-    def forward(self, obs: dict[str, torch.Tensor], member: torch.Tensor | None) -> torch.Tensor:
+    def features(self, obs: dict[str, torch.Tensor], member: torch.Tensor | None) -> torch.Tensor:
+        """What the value MLP (or the core, with memory) reads: the encoded state, member id and own observation."""
         parts = [self.state(obs)]
         if self.members:
             parts.append(nn.functional.one_hot(member.long(), self.members).float())
         if self.own is not None:
             parts.append(self.own(obs))
-        return self.v(torch.cat(parts, dim=1) if len(parts) > 1 else parts[0]).squeeze(-1)
+        return torch.cat(parts, dim=1) if len(parts) > 1 else parts[0]
+
+    def forward(self, obs: dict[str, torch.Tensor], member: torch.Tensor | None) -> torch.Tensor:
+        """The values of a feed-forward critic (a recurrent one goes through `features`, `core` and `value`)."""
+        return self.value(self.features(obs, member))
+
+    def value(self, features: torch.Tensor) -> torch.Tensor:
+        """The value MLP over features (or over the core's output, with memory): one value per row."""
+        return self.v(features).squeeze(-1)
 
 
 class MAPPOLearner(PPOLearner):
@@ -91,16 +106,33 @@ class MAPPOLearner(PPOLearner):
         "lr": 1e-3, "batch_size": 256,
         "state": "auto",  # where the global state comes from: "auto", "env", "concat" or "module:callable"
         "agent_id": True, "critic_obs": False, "critic_hidden": [128, 128], "value_norm": True,
+        # A GRU in the critic too (needs memory="gru": it trains on the policy's sequences).
+        "critic_memory": False,
     }
     schema = {
         "state": Option(str, what="'auto', 'env', 'concat' or 'module:callable'"), "agent_id": Option(bool),
         "critic_obs": Option(bool), "critic_hidden": Option(list, item=Option(int, ge=1)), "value_norm": Option(bool),
+        "critic_memory": Option(bool),
     }
 
     def __init__(self, ctx: LearnerContext) -> None:
         super().__init__(ctx)
         self.critic = CentralCritic(ctx.layout, self.config, len(ctx.members)).to(self.device)
         self.optimizer = adam(self.trainable(), float(self.config["lr"]), eps=1e-5)
+        #: With critic_memory: the critic's memory after each track's last row so far (zeros after an episode's
+        #: end), where that track's next chunk goes on; and the memory entering / leaving each row of the chunk
+        #: being trained (`critic_memory_pass`).
+        self.critic_carry: dict[int, torch.Tensor] = {}
+        self.critic_in: torch.Tensor | None = None
+        self.critic_out: torch.Tensor | None = None
+
+    @classmethod
+    def validate_config(cls, agent: str, config: dict[str, Any]) -> dict[str, Any]:
+        merged = super().validate_config(agent, config)
+        if merged["critic_memory"] and merged["memory"] != "gru":
+            raise ConfigError(f"agent {agent!r}: MAPPOLearner option critic_memory=True needs memory='gru' (the "
+                              f"critic trains on the recurrent policy's sequences); got memory={merged['memory']!r}")
+        return merged
 
     @classmethod
     def state_source(cls, config: dict[str, Any]) -> str | None:
@@ -129,15 +161,67 @@ class MAPPOLearner(PPOLearner):
         critic = getattr(self, "critic", None)  # PPOLearner.__init__ asks before the critic exists
         return list(self.net.parameters()) + (list(critic.parameters()) if critic is not None else [])
 
-    def values(self, batch: Batch, prefix: str) -> np.ndarray:
-        with torch.no_grad():
-            values = self.critic(obs_tensors(batch, self.ctx.layout, prefix, self.device), self._member(batch))
-            if self.critic.norm is not None:
-                values = self.critic.norm.denormalize(values)
+    def _returns_scale(self, values: torch.Tensor) -> np.ndarray:
+        """Critic outputs as returns (float64): mapped back from the normalised scale with value_norm."""
+        if self.critic.norm is not None:
+            values = self.critic.norm.denormalize(values)
         return values.cpu().double().numpy()
 
+    def values(self, batch: Batch, prefix: str) -> np.ndarray:
+        with torch.no_grad():
+            return self._returns_scale(self.critic(obs_tensors(batch, self.ctx.layout, prefix, self.device),
+                                                   self._member(batch)))
+
+    def critic_memory_pass(self, batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
+        """A recurrent critic's memory entering and leaving each row of an on-policy chunk (no gradient), each
+        track run in order from where its previous chunk left it, restarted at zeros after every episode end.
+
+        The actor never runs the critic, so unlike the policy's memory this one is not stored with the
+        transitions: the learner carries it from chunk to chunk itself, computed with the critic as it was when
+        that chunk was trained (as stale as the policy's stored memory is)."""
+        n, core = len(batch["reward"]), self.critic.core
+        done = np.logical_or(batch["terminated"], batch["truncated"])
+        track = trajectory_ids(batch)
+        keys = [0] if track is None else [int(t) for t in np.unique(track)]
+        trajectories = [np.arange(n)] if track is None else [np.flatnonzero(track == t) for t in keys]
+        length = max(len(rows) for rows in trajectories)
+        index = np.zeros((len(keys), length), np.int64)
+        valid = np.zeros((len(keys), length), bool)
+        for i, rows in enumerate(trajectories):
+            index[i, :len(rows)], valid[i, :len(rows)] = rows, True
+        zeros = torch.zeros(core.hidden_size, device=self.device)
+        memory_in = torch.zeros((n, core.hidden_size), device=self.device)
+        memory_out = torch.zeros_like(memory_in)
+        with torch.no_grad():
+            features = self.critic.features(obs_tensors(batch, self.ctx.layout, "obs", self.device),
+                                            self._member(batch))
+            h = torch.stack([self.critic_carry.get(key, zeros) for key in keys])
+            for t in range(length):
+                rows, live = index[:, t], torch.as_tensor(valid[:, t], device=self.device)[:, None]
+                step = core(features[torch.as_tensor(rows, device=self.device)], h)
+                memory_in[rows[valid[:, t]]] = h[valid[:, t]]
+                memory_out[rows[valid[:, t]]] = step[valid[:, t]]
+                ended = torch.as_tensor(done[rows] & valid[:, t], device=self.device)[:, None]
+                h = torch.where(live, torch.where(ended, torch.zeros_like(step), step), h)
+        self.critic_carry.update({key: h[i] for i, key in enumerate(keys)})
+        return memory_in, memory_out
+
+    def value_pair(self, batch: Batch) -> tuple[np.ndarray, np.ndarray]:
+        if self.critic.core is None:
+            return super().value_pair(batch)
+        self.critic_in, self.critic_out = self.critic_memory_pass(batch)
+        with torch.no_grad():
+            features = self.critic.features(obs_tensors(batch, self.ctx.layout, "next_obs", self.device),
+                                            self._member(batch))
+            following = self.critic.core(features, self.critic_out)
+            return self._returns_scale(self.critic.value(self.critic_out)), \
+                self._returns_scale(self.critic.value(following))
+
     def train_inputs(self, batch: Batch) -> dict[str, Any]:
-        return {**super().train_inputs(batch), "member": self._member(batch)}
+        inputs = {**super().train_inputs(batch), "member": self._member(batch)}
+        if self.critic.core is not None:
+            inputs["critic_memory"] = self.critic_in
+        return inputs
 
     def evaluate_rows(self, inputs: dict[str, Any], idx: torch.Tensor) -> tuple[Dist | DiagGaussian, torch.Tensor]:
         obs = {k: x[idx] for k, x in inputs["obs"].items()}
@@ -145,9 +229,17 @@ class MAPPOLearner(PPOLearner):
         dist = self.net.distribution(self.net.encoder(obs), None if mask is None else mask[idx])
         return dist, self.critic(obs, None if member is None else member[idx])
 
-    def sequence_values(self, inputs: dict[str, Any], idx: torch.Tensor, after: torch.Tensor) -> torch.Tensor:
+    def sequence_values(self, inputs: dict[str, Any], chunks: list[Chunk], idx: torch.Tensor,
+                        after: torch.Tensor) -> torch.Tensor:
         member = inputs["member"]
-        return self.critic({k: x[idx] for k, x in inputs["obs"].items()}, None if member is None else member[idx])
+        if self.critic.core is None:
+            return self.critic({k: x[idx] for k, x in inputs["obs"].items()}, None if member is None else member[idx])
+
+        def encode(obs: dict[str, torch.Tensor], rows: torch.Tensor) -> torch.Tensor:
+            return self.critic.features(obs, None if member is None else member[rows])
+
+        _, outputs = self.sequence_pass(inputs, chunks, encode, self.critic.core, inputs["critic_memory"])
+        return self.critic.value(outputs)
 
     def value_targets(self, returns: torch.Tensor) -> torch.Tensor:
         if self.critic.norm is None:

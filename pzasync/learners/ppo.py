@@ -10,7 +10,7 @@ log-probabilities are those of the raw samples.
 from __future__ import annotations
 
 import copy
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 import torch
@@ -24,6 +24,8 @@ from pzasync.learners.networks import ACTIVATIONS, TORSOS, Encoder, adam, masked
 from pzasync.learners.recurrent import Chunk, gru_core, memory_tensor, sequence_chunks, sequence_outputs
 
 Dist = torch.distributions.Distribution
+#: Encodes a chunk's observation rows (a dict of leaf tensors) given their batch row indices.
+Encode = Callable[[dict[str, torch.Tensor], torch.Tensor], torch.Tensor]
 _HALF_LOG_2PI = 0.5 * float(np.log(2 * np.pi))
 
 
@@ -243,15 +245,23 @@ class PPOLearner(Learner):
         done = np.logical_or(batch["terminated"], batch["truncated"])
         return sequence_chunks(trajectory_ids(batch), done, int(self.config["seq_len"]), int(self.config["burn_in"]))
 
-    def sequence_pass(self, inputs: dict[str, Any], chunks: list[Chunk]) -> tuple[np.ndarray, torch.Tensor]:
-        """The core's output at the trained rows of `chunks` (rows, outputs), encoding each row once."""
+    def sequence_pass(self, inputs: dict[str, Any], chunks: list[Chunk], encode: Encode | None = None,
+                      core: nn.Module | None = None, memory: torch.Tensor | None = None
+                      ) -> tuple[np.ndarray, torch.Tensor]:
+        """A recurrent core's output at the trained rows of `chunks` (rows, outputs), encoding each row once: by
+        default the policy's (its encoder, core and the stored `memory` column); a learner with a recurrent
+        critic passes the critic's (`encode(obs, rows)`, its core and its memory column), and gets the same rows
+        in the same order."""
         rows = np.unique(np.concatenate([c.rows for c in chunks]))
         position = np.full(int(rows[-1]) + 1, -1, np.int64)
         position[rows] = np.arange(len(rows))
         local = [Chunk(position[c.rows], c.context) for c in chunks]
         picked = torch.as_tensor(rows, device=self.device)
-        features = self.net.encoder({k: x[picked] for k, x in inputs["obs"].items()})
-        trained, outputs = sequence_outputs(self.net.core, features, inputs["memory"][picked], local)
+        obs = {k: x[picked] for k, x in inputs["obs"].items()}
+        features = encode(obs, picked) if encode is not None else self.net.encoder(obs)
+        memory = inputs["memory"] if memory is None else memory
+        trained, outputs = sequence_outputs(core if core is not None else self.net.core, features, memory[picked],
+                                            local)
         return rows[trained], outputs
 
     def evaluate_sequences(self, inputs: dict[str, Any], chunks: list[Chunk]
@@ -261,10 +271,12 @@ class PPOLearner(Learner):
         mask = inputs["mask"]
         idx = torch.as_tensor(rows, device=self.device)
         dist = self.net.distribution(after, None if mask is None else mask[idx])
-        return rows, dist, self.sequence_values(inputs, idx, after)
+        return rows, dist, self.sequence_values(inputs, chunks, idx, after)
 
-    def sequence_values(self, inputs: dict[str, Any], idx: torch.Tensor, after: torch.Tensor) -> torch.Tensor:
-        """Values of a recurrent minibatch's rows `idx`, whose core outputs are `after` (PPO: the value head)."""
+    def sequence_values(self, inputs: dict[str, Any], chunks: list[Chunk], idx: torch.Tensor,
+                        after: torch.Tensor) -> torch.Tensor:
+        """Values of a recurrent minibatch's rows `idx` (the trained rows of `chunks`, in `sequence_pass`'s
+        order), whose policy core outputs are `after` (PPO: the value head over them)."""
         return self.net.v(after).squeeze(-1)
 
     def minibatches(self, batch: Batch) -> list[Any]:

@@ -352,10 +352,15 @@ class ProcessHost(LearnerHost):
                 continue
             now = time.monotonic_ns()
             for unit in units:
-                if unit in self.failing or self.stats.get(unit, S.STATUS) not in (S.STARTING, S.RUNNING):
+                status = self.stats.get(unit, S.STATUS)
+                if unit in self.failing or status not in (S.STARTING, S.RUNNING):
                     continue  # CRASHED: its LearnerFailed is on the way
                 silent = (now - self.stats.get(unit, S.BEAT)) / 1e9
-                if silent > self.config.heartbeat_timeout_s:
+                # A learner still starting (a new process importing torch, building its network) beats only
+                # once it runs: until then the start-up limit applies, not the heartbeat's, which may be shorter.
+                limit = self.config.heartbeat_timeout_s if status == S.RUNNING else \
+                    max(self.config.heartbeat_timeout_s, self.config.process_timeout_s)
+                if silent > limit:
                     process.kill()
                     process.join(timeout=5)
                     self._lost_with_host(host, f"no heartbeat from {unit!r} for {silent:.0f}s (hung); killed",
