@@ -137,6 +137,18 @@ def test_both_runners_train_mappo_on_the_recorded_state(runner, workers):
     assert result.agents["agent_0"].updates >= 2, result.agents
 
 
+@pytest.mark.usefixtures("no_remote_server_left")
+def test_mappo_trains_over_remote_env_copies_on_every_agents_observation():
+    """A served env has no `state()` in remote protocol v1, so "auto" takes the concat fallback, built on the
+    trainer's side over the remote copies; each row's state still holds the acting agent's own observation."""
+    from test_remote import python_server
+
+    config = RunConfig(seed=2, agent_groups={"team": ["agent_*"]}, envs_per_actor=2, max_episode_steps=60)
+    result = SequentialRunner(python_server(SPREAD[0]), (CheckingMAPPO, {"batch_size": 128}), config).run(
+        agent_steps=600)
+    assert result.agents["agent_0"].updates >= 2, result.agents
+
+
 def test_the_plan_wraps_the_env_only_for_the_agents_whose_learner_reads_the_state():
     plan = RunPlan(EnvSpec.of(*SPREAD[:1], **SPREAD[1]), {"agent_0": "mappo", "*": "ppo"}, RunConfig())
     assert plan.env_spec.state == StateRequest(("agent_0",), "auto")

@@ -198,7 +198,11 @@ class EnvSpec:
         return getattr(self.source, "__qualname__", type(self.source).__name__)
 
     def make(self, **overrides: Any) -> AECEnv:
-        env = make_env(self.source, **{**self.kwargs, **overrides})
+        return self.wrap(make_env(self.source, **{**self.kwargs, **overrides}))
+
+    def wrap(self, env: AECEnv) -> AECEnv:
+        """What `make` puts around the env it builds (the global state for `state`'s agents): for env copies
+        that build their envs another way (remote copies mirror served instances), so they see the same env."""
         return env if self.state is None else GlobalStateObservations(env, self.state, self.name)
 
     def with_state(self, state: StateRequest | None) -> EnvSpec:

@@ -52,7 +52,7 @@ class RemoteEnvs:
         """Launch the servers of a `cmd:` id (or reach the one at the address) and connect the copies."""
         return RemoteCopies(self.env_spec.source, dict(self.env_spec.kwargs), self.copies, seed, layouts, emit=emit,
                             on_episode=on_episode, on_start=on_start, check_rewards=check_rewards,
-                            max_episode_steps=max_episode_steps, timeout_s=self.timeout_s)
+                            max_episode_steps=max_episode_steps, timeout_s=self.timeout_s, wrap=self.env_spec.wrap)
 
     def close(self) -> None:
         """Nothing held between runs: each run's `RemoteCopies` closes its own connections and servers."""
@@ -66,7 +66,7 @@ class RemoteCopies:
     def __init__(self, env_id: str, kwargs: dict, copies: int, seed: int | None, layouts: dict, *,
                  emit: Callable[[Transition, int], None], on_episode: Callable[[EpisodeSummary], None],
                  on_start: Callable[[int], None], check_rewards: bool = True, max_episode_steps: int | None = None,
-                 timeout_s: float = 60.0) -> None:
+                 timeout_s: float = 60.0, wrap: Callable[[Any], Any] | None = None) -> None:
         self.on_start = on_start
         self.timeout_s = timeout_s
         #: Relaunches of lost servers still allowed in this run (`restarts`, cmd: ids only).
@@ -79,7 +79,10 @@ class RemoteCopies:
         self.groups = self.links.groups
         try:
             to_env = env_action_converter(layouts)
-            for k, env in sorted(self.links.envs.items()):
+            for k, remote_env in sorted(self.links.envs.items()):
+                # `wrap`: what the run's EnvSpec puts around every env it makes (the global state), so a
+                # served env is observed as an in-process one would be.
+                env = remote_env if wrap is None else wrap(remote_env)
                 self.steppers[k] = EpisodeStepper(
                     env, (lambda t, k=k: emit(t, k)), copy=k, seed=None if seed is None else seed + k,
                     layouts=LayoutBook(env, layouts, fixed=True), check_rewards=check_rewards,
@@ -112,7 +115,7 @@ class RemoteCopies:
         """Start the next episode of each copy: one RESET frame per connection, sent before any is read."""
         for k in copies:
             self.steppers[k].request_reset()
-        tickets = [(c, t) for c in {self.steppers[k].env.connection: None for k in copies}
+        tickets = [(c, t) for c in {self.links.envs[k].connection: None for k in copies}
                    if (t := c.flush_resets()) is not None]
         for connection, ticket in tickets:
             connection.collect(ticket)
@@ -272,7 +275,7 @@ class RemoteCopies:
         stepper = self.steppers.get(self.current)
         if stepper is None:
             return -1, None, -1
-        return self.current, stepper.env.agent_selection, stepper.episode_index
+        return self.current, self.links.envs[self.current].agent_selection, stepper.episode_index
 
     def close(self) -> None:
         """Close every connection and stop every launched server; never raises."""
