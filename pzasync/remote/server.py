@@ -40,18 +40,25 @@ class _Refused(Exception):
         self.code, self.close, self.context = code, close, context
 
 
-class _Connection:
-    def __init__(self, sock: socket.socket, peer: str) -> None:
+class Session:
+    """One client's instances on a server and its handshake: what `EnvServer.answer` answers frames for. A
+    connection of the server's own has one, with its socket's `FrameStream`; another transport makes its own
+    with `EnvServer.session`."""
+
+    def __init__(self, peer: str, sock: socket.socket | None = None) -> None:
         self.sock, self.peer = sock, peer
-        self.stream = FrameStream(sock, f"client {peer}")
+        self.stream = FrameStream(sock, f"client {peer}") if sock is not None else None
         self.greeted = False
         self.envs: dict[int, Any] = {}
 
 
 class EnvServer:
-    """The server behind `serve`; `run` answers until `stop` is called (or SIGTERM/SIGINT under `serve`)."""
+    """The server behind `serve`; `run` answers until `stop` is called (or SIGTERM/SIGINT under `serve`).
 
-    def __init__(self, env_fn: Callable[[], Any], address: str, instances: int = 16, name: str | None = None) -> None:
+    With `address` None it listens nowhere: another transport hands it frames (`session`, `answer`, `end`)."""
+
+    def __init__(self, env_fn: Callable[[], Any], address: str | None, instances: int = 16,
+                 name: str | None = None) -> None:
         if instances < 1:
             raise ValueError(f"instances must be >= 1, got {instances}")
         self.env_fn, self.max_instances = env_fn, instances
@@ -65,16 +72,21 @@ class EnvServer:
         self.welcome = json_frame(Kind.WELCOME, {"protocol": VERSION, "name": self.name,
                                                  "max_instances": instances, **self.layout.describe()},
                                   prefix=struct.pack("<H", VERSION))
-        self.listener, self.address = Address.parse(address).listen()
+        self.listener: socket.socket | None = None
+        self.address: Address | str = f"of {self.name}"
         self.selector = selectors.DefaultSelector()
-        self.selector.register(self.listener, selectors.EVENT_READ, None)
-        self.connections: list[_Connection] = []
+        if address is not None:
+            self.listener, self.address = Address.parse(address).listen()
+            self.selector.register(self.listener, selectors.EVENT_READ, None)
+        self.connections: list[Session] = []
         self.states = EnvStates()  # where each env's state attributes are read
         self._stopping = False
 
     # ------------------------------------------------------------------------------------------ the loop
     def run(self) -> None:
         """Answer connections until `stop`; then close everything (the Unix socket file included)."""
+        if self.listener is None:
+            raise ValueError("this EnvServer listens nowhere (address None): hand it frames with `answer`")
         try:
             while not self._stopping:
                 for key, _ in self.selector.select(0.25):
@@ -92,11 +104,11 @@ class EnvServer:
         sock, peer = self.listener.accept()
         if self.address.path is None:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        conn = _Connection(sock, str(peer) or "unix peer")
+        conn = Session(str(peer) or "unix peer", sock)
         self.connections.append(conn)
         self.selector.register(sock, selectors.EVENT_READ, conn)
 
-    def _readable(self, conn: _Connection) -> None:
+    def _readable(self, conn: Session) -> None:
         """Answer every complete frame that has arrived on `conn`, in order."""
         try:
             if not conn.stream.fill():
@@ -113,18 +125,14 @@ class EnvServer:
                 return
             if found is None:
                 return
-            try:
-                reply = self._answer(conn, *found)
-            except _Refused as exc:
-                reply = error_frame(exc.code, str(exc), **exc.context)
-                if exc.close:
-                    self._reply(conn, reply)
-                    self._drop(conn)
-                    return
+            reply, close = self.answer(conn, *found)
             if not self._reply(conn, reply):
                 return
+            if close:
+                self._drop(conn)
+                return
 
-    def _reply(self, conn: _Connection, data: bytes) -> bool:
+    def _reply(self, conn: Session, data: bytes) -> bool:
         try:
             conn.stream.send(data, time.monotonic() + _SEND_TIMEOUT_S)
             return True
@@ -132,13 +140,21 @@ class EnvServer:
             self._drop(conn)
             return False
 
-    def _drop(self, conn: _Connection) -> None:
+    def _drop(self, conn: Session) -> None:
         if conn in self.connections:
             self.connections.remove(conn)
             self.selector.unregister(conn.sock)
-        conn.sock.close()
-        self.spare.extend(conn.envs.values())
-        conn.envs.clear()
+            conn.sock.close()
+        self.end(conn)
+
+    def session(self, peer: str) -> Session:
+        """A session for a client reached by another transport (named `peer` in errors); `end` it when done."""
+        return Session(peer)
+
+    def end(self, session: Session) -> None:
+        """Take back a session's envs (for later sessions)."""
+        self.spare.extend(session.envs.values())
+        session.envs.clear()
 
     def close(self) -> None:
         for conn in list(self.connections):
@@ -150,6 +166,8 @@ class EnvServer:
                 pass
         self.spare.clear()
         self.selector.close()
+        if self.listener is None:
+            return
         self.listener.close()
         if self.address.path is not None:
             try:
@@ -158,7 +176,15 @@ class EnvServer:
                 pass
 
     # ------------------------------------------------------------------------------------------ messages
-    def _answer(self, conn: _Connection, kind: int, body: memoryview) -> bytes:
+    def answer(self, session: Session, kind: int, body: memoryview) -> tuple[bytes, bool]:
+        """The reply frame to a `session`'s frame (`kind`, `body`: what follows the kind byte), an ERROR frame
+        where it is refused; and whether the session must end (a frame that breaks the protocol)."""
+        try:
+            return self._answer(session, kind, body), False
+        except _Refused as exc:
+            return error_frame(exc.code, str(exc), **exc.context), exc.close
+
+    def _answer(self, conn: Session, kind: int, body: memoryview) -> bytes:
         if not conn.greeted:
             if kind != Kind.HELLO or len(body) < 6 or bytes(body[:4]) != MAGIC:
                 raise _Refused("malformed", f"server {self.address}: the first frame must be HELLO ({MAGIC!r}, "
@@ -183,7 +209,7 @@ class EnvServer:
             raise _Refused("malformed", str(exc), close=True) from None
         raise _Refused("malformed", f"server {self.address}: unknown message kind {kind}", close=True)
 
-    def _env(self, conn: _Connection, instance: int, create: bool) -> Any:
+    def _env(self, conn: Session, instance: int, create: bool) -> Any:
         env = conn.envs.get(instance)
         if env is None:
             if instance >= self.max_instances:
@@ -195,7 +221,7 @@ class EnvServer:
             env = conn.envs[instance] = self.spare.pop() if self.spare else self.env_fn()
         return env
 
-    def _failed(self, conn: _Connection, instance: int, env: Any, exc: Exception) -> _Refused:
+    def _failed(self, conn: Session, instance: int, env: Any, exc: Exception) -> _Refused:
         """An env's exception as an ERROR reply; its instance must be reset again."""
         conn.envs.pop(instance, None)
         code = "space" if isinstance(exc, RemoteSpaceError) else "env"
@@ -203,7 +229,7 @@ class EnvServer:
                         agent=getattr(env, "agent_selection", None), type=f"{type(exc).__module__}:{type(exc).__qualname__}",
                         traceback=traceback.format_exc())
 
-    def _reset(self, conn: _Connection, records: np.ndarray, tail: memoryview) -> bytes:
+    def _reset(self, conn: Session, records: np.ndarray, tail: memoryview) -> bytes:
         out = Snapshots(self.layout, self.states)
         rows = records.tolist()
         options = iter(read_infos(tail, sum(1 for _, flags, _ in rows if flags & HAS_OPTIONS), f"client {conn.peer}"))
@@ -219,7 +245,7 @@ class EnvServer:
                 raise self._failed(conn, instance, env, exc) from None
         return out.frame()
 
-    def _step(self, conn: _Connection, records: list[tuple]) -> bytes:
+    def _step(self, conn: Session, records: list[tuple]) -> bytes:
         """Step each (instance, flags, action bytes) record's env; the STATE reply."""
         out = Snapshots(self.layout, self.states)
         to_env, owner = self.to_env, self.states.owner
@@ -236,7 +262,7 @@ class EnvServer:
                 raise self._failed(conn, instance, env, exc) from None
         return out.frame()
 
-    def _observe(self, conn: _Connection, records: np.ndarray) -> bytes:
+    def _observe(self, conn: Session, records: np.ndarray) -> bytes:
         layout = self.layout
         replies = np.zeros(len(records), layout.observation)
         infos: list[dict] = []
