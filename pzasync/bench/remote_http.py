@@ -31,7 +31,7 @@ from pzasync.logs import logger
 from pzasync.remote.address import Address
 from pzasync.remote.client import Connection
 from pzasync.remote.protocol import (HAS_OPTIONS, HAS_SEED, INFO_JSON, INFO_MASK, MAGIC, NO_AGENT, NO_OBS,
-                                     NONE_ACTION, OBSERVE_RECORD, RESET_RECORD, VERSION, EnvLayout, Kind, frame,
+                                     NONE_ACTION, OBSERVE_RECORD, RESET_RECORD, VERSION, EnvLayout, Kind,
                                      info_tail, packed_frame, read_infos, records_frame, split_records,
                                      unpack_records)
 from pzasync.remote.server import EnvServer
