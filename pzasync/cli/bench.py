@@ -31,10 +31,25 @@ from pzasync.config.groups import parse_groups
               help="Run nothing: show (and with --target, re-score) a report written by --json.")
 @click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None, help="Write the report here.")
 @click.option("--plot", "plot_path", type=click.Path(dir_okay=False), default=None, help="Write the PNG here.")
+@click.option("--remote", is_flag=True,
+              help="Measure the remote env path instead (docs/remote.md, \"Speed\"): CPU time per agent step of ENV "
+                   "served over a Unix socket, TCP loopback and an HTTP+JSON baseline, against ENV in process, and "
+                   "the actor over a Unix socket against in process. Takes ENV (default connect_four), --steps "
+                   "(default 4000), --json and the --remote-* options.")
+@click.option("--remote-instances", default="1,8,16,32", show_default=True, metavar="N[,N...]",
+              help="With --remote: instances per connection (a frame carries half of them).")
+@click.option("--remote-paths", default="unix,tcp,http", show_default=True, metavar="P[,P...]",
+              help="With --remote: the remote paths to measure, among unix, tcp, http.")
+@click.option("--remote-repeats", default=3, show_default=True, type=click.IntRange(min=1),
+              help="With --remote: runs per figure (the median is reported).")
+@click.option("--remote-actor-copies", default=16, show_default=True, type=click.IntRange(min=0),
+              help="With --remote: env copies of the actor comparison (0: skip it).")
 def bench(config_file: str | None, print_config: bool, learner_for: tuple[str, ...], groups: tuple[str, ...],
           learner_processes: int | None, from_json: str | None, json_path: str | None, plot_path: str | None,
+          remote: bool, remote_instances: str, remote_paths: str, remote_repeats: int, remote_actor_copies: int,
           **_settings: Any) -> None:
-    """Compare AsyncRunner with SequentialRunner and the bare loops on ENV, same seeds and algorithm."""
+    """Compare AsyncRunner with SequentialRunner and the bare loops on ENV, same seeds and algorithm (or, with
+    --remote, the remote env path against ENV in process)."""
     import json
     from pathlib import Path
 
@@ -43,6 +58,9 @@ def bench(config_file: str | None, print_config: bool, learner_for: tuple[str, .
 
     file_values = BenchSettings.toml_values(Path(config_file).read_text(), config_file) if config_file else {}
     values = {**file_values, **given(click.get_current_context(), [BenchSettings])}
+    if remote:
+        _remote_bench(values, remote_instances, remote_paths, remote_repeats, remote_actor_copies, json_path)
+        return
     if from_json is not None:
         with open(from_json) as f:
             report = json.load(f)
@@ -81,6 +99,40 @@ def bench(config_file: str | None, print_config: bool, learner_for: tuple[str, .
 
 
 bench.params.extend(declared_params([BenchSettings]))
+
+
+def _remote_bench(values: dict[str, Any], instances: str, paths: str, repeats: int, actor_copies: int,
+                  json_path: str | None) -> None:
+    """`pzasync bench --remote` (pzasync/bench/remote.py)."""
+    import json
+
+    from pzasync.bench.remote import REMOTE_PATHS, remote_overhead, report_lines
+    from pzasync.errors import ConfigError
+
+    env = values.get("env", "pettingzoo.classic.connect_four_v3")
+    if values.get("env_kwargs") or not isinstance(env, str):
+        raise ConfigError("bench --remote: the env must be an env id without --env-arg (its servers run "
+                          "`pzasync serve ENV_ID`)")
+    try:
+        counts = tuple(int(n) for n in instances.split(","))
+    except ValueError:
+        raise ConfigError(f"--remote-instances: expected N[,N...], got {instances!r}") from None
+    chosen = tuple(p.strip() for p in paths.split(",") if p.strip())
+    if not counts or min(counts) < 1 or not chosen or any(p not in REMOTE_PATHS for p in chosen):
+        raise ConfigError(f"bench --remote: --remote-instances takes integers >= 1 (got {instances!r}), "
+                          f"--remote-paths some of {','.join(REMOTE_PATHS)} (got {paths!r})")
+    steps = int(values.get("agent_steps", 4000))
+    console.print(f"remote env overhead: {env}, {steps:,} agent steps per run, {repeats} runs per figure")
+    report = remote_overhead(env, steps=steps, repeats=repeats, instances=counts, paths=chosen,
+                             actor_copies=actor_copies,
+                             on_row=lambda row: console.print(f"  {row.instances} instances, {row.path}: "
+                                                              f"{row.wall_us:.1f} us wall", highlight=False))
+    for line in report_lines(report):
+        console.print(line, highlight=False, soft_wrap=True)
+    if json_path:
+        with open(json_path, "w") as f:
+            json.dump(report, f, indent=1)
+        console.print(f"report: {json_path}")
 
 
 def _show_bench(report: dict[str, Any], json_path: str | None, plot_path: str | None) -> None:

@@ -24,8 +24,9 @@ from pzasync.remote.address import Address
 from pzasync.remote.json_values import plain
 from pzasync.remote.launch import launch
 from pzasync.remote.protocol import (HAS_OPTIONS, HAS_SEED, INFO_JSON, INFO_MASK, MAGIC, MASK_KEY, NO_AGENT, NO_OBS, NONE_ACTION,
-                                     OBSERVE_RECORD, RESET_RECORD, VERSION, EnvLayout, Kind, frame, read_frame,
-                                     info_tail, read_infos, records_frame, split_records)
+                                     OBSERVE_RECORD, RESET_RECORD, VERSION, EnvLayout, Kind, frame, info_tail,
+                                     packed_frame, read_infos, records_frame, split_records, unpack_records)
+from pzasync.remote.stream import FrameStream
 
 _ERRORS = {"malformed": RemoteProtocolError, "version": RemoteProtocolError, "space": RemoteSpaceError}
 
@@ -56,8 +57,9 @@ class Connection:
             self.sock = self.address.connect(timeout_s)
         except OSError as exc:
             raise self.failure(f"cannot connect ({type(exc).__name__}: {exc})") from None
+        self.stream = FrameStream(self.sock, self.label)
         try:
-            self.sock.sendall(frame(Kind.HELLO, MAGIC + struct.pack("<HH", VERSION, 0)))
+            self.stream.send(frame(Kind.HELLO, MAGIC + struct.pack("<HH", VERSION, 0)), time.monotonic() + timeout_s)
             kind, body = self._read_frame()
             if kind == Kind.ERROR:
                 raise self._refusal(body)
@@ -80,7 +82,7 @@ class Connection:
     # ------------------------------------------------------------------------------------------ frames
     def _read_frame(self) -> tuple[int, memoryview]:
         try:
-            return read_frame(self.sock, time.monotonic() + self.timeout_s, self.label)
+            return self.stream.read(time.monotonic() + self.timeout_s)
         except TimeoutError:
             raise self.failure(f"has not answered for {self.timeout_s:g}s (an env step that never returns?)",
                               hung=True) from None
@@ -124,7 +126,9 @@ class Connection:
         if self._broken is not None:
             raise self._broken
         try:
-            self.sock.sendall(data)
+            self.stream.send(data, time.monotonic() + self.timeout_s)
+        except TimeoutError:
+            raise self.failure(f"has not taken a request for {self.timeout_s:g}s", hung=True) from None
         except OSError as exc:
             raise self.failure(f"closed the connection ({type(exc).__name__}: {exc})") from None
         self._sent += 1
@@ -145,7 +149,13 @@ class Connection:
         return kind, body
 
     def has_reply(self, ticket: int) -> bool:
-        """Whether `ticket`'s reply was already read (it came in while waiting for another)."""
+        """Whether `ticket`'s reply was already read (it came in while waiting for another, or with it)."""
+        if ticket in self._stash:
+            return True
+        if self._broken is None and self.sock is not None:
+            while ticket not in self._stash and (found := self.stream.next_frame()) is not None:
+                self._stash[self._read] = found
+                self._read += 1
         return ticket in self._stash
 
     def request(self, data: bytes, expect: int) -> memoryview:
@@ -201,17 +211,10 @@ class Connection:
         """Send the queued steps as one STEP frame; its ticket (None when nothing was queued)."""
         if not self._queued:
             return None
-        records = np.zeros(len(self._queued), self.layout.step)
-        columns = list(zip(*self._queued))
-        records["instance"], records["flags"] = columns[0], columns[1]
-        width = self.layout.action_bytes
-        if width:
-            actions = records["action"]
-            for k, data in enumerate(columns[2]):
-                if data:
-                    actions[k, :len(data)] = np.frombuffer(data, np.uint8)
+        pack = self.layout.step_struct.pack  # zero-pads each action to action_bytes
+        records = [pack(*request) for request in self._queued]
         self._queued.clear()
-        return self.send(records_frame(Kind.STEP, records))
+        return self.send(packed_frame(Kind.STEP, records))
 
     def collect(self, ticket: int) -> None:
         """Receive a STATE reply and hand each instance its snapshots."""
@@ -221,15 +224,10 @@ class Connection:
         self.apply_state(body)
 
     def apply_state(self, body: memoryview) -> None:
-        records, tail = split_records(body, self.layout.snapshot, self.label)
-        flags = records["flags"].tolist()
-        infos = read_infos(tail, sum(1 for f in flags if f & INFO_JSON), self.label)
-        columns = zip(records["instance"].tolist(), flags, records["selection"].tolist(),
-                      records["n_agents"].tolist(), records["agents"].tolist(), records["rewards"].tolist(),
-                      records["cumulative"].tolist(), records["terminations"].tolist(),
-                      records["truncations"].tolist(), records["obs"], records["mask"])
+        rows, tail = unpack_records(body, self.layout.snapshot_struct, self.label)
+        infos = read_infos(tail, sum(1 for row in rows if row[1] & INFO_JSON), self.label) if tail else []
         envs, previous, info_at = self.envs, None, 0
-        for row in columns:
+        for row in rows:
             info = None
             if row[1] & INFO_JSON:
                 info, info_at = infos[info_at], info_at + 1
@@ -289,10 +287,12 @@ def _reset_frame(requests: list[tuple[int, int | None, dict | None]]) -> bytes:
     return records_frame(Kind.RESET, records, info_tail(options))
 
 
-def _info(layout: EnvLayout, agent: str, flags: int, mask: np.ndarray, extra: dict | None) -> dict:
+def _info(layout: EnvLayout, agent: str, flags: int, mask: Any, extra: dict | None) -> dict:
+    """An agent's info from a record: its JSON part `extra` and, if `flags` say so, the action mask in `mask`
+    (any buffer of the record's mask bytes)."""
     info = dict(extra) if extra else {}
     if flags & INFO_MASK:
-        info[MASK_KEY] = mask[:layout.masks[agent]].astype(np.int8)
+        info[MASK_KEY] = np.frombuffer(mask, np.int8, layout.masks[agent]).copy()
     return info
 
 
@@ -322,8 +322,10 @@ class RemoteEnv(AECEnv):
         self.truncations: dict[str, bool] = {}
         self.infos: dict[str, dict] = {}
         self.agent_selection: str | None = None
-        self._order: list[int] | None = None
-        self._obs_row: np.ndarray | None = None
+        self._order: tuple[int, ...] | None = None
+        self._in_order = False
+        self._identity = tuple(range(len(self._names)))
+        self._obs_row: bytes | None = None
         self._obs_value: Any = None
         self._later: deque = deque()
 
@@ -334,28 +336,38 @@ class RemoteEnv(AECEnv):
         return self.action_spaces[agent]
 
     def _apply(self, row: tuple, info: dict | None) -> None:
-        """Show a snapshot: (instance, flags, selection, n_agents, agents, rewards, cumulative, terminations,
-        truncations, obs bytes, mask bytes)."""
-        _, flags, selection, n, order, rewards, cumulative, terms, truncs, obs, mask = row
-        names = self._names
-        order = order[:n]
+        """Show a snapshot: a record unpacked by `EnvLayout.snapshot_struct` (instance, flags, selection,
+        n_agents, P agents, P rewards, P cumulative rewards, P terminations, P truncations, obs bytes, mask
+        bytes), the last four by agent index."""
+        flags, selection, n = row[1], row[2], row[3]
+        names, p = self._names, len(self._names)
+        order = row[4:4 + n]
         if order != self._order:
             self._order = order
+            self._in_order = order == self._identity[:n]
             self.agents = [names[i] for i in order]
             old = self.infos
             self.infos = {a: old.get(a, {}) for a in self.agents}
         agents = self.agents
-        self.rewards = {a: rewards[i] for a, i in zip(agents, order)}
-        self._cumulative_rewards = {a: cumulative[i] for a, i in zip(agents, order)}
-        self.terminations = {a: bool(terms[i]) for a, i in zip(agents, order)}
-        self.truncations = {a: bool(truncs[i]) for a, i in zip(agents, order)}
+        r, c, t, u = 4 + p, 4 + 2 * p, 4 + 3 * p, 4 + 4 * p
+        if self._in_order:  # agent k at index k: each field is a slice of the record
+            self.rewards = dict(zip(agents, row[r:r + n]))
+            self._cumulative_rewards = dict(zip(agents, row[c:c + n]))
+            self.terminations = dict(zip(agents, row[t:t + n]))
+            self.truncations = dict(zip(agents, row[u:u + n]))
+        else:
+            self.rewards = {a: row[r + i] for a, i in zip(agents, order)}
+            self._cumulative_rewards = {a: row[c + i] for a, i in zip(agents, order)}
+            self.terminations = {a: row[t + i] for a, i in zip(agents, order)}
+            self.truncations = {a: row[u + i] for a, i in zip(agents, order)}
         agent = self.agent_selection = names[selection] if selection != NO_AGENT else None
         self._obs_value = None
         if flags & NO_OBS:
             self._obs_row = None
         else:
-            self._obs_row = obs
-            self.infos[agent] = _info(self.layout, agent, flags, mask, info) if flags & (INFO_JSON | INFO_MASK) else {}
+            self._obs_row = row[-2]
+            self.infos[agent] = (_info(self.layout, agent, flags, row[-1], info) if flags & (INFO_JSON | INFO_MASK)
+                                 else {})
 
     def reset(self, seed: int | None = None, options: dict | None = None) -> None:
         self._order, self.infos = None, {}

@@ -59,6 +59,8 @@ RESET_RECORD = np.dtype([("instance", "<u4"), ("flags", "u1"), ("seed", "<i8")])
 OBSERVE_RECORD = np.dtype([("instance", "<u4"), ("agent", "<u2")])
 _HEADER = struct.Struct("<IB")
 _COUNT = struct.Struct("<I")
+_I64 = struct.Struct("<q")
+_I8_DTYPE = np.dtype("<i8")
 
 
 # ---------------------------------------------------------------------------------------------- frames
@@ -137,6 +139,27 @@ def split_records(body: memoryview, dtype: np.dtype, source: str) -> tuple[np.nd
             f"{source}: malformed frame: {count} records of {dtype.itemsize} bytes need {end - 4} bytes, the frame "
             f"has {len(body) - 4}; do both sides derive the same layouts from the spaces (docs/remote.md)?")
     return np.frombuffer(body, dtype, count, 4), body[end:]
+
+
+def unpack_records(body: memoryview, record: struct.Struct, source: str) -> tuple[list[tuple], memoryview]:
+    """(the records as tuples, the tail after them) of a body that starts with a count: `split_records` with a
+    `struct` format, one C call for the whole array."""
+    if len(body) < 4:
+        raise RemoteProtocolError(f"{source}: malformed frame: {len(body)} bytes, too short for a record count")
+    (count,) = _COUNT.unpack_from(body)
+    end = 4 + count * record.size
+    if end > len(body):
+        raise RemoteProtocolError(
+            f"{source}: malformed frame: {count} records of {record.size} bytes need {end - 4} bytes, the frame "
+            f"has {len(body) - 4}; do both sides derive the same layouts from the spaces (docs/remote.md)?")
+    return list(record.iter_unpack(body[4:end])) if count else [], body[end:]
+
+
+def packed_frame(kind: int, records: list[bytes], tail: bytes = b"") -> bytes:
+    """A frame whose body is a record count, the records (each already packed) and a tail: one join."""
+    size = sum(map(len, records))
+    return b"".join((_HEADER.pack(_COUNT.size + size + len(tail) + 1, kind), _COUNT.pack(len(records)), *records,
+                     tail))
 
 
 def read_infos(tail: memoryview, wanted: int, source: str) -> list[dict]:
@@ -234,9 +257,11 @@ class Leaf:
     dtype: np.dtype
 
     nbytes: int = 0
+    count: int = 0
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "nbytes", int(np.prod(self.shape, dtype=np.int64)) * self.dtype.itemsize)
+        object.__setattr__(self, "count", int(np.prod(self.shape, dtype=np.int64)))
+        object.__setattr__(self, "nbytes", self.count * self.dtype.itemsize)
 
 
 def leaves(space: spaces.Space, path: tuple = ()) -> list[Leaf]:
@@ -288,25 +313,53 @@ class SpaceCodec:
             at += leaf.nbytes
 
     def encode(self, value: Any) -> bytes:
+        """`value` as the space's bytes. The hot path: a leaf that already is an array of the leaf's dtype and
+        shape (or, for an i64 scalar, a Python or numpy integer) is copied as is; anything else goes through
+        `encode_into`, which converts it and names the leaf where it disagrees with the space."""
+        parts = []
+        for leaf in self.leaves:
+            part = value
+            try:
+                for key in leaf.path:
+                    part = part[key]
+            except (KeyError, IndexError, TypeError, ValueError):
+                return self._encode_checked(value)
+            if type(part) is np.ndarray and part.dtype == leaf.dtype and part.shape == leaf.shape:
+                parts.append(part.tobytes())
+            elif leaf.dtype == _I8_DTYPE and leaf.shape == () and isinstance(part, (int, np.integer)) \
+                    and -(1 << 63) <= part < (1 << 63):
+                parts.append(_I64.pack(part))
+            else:
+                return self._encode_checked(value)
+        return parts[0] if len(parts) == 1 else b"".join(parts)
+
+    def _encode_checked(self, value: Any) -> bytes:
         out = np.zeros(self.nbytes, np.uint8)
         self.encode_into(value, out)
         return out.tobytes()
 
-    def decode(self, data: np.ndarray) -> Any:
-        """The value stored in the bytes `data` (a fresh, writable copy)."""
+    def decode(self, data: Any) -> Any:
+        """The value stored in the bytes `data` (any buffer: bytes, a memoryview, a uint8 array), as a fresh,
+        writable value: arrays are views of one private copy of the bytes (copied again where a leaf would
+        be misaligned), scalars numpy scalars."""
+        if self._scalar:
+            leaf = self.leaves[0]
+            return np.frombuffer(data, leaf.dtype, 1)[0]
+        copy = bytearray(memoryview(data).cast("B")[:self.nbytes])
         if self._single:
             leaf = self.leaves[0]
-            array = data[:leaf.nbytes].view(leaf.dtype)
-            return array[0].copy() if self._scalar else array.reshape(leaf.shape).copy()
+            return np.frombuffer(copy, leaf.dtype, leaf.count).reshape(leaf.shape)
         out: dict = {}
         at = 0
         for leaf in self.leaves:
-            array = data[at:at + leaf.nbytes].view(leaf.dtype)
+            array = np.frombuffer(copy, leaf.dtype, leaf.count, at)
+            if not array.flags.aligned:
+                array = array.copy()
             at += leaf.nbytes
             node = out
             for key in leaf.path[:-1]:
                 node = node.setdefault(key, {})
-            node[leaf.path[-1]] = array[0].copy() if leaf.shape == () else array.reshape(leaf.shape).copy()
+            node[leaf.path[-1]] = array[0] if leaf.shape == () else array.reshape(leaf.shape)
         return self._rebuild(out, ()) if self._tuples else out
 
     def _rebuild(self, node: Any, path: tuple) -> Any:
@@ -338,6 +391,8 @@ class EnvLayout:
         if not self.agents or len(self.agents) >= NO_AGENT:
             raise RemoteSpaceError(f"the protocol carries 1 to {NO_AGENT - 1} possible agents, not {len(self.agents)}")
         self.index = {a: i for i, a in enumerate(self.agents)}
+        #: Agent indices 0..P-1: the order of a snapshot whose agents are all the possible agents, in order.
+        self.identity = tuple(range(len(self.agents)))
         self.observation_spaces, self.action_spaces = observation_spaces, action_spaces
         self.obs = {a: SpaceCodec(observation_spaces[a], f"agent {a!r}: observation") for a in self.agents}
         self.actions = {a: SpaceCodec(action_spaces[a], f"agent {a!r}: action") for a in self.agents}
@@ -353,6 +408,12 @@ class EnvLayout:
         self.step = np.dtype([("instance", "<u4"), ("flags", "u1"), ("action", "u1", (self.action_bytes,))])
         self.observation = np.dtype([("instance", "<u4"), ("agent", "<u2"), ("flags", "<u2"),
                                      ("obs", "u1", (self.obs_bytes,)), ("mask", "u1", (self.mask_bytes,))])
+        #: The same snapshot and step records as `struct` formats, for the hot path: one call packs or unpacks a
+        #: whole record (a snapshot as the flat tuple instance, flags, selection, n_agents, P agents, P rewards,
+        #: P cumulative rewards, P terminations, P truncations, obs bytes, mask bytes).
+        self.snapshot_struct = struct.Struct(f"<IHHH{p}H{p}d{p}d{p}?{p}?{self.obs_bytes}s{self.mask_bytes}s")
+        self.step_struct = struct.Struct(f"<IB{self.action_bytes}s")
+        assert self.snapshot_struct.size == self.snapshot.itemsize and self.step_struct.size == self.step.itemsize
 
     def sizes(self) -> dict[str, int]:
         """The record sizes a WELCOME states, so that a client refuses a server that computed others."""

@@ -13,6 +13,7 @@ import selectors
 import signal
 import socket
 import struct
+import time
 import traceback
 from typing import Any, Callable
 
@@ -21,15 +22,14 @@ import numpy as np
 from pzasync.errors import RemoteProtocolError, RemoteSpaceError
 from pzasync.logs import logger
 from pzasync.remote.address import Address
-from pzasync.remote.json_values import plain
-from pzasync.remote.protocol import (HAS_OPTIONS, HAS_SEED, INFO_JSON, INFO_MASK, MAGIC, MASK_KEY, NO_AGENT, NO_OBS, NONE_ACTION,
-                                     OBSERVE_RECORD, RESET_RECORD, VERSION, EnvLayout, Kind, error_frame, frame,
-                                     info_tail, json_frame, parse_header, read_infos, records_frame,
-                                     split_records)
+from pzasync.remote.protocol import (HAS_OPTIONS, HAS_SEED, MAGIC, NONE_ACTION, OBSERVE_RECORD, RESET_RECORD, VERSION,
+                                     EnvLayout, Kind, SpaceCodec, error_frame, frame, info_tail, json_frame,
+                                     read_infos, records_frame, split_records, unpack_records)
+from pzasync.remote.snapshots import EnvStates, Snapshots, UnfitValue, info_parts
+from pzasync.remote.stream import FrameStream
 
-#: Dead turns stepped with None in a row before the server calls the env broken (an env that never moves on).
-MAX_DEAD_TURNS = 100_000
 _SEND_TIMEOUT_S = 60.0
+_I64 = struct.Struct("<q")
 
 
 class _Refused(Exception):
@@ -40,18 +40,25 @@ class _Refused(Exception):
         self.code, self.close, self.context = code, close, context
 
 
-class _Connection:
-    def __init__(self, sock: socket.socket, peer: str) -> None:
+class Session:
+    """One client's instances on a server and its handshake: what `EnvServer.answer` answers frames for. A
+    connection of the server's own has one, with its socket's `FrameStream`; another transport makes its own
+    with `EnvServer.session`."""
+
+    def __init__(self, peer: str, sock: socket.socket | None = None) -> None:
         self.sock, self.peer = sock, peer
-        self.buffer = bytearray()
+        self.stream = FrameStream(sock, f"client {peer}") if sock is not None else None
         self.greeted = False
         self.envs: dict[int, Any] = {}
 
 
 class EnvServer:
-    """The server behind `serve`; `run` answers until `stop` is called (or SIGTERM/SIGINT under `serve`)."""
+    """The server behind `serve`; `run` answers until `stop` is called (or SIGTERM/SIGINT under `serve`).
 
-    def __init__(self, env_fn: Callable[[], Any], address: str, instances: int = 16, name: str | None = None) -> None:
+    With `address` None it listens nowhere: another transport hands it frames (`session`, `answer`, `end`)."""
+
+    def __init__(self, env_fn: Callable[[], Any], address: str | None, instances: int = 16,
+                 name: str | None = None) -> None:
         if instances < 1:
             raise ValueError(f"instances must be >= 1, got {instances}")
         self.env_fn, self.max_instances = env_fn, instances
@@ -61,20 +68,25 @@ class EnvServer:
         agents = list(probe.possible_agents)
         self.layout = EnvLayout(agents, {a: probe.observation_space(a) for a in agents},
                                 {a: probe.action_space(a) for a in agents})
-        self.to_env = {a: _action_converter(probe.action_space(a)) for a in agents}
+        self.to_env = {a: _action_decoder(probe.action_space(a), self.layout.actions[a]) for a in agents}
         self.welcome = json_frame(Kind.WELCOME, {"protocol": VERSION, "name": self.name,
                                                  "max_instances": instances, **self.layout.describe()},
                                   prefix=struct.pack("<H", VERSION))
-        self.listener, self.address = Address.parse(address).listen()
+        self.listener: socket.socket | None = None
+        self.address: Address | str = f"of {self.name}"
         self.selector = selectors.DefaultSelector()
-        self.selector.register(self.listener, selectors.EVENT_READ, None)
-        self.connections: list[_Connection] = []
-        self.states: dict[int, _State] = {}  # per env (by id): where its state attributes are read
+        if address is not None:
+            self.listener, self.address = Address.parse(address).listen()
+            self.selector.register(self.listener, selectors.EVENT_READ, None)
+        self.connections: list[Session] = []
+        self.states = EnvStates()  # where each env's state attributes are read
         self._stopping = False
 
     # ------------------------------------------------------------------------------------------ the loop
     def run(self) -> None:
         """Answer connections until `stop`; then close everything (the Unix socket file included)."""
+        if self.listener is None:
+            raise ValueError("this EnvServer listens nowhere (address None): hand it frames with `answer`")
         try:
             while not self._stopping:
                 for key, _ in self.selector.select(0.25):
@@ -90,61 +102,59 @@ class EnvServer:
 
     def _accept(self) -> None:
         sock, peer = self.listener.accept()
-        sock.setblocking(True)
-        sock.settimeout(_SEND_TIMEOUT_S)
         if self.address.path is None:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        conn = _Connection(sock, str(peer) or "unix peer")
+        conn = Session(str(peer) or "unix peer", sock)
         self.connections.append(conn)
         self.selector.register(sock, selectors.EVENT_READ, conn)
 
-    def _readable(self, conn: _Connection) -> None:
+    def _readable(self, conn: Session) -> None:
+        """Answer every complete frame that has arrived on `conn`, in order."""
         try:
-            data = conn.sock.recv(1 << 16)
-        except OSError:
-            data = b""
-        if not data:
+            if not conn.stream.fill():
+                return
+        except (EOFError, OSError):
             self._drop(conn)
             return
-        conn.buffer += data
-        buffer = conn.buffer
-        while len(buffer) >= 4:
+        while True:
             try:
-                length = parse_header(bytes(buffer[:4]), f"client {conn.peer}")
+                found = conn.stream.next_frame()
             except RemoteProtocolError as exc:
                 self._reply(conn, error_frame("malformed", str(exc)))
                 self._drop(conn)
                 return
-            if len(buffer) < 4 + length:
+            if found is None:
                 return
-            body = memoryview(bytes(buffer[4:4 + length]))
-            del buffer[:4 + length]
-            try:
-                reply = self._answer(conn, body[0], body[1:])
-            except _Refused as exc:
-                reply = error_frame(exc.code, str(exc), **exc.context)
-                if exc.close:
-                    self._reply(conn, reply)
-                    self._drop(conn)
-                    return
+            reply, close = self.answer(conn, *found)
             if not self._reply(conn, reply):
                 return
+            if close:
+                self._drop(conn)
+                return
 
-    def _reply(self, conn: _Connection, data: bytes) -> bool:
+    def _reply(self, conn: Session, data: bytes) -> bool:
         try:
-            conn.sock.sendall(data)
+            conn.stream.send(data, time.monotonic() + _SEND_TIMEOUT_S)
             return True
-        except OSError:
+        except OSError:  # TimeoutError included: a client that stopped reading
             self._drop(conn)
             return False
 
-    def _drop(self, conn: _Connection) -> None:
+    def _drop(self, conn: Session) -> None:
         if conn in self.connections:
             self.connections.remove(conn)
             self.selector.unregister(conn.sock)
-        conn.sock.close()
-        self.spare.extend(conn.envs.values())
-        conn.envs.clear()
+            conn.sock.close()
+        self.end(conn)
+
+    def session(self, peer: str) -> Session:
+        """A session for a client reached by another transport (named `peer` in errors); `end` it when done."""
+        return Session(peer)
+
+    def end(self, session: Session) -> None:
+        """Take back a session's envs (for later sessions)."""
+        self.spare.extend(session.envs.values())
+        session.envs.clear()
 
     def close(self) -> None:
         for conn in list(self.connections):
@@ -156,6 +166,8 @@ class EnvServer:
                 pass
         self.spare.clear()
         self.selector.close()
+        if self.listener is None:
+            return
         self.listener.close()
         if self.address.path is not None:
             try:
@@ -164,7 +176,15 @@ class EnvServer:
                 pass
 
     # ------------------------------------------------------------------------------------------ messages
-    def _answer(self, conn: _Connection, kind: int, body: memoryview) -> bytes:
+    def answer(self, session: Session, kind: int, body: memoryview) -> tuple[bytes, bool]:
+        """The reply frame to a `session`'s frame (`kind`, `body`: what follows the kind byte), an ERROR frame
+        where it is refused; and whether the session must end (a frame that breaks the protocol)."""
+        try:
+            return self._answer(session, kind, body), False
+        except _Refused as exc:
+            return error_frame(exc.code, str(exc), **exc.context), exc.close
+
+    def _answer(self, conn: Session, kind: int, body: memoryview) -> bytes:
         if not conn.greeted:
             if kind != Kind.HELLO or len(body) < 6 or bytes(body[:4]) != MAGIC:
                 raise _Refused("malformed", f"server {self.address}: the first frame must be HELLO ({MAGIC!r}, "
@@ -178,7 +198,7 @@ class EnvServer:
         source = f"client {conn.peer}"
         try:
             if kind == Kind.STEP:
-                return self._step(conn, split_records(body, self.layout.step, source)[0])
+                return self._step(conn, unpack_records(body, self.layout.step_struct, source)[0])
             if kind == Kind.RESET:
                 return self._reset(conn, *split_records(body, RESET_RECORD, source))
             if kind == Kind.OBSERVE:
@@ -189,7 +209,7 @@ class EnvServer:
             raise _Refused("malformed", str(exc), close=True) from None
         raise _Refused("malformed", f"server {self.address}: unknown message kind {kind}", close=True)
 
-    def _env(self, conn: _Connection, instance: int, create: bool) -> Any:
+    def _env(self, conn: Session, instance: int, create: bool) -> Any:
         env = conn.envs.get(instance)
         if env is None:
             if instance >= self.max_instances:
@@ -201,7 +221,7 @@ class EnvServer:
             env = conn.envs[instance] = self.spare.pop() if self.spare else self.env_fn()
         return env
 
-    def _failed(self, conn: _Connection, instance: int, env: Any, exc: Exception) -> _Refused:
+    def _failed(self, conn: Session, instance: int, env: Any, exc: Exception) -> _Refused:
         """An env's exception as an ERROR reply; its instance must be reset again."""
         conn.envs.pop(instance, None)
         code = "space" if isinstance(exc, RemoteSpaceError) else "env"
@@ -209,8 +229,8 @@ class EnvServer:
                         agent=getattr(env, "agent_selection", None), type=f"{type(exc).__module__}:{type(exc).__qualname__}",
                         traceback=traceback.format_exc())
 
-    def _reset(self, conn: _Connection, records: np.ndarray, tail: memoryview) -> bytes:
-        out = _Snapshots(self.layout, self.states)
+    def _reset(self, conn: Session, records: np.ndarray, tail: memoryview) -> bytes:
+        out = Snapshots(self.layout, self.states)
         rows = records.tolist()
         options = iter(read_infos(tail, sum(1 for _, flags, _ in rows if flags & HAS_OPTIONS), f"client {conn.peer}"))
         for instance, flags, seed in rows:
@@ -219,31 +239,30 @@ class EnvServer:
                 env.reset(seed=seed if flags & HAS_SEED else None,
                           options=next(options) if flags & HAS_OPTIONS else None)
                 out.chain(env, instance)
+            except UnfitValue as exc:
+                raise _Refused("space", str(exc), instance=exc.instance, agent=exc.agent) from None
             except Exception as exc:  # noqa: BLE001 - the client gets it with its instance
                 raise self._failed(conn, instance, env, exc) from None
         return out.frame()
 
-    def _step(self, conn: _Connection, records: np.ndarray) -> bytes:
-        out = _Snapshots(self.layout, self.states)
-        codecs, to_env = self.layout.actions, self.to_env
-        actions = records["action"]
-        for k, (instance, flags) in enumerate(zip(records["instance"].tolist(), records["flags"].tolist())):
+    def _step(self, conn: Session, records: list[tuple]) -> bytes:
+        """Step each (instance, flags, action bytes) record's env; the STATE reply."""
+        out = Snapshots(self.layout, self.states)
+        to_env, owner = self.to_env, self.states.owner
+        for instance, flags, data in records:
             env = self._env(conn, instance, create=False)
             try:
-                if flags & NONE_ACTION:
-                    action = None
-                else:
-                    agent = env.agent_selection
-                    action = to_env[agent](codecs[agent].decode(actions[k]))
-                env.step(action)
+                env.step(None if flags & NONE_ACTION else to_env[owner(env).agent_selection](data))
                 out.chain(env, instance)
             except _Refused:
                 raise
+            except UnfitValue as exc:
+                raise _Refused("space", str(exc), instance=exc.instance, agent=exc.agent) from None
             except Exception as exc:  # noqa: BLE001 - the client gets it with its instance
                 raise self._failed(conn, instance, env, exc) from None
         return out.frame()
 
-    def _observe(self, conn: _Connection, records: np.ndarray) -> bytes:
+    def _observe(self, conn: Session, records: np.ndarray) -> bytes:
         layout = self.layout
         replies = np.zeros(len(records), layout.observation)
         infos: list[dict] = []
@@ -258,146 +277,20 @@ class EnvServer:
                 rec = replies[k]
                 rec["instance"], rec["agent"] = instance, agent_index
                 layout.obs[agent].encode_into(observation, replies["obs"][k])
-                rec["flags"] = _put_info(layout, agent, env.infos.get(agent), replies["mask"][k], infos)
+                rec["flags"], mask = info_parts(layout, agent, env.infos.get(agent), infos)
+                replies["mask"][k][:len(mask)] = np.frombuffer(mask, np.uint8)
             except Exception as exc:  # noqa: BLE001 - the client gets it with its instance
                 raise self._failed(conn, instance, env, exc) from None
         return records_frame(Kind.OBSERVATION, replies, info_tail(infos))
 
 
-_STATE = ("agents", "agent_selection", "rewards", "_cumulative_rewards", "terminations", "truncations", "infos")
-
-
-class _State:
-    """An AEC env's state attributes read where they live, past PettingZoo's forwarding wrappers (whose
-    `__getattr__` costs about a microsecond per wrapper and name, several times per step). Each read first
-    checks that no wrapper above the owner has set one of the names itself; if one has, it reads through the
-    wrappers as before."""
-
-    def __init__(self, env: Any) -> None:
-        self.env, self.owner, self.skipped = env, env, []
-        try:
-            from pettingzoo.utils.wrappers import BaseWrapper
-        except ImportError:  # pragma: no cover
-            return
-        obj = env
-        while isinstance(obj, BaseWrapper) and "env" in vars(obj) and not any(n in vars(obj) for n in _STATE):
-            if any(n in vars(k) for k in type(obj).__mro__ if k is not BaseWrapper and k.__module__.split(".")[0]
-                   != "pettingzoo" for n in _STATE):
-                break  # a wrapper class of the user's that defines one of the names: read through it
-            self.skipped.append(vars(obj))
-            obj = vars(obj)["env"]
-        self.owner = obj
-
-    def get(self) -> Any:
-        """The object to read the state attributes from now."""
-        for own in self.skipped:
-            if not _NAMES.isdisjoint(own):
-                return self.env
-        return self.owner
-
-
-_NAMES = frozenset(_STATE)
-
-
-class _Snapshots:
-    """The STATE reply being built: one snapshot per env step, each agent's state as the env shows it."""
-
-    def __init__(self, layout: EnvLayout, states: dict[int, _State]) -> None:
-        self.layout, self.states = layout, states
-        self.rows: list[tuple] = []
-        self.obs: list[Any] = []
-        self.infos: list[dict] = []
-
-    def chain(self, env: Any, instance: int) -> None:
-        """Snapshot the env, then step each dead agent whose turn it is with None, snapshotting each step."""
-        self.add(env, instance)
-        for _ in range(MAX_DEAD_TURNS):
-            agent = env.agent_selection
-            if not env.agents or not (env.terminations.get(agent) or env.truncations.get(agent)):
-                return
-            env.step(None)
-            self.add(env, instance)
-        raise RuntimeError(f"{MAX_DEAD_TURNS} dead agents' turns in a row: the env never selects a live agent")
-
-    def add(self, env: Any, instance: int) -> None:
-        layout, index = self.layout, self.layout.index
-        p = len(layout.agents)
-        state = self.states.get(id(env))
-        if state is None or state.env is not env:
-            state = self.states[id(env)] = _State(env)
-        owner = state.get()
-        agents = owner.agents
-        try:
-            order = [index[a] for a in agents]
-        except KeyError as exc:
-            raise RemoteSpaceError(f"agent {exc.args[0]!r} is not among possible_agents {layout.agents}; the protocol "
-                                   f"needs every agent declared up front") from None
-        rewards, cumulative, terms, truncs = [0.0] * p, [0.0] * p, [0] * p, [0] * p
-        env_rewards, env_cumulative = owner.rewards, owner._cumulative_rewards
-        env_terms, env_truncs = owner.terminations, owner.truncations
-        for agent, i in zip(agents, order):
-            rewards[i] = env_rewards.get(agent, 0.0)
-            cumulative[i] = env_cumulative.get(agent, 0.0)
-            terms[i] = env_terms.get(agent, False)
-            truncs[i] = env_truncs.get(agent, False)
-        selected = owner.agent_selection
-        flags = 0
-        if selected in index and selected in agents:
-            self.obs.append((selected, env.observe(selected), owner.infos.get(selected)))
-        else:
-            flags = NO_OBS
-            self.obs.append(None)
-        self.rows.append((instance, flags, index.get(selected, NO_AGENT), len(order), order + [0] * (p - len(order)),
-                          rewards, cumulative, terms, truncs))
-
-    def frame(self) -> bytes:
-        layout = self.layout
-        records = np.zeros(len(self.rows), layout.snapshot)
-        if self.rows:
-            columns = list(zip(*self.rows))
-            for name, column in zip(("instance", "flags", "selection", "n_agents", "agents", "rewards", "cumulative",
-                                     "terminations", "truncations"), columns):
-                records[name] = column
-        obs_bytes, masks, flags = records["obs"], records["mask"], records["flags"]
-        for k, seen in enumerate(self.obs):
-            if seen is not None:
-                agent, observation, info = seen
-                try:
-                    layout.obs[agent].encode_into(observation, obs_bytes[k])
-                    flags[k] |= _put_info(layout, agent, info, masks[k], self.infos)
-                except RemoteSpaceError as exc:
-                    raise _Refused("space", str(exc), instance=self.rows[k][0], agent=agent) from None
-        return records_frame(Kind.STATE, records, info_tail(self.infos))
-
-
-def _put_info(layout: EnvLayout, agent: str, info: Any, mask_out: np.ndarray, infos: list[dict]) -> int:
-    """Put an agent's info in a record (its action mask in `mask_out`, the rest as JSON in `infos`); the flags."""
-    if not info:
-        return 0
-    flags, rest = 0, info
-    mask = info.get(MASK_KEY) if isinstance(info, dict) else None
-    size = layout.masks[agent]
-    if mask is not None and size:
-        array = np.asarray(mask).reshape(-1)
-        if array.size != size:
-            raise RemoteSpaceError(f"agent {agent!r}: info action mask of {array.size} entries, but its action space "
-                                   f"{layout.action_spaces[agent]!r} needs {size}")
-        mask_out[:size] = array.astype(np.uint8)
-        flags |= INFO_MASK
-        rest = {k: v for k, v in info.items() if k != MASK_KEY}
-    if rest:
-        infos.append(plain(rest if isinstance(rest, dict) else {"info": rest}, f"agent {agent!r}: info"))
-        flags |= INFO_JSON
-    return flags
-
-
-def _action_converter(space: Any) -> Callable[[Any], Any]:
-    """A decoded action as `env.step` takes it in process: a Python int for Discrete."""
+def _action_decoder(space: Any, codec: SpaceCodec) -> Callable[[bytes], Any]:
+    """A step record's action bytes as `env.step` takes the action in process: a Python int for Discrete."""
     from gymnasium import spaces
 
     if isinstance(space, spaces.Discrete):
-        return int
-    return lambda value: value
+        return lambda data: _I64.unpack_from(data)[0]
+    return codec.decode
 
 
 def serve(env_fn: Callable[[], Any], address: str, instances: int = 16, *, name: str | None = None) -> None:

@@ -36,13 +36,15 @@ from pzasync.runtime.copies.remote_links import Group, Links
 
 class RemoteEnvs:
     """What an actor needs to step `copies` copies of a remote env (`EnvCopiesFactory`): its id (an address
-    or a `cmd:` template) and keyword arguments (`servers`, `instances`, `timeout_s`, `restarts`)."""
+    or a `cmd:` template) and keyword arguments (`servers`, `instances`, `timeout_s`, `restarts`). `connection`:
+    the connection class (`pzasync.remote.Connection`; a benchmark substitutes another transport's)."""
 
     #: No copy is stepped in the actor's process.
     env: Any = None
 
-    def __init__(self, env_spec: Any, copies: int, timeout_s: float = 60.0) -> None:
-        self.env_spec, self.copies = env_spec, copies
+    def __init__(self, env_spec: Any, copies: int, timeout_s: float = 60.0,
+                 connection: type[Connection] = Connection) -> None:
+        self.env_spec, self.copies, self.connection = env_spec, copies, connection
         self.env_name = env_spec.name
         self.timeout_s = float(env_spec.kwargs.get("timeout_s", timeout_s))
 
@@ -52,7 +54,8 @@ class RemoteEnvs:
         """Launch the servers of a `cmd:` id (or reach the one at the address) and connect the copies."""
         return RemoteCopies(self.env_spec.source, dict(self.env_spec.kwargs), self.copies, seed, layouts, emit=emit,
                             on_episode=on_episode, on_start=on_start, check_rewards=check_rewards,
-                            max_episode_steps=max_episode_steps, timeout_s=self.timeout_s, wrap=self.env_spec.wrap)
+                            max_episode_steps=max_episode_steps, timeout_s=self.timeout_s,
+                            connection=self.connection, wrap=self.env_spec.wrap)
 
     def close(self) -> None:
         """Nothing held between runs: each run's `RemoteCopies` closes its own connections and servers."""
@@ -66,7 +69,8 @@ class RemoteCopies:
     def __init__(self, env_id: str, kwargs: dict, copies: int, seed: int | None, layouts: dict, *,
                  emit: Callable[[Transition, int], None], on_episode: Callable[[EpisodeSummary], None],
                  on_start: Callable[[int], None], check_rewards: bool = True, max_episode_steps: int | None = None,
-                 timeout_s: float = 60.0, wrap: Callable[[Any], Any] | None = None) -> None:
+                 timeout_s: float = 60.0, connection: type[Connection] = Connection,
+                 wrap: Callable[[Any], Any] | None = None) -> None:
         self.on_start = on_start
         self.timeout_s = timeout_s
         #: Relaunches of lost servers still allowed in this run (`restarts`, cmd: ids only).
@@ -75,7 +79,7 @@ class RemoteCopies:
         self.current = 0
         #: What the actor said last about starting episodes (for copies whose server was launched again).
         self.may_reset = True
-        self.links = Links(env_id, kwargs, copies, timeout_s)
+        self.links = Links(env_id, kwargs, copies, timeout_s, connection)
         self.groups = self.links.groups
         try:
             to_env = env_action_converter(layouts)
@@ -170,6 +174,8 @@ class RemoteCopies:
             if not outstanding:
                 return None
             self._check_deadlines(outstanding)
+            # Oldest first: a group whose reply is always in at once (a fast server) must not starve the others.
+            outstanding.sort(key=lambda i: self.groups[i].since)
             for i in outstanding:
                 g = self.groups[i]
                 if g.ready is not None or g.connection.has_reply(g.ticket):
@@ -181,7 +187,7 @@ class RemoteCopies:
                     waiting[sock] = i
             readable, _, _ = select.select(list(waiting), [], [], 0.05)
             if readable:
-                i = min(waiting[s] for s in readable)
+                i = min((waiting[s] for s in readable), key=lambda i: self.groups[i].since)
                 return i, self._complete(self.groups[i])
 
     def _check_deadlines(self, outstanding: list[int]) -> None:

@@ -37,10 +37,12 @@ class Group:
 
 class Links:
     """The servers, connections and groups of `copies` remote env copies (module docstring). For a `cmd:` id:
-    `servers` processes (kwargs), each launched with `instances` as its {instances}."""
+    `servers` processes (kwargs), each launched with `instances` as its {instances}. `connection` is the
+    connection class (a benchmark substitutes one carrying the messages another way)."""
 
-    def __init__(self, env_id: str, kwargs: dict, copies: int, timeout_s: float) -> None:
-        self.timeout_s = timeout_s
+    def __init__(self, env_id: str, kwargs: dict, copies: int, timeout_s: float,
+                 connection: type[Connection] = Connection) -> None:
+        self.timeout_s, self.connection = timeout_s, connection
         self.servers: list[ServerProcess] = []
         #: Per connection: the index of its server in `servers` (None: a server at an address, not ours).
         self.connections: list[Connection] = []
@@ -81,8 +83,8 @@ class Links:
             label, describe_end = f"server {address}", None
         else:
             label, describe_end = self.servers[server].label, self.servers[server].describe_end
-        connection = Connection(address, self.timeout_s, describe_end=describe_end,
-                                label=label + (f", connection {n}" if n else ""))
+        connection = self.connection(address, self.timeout_s, describe_end=describe_end,
+                                     label=label + (f", connection {n}" if n else ""))
         self.connections.append(connection)
         self.server_of.append(server)
         return connection
@@ -106,8 +108,8 @@ class Links:
             if s != server:
                 continue
             connection.close()
-            replacement = Connection(fresh.address, self.timeout_s, describe_end=fresh.describe_end,
-                                     label=fresh.label + connection.label[len(old_label):])
+            replacement = self.connection(fresh.address, self.timeout_s, describe_end=fresh.describe_end,
+                                          label=fresh.label + connection.label[len(old_label):])
             self.connections[j] = replacement
             for env in connection.envs.values():
                 replacement.adopt(env)
