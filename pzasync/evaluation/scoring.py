@@ -104,9 +104,9 @@ def choose_scoring(env_spec: Any, scoring: str | None = None, agent_groups: dict
     if scoring is not None:
         if scoring not in SCORING_MODES:
             raise ConfigError(f"scoring {scoring!r}: must be one of {', '.join(SCORING_MODES)}")
-        return scoring, "asked for"
+        return scoring, "it was asked for"
     known = scoring_for(spec.name)
     if known is not None:
-        return known, f"the recipes' entry for {spec.name.rsplit('.', 1)[-1]}"
+        return known, f"the recipes say so for {spec.name.rsplit('.', 1)[-1]}"
     mode, why = default_scoring(spec, agent_groups, seed)
-    return mode, f"the recipes do not say; {why}"
+    return mode, f"no recipe says, and {why}"
