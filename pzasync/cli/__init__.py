@@ -256,9 +256,11 @@ def evaluate_cmd(run_dir: str, versus: str, episodes: int, seed: int, scoring: s
     elif json_out is not None:
         with open(json_out, "w") as f:
             json.dump(document, f, indent=1)
-    out.print(scoring_line(report), highlight=False, soft_wrap=True)
     unit = {"seats": "agent", "team": "evaluation", "sides": "side and evaluation"}[report.scoring]
-    table = Table(title=f"{report.env}: {run_dir} vs {versus}, {episodes} episodes per {unit}")
+    out.print(f"{report.env}: {run_dir} vs {versus}, {episodes} episodes per {unit}", highlight=False,
+              soft_wrap=True)
+    out.print(scoring_line(report), highlight=False, soft_wrap=True)
+    table = Table()
     for column in ("unit", "policy", "against", "mean return [95% CI]", "win rate [95% CI]", "wins/draws/losses"):
         table.add_column(column, justify="left" if column in ("unit", "policy", "against") else "right")
     for r in report.results:
