@@ -1,12 +1,16 @@
-"""Evaluating trained agents: each agent's greedy policy against opponents, with confidence intervals.
+"""Evaluating trained agents: greedy policies against opponents, with confidence intervals.
 
-Opponents are yardsticks: random players, a never-learning player spec (`"one_ply"`, `"negamax,depth=2"`,
-`"perfect"`, `"mypkg.mod:func"`), or another run's policies; an env's own yardstick is its recipe's
-(`pzasync.recipes.default_yardstick`). `untrained_baseline` scores freshly initialised
-networks the same way, so a trained result can be read against where learning started.
+`score_units` scores units of agents (a seat alone, a side, or the whole team: evaluation/scoring.py) by their
+summed return; `evaluate_against` is its per-seat form. Opponents are yardsticks: random players, a
+never-learning player spec (`"one_ply"`, `"negamax,depth=2"`, `"perfect"`, `"mypkg.mod:func"`), or another
+run's policies; an env's own yardstick is its recipe's (`pzasync.recipes.default_yardstick`).
+`untrained_baseline` scores freshly initialised networks (`fresh_policies`) the same way, so a trained result
+can be read against where learning started. Episodes run over env copies with batched forwards, seeded per
+episode (evaluation/episodes.py); `play` is the one-env loop of act functions that tests and benchmarks use.
 
-Used by `pzasync eval`, at the end of `pzasync train`, and by the learning tests. Evaluation runs in-process
-on its own seed, never during training, so it costs the training runs nothing.
+Used by `pzasync.evaluate` (evaluation/report.py: `pzasync eval`, the end of `pzasync train`), the evaluator
+process and the learning tests. Evaluation runs in-process on its own seed, never during training, so it costs
+the training runs nothing.
 """
 
 from __future__ import annotations
@@ -290,8 +294,12 @@ def _player_builder(cls: type, options: dict[str, Any], layout: AgentLayout, see
 def policy_players(policies: dict[str, tuple[Any, AgentLayout]]) -> dict[str, Player]:
     """One greedy `PolicyPlayer` per policy object (agents that share a policy share its forwards)."""
     shared: dict[int, PolicyPlayer] = {}
-    return {agent: shared.setdefault(id(policy), PolicyPlayer(policy, layout))
-            for agent, (policy, layout) in policies.items()}
+    players: dict[str, Player] = {}
+    for agent, (policy, layout) in policies.items():
+        if id(policy) not in shared:
+            shared[id(policy)] = PolicyPlayer(policy, layout)
+        players[agent] = shared[id(policy)]
+    return players
 
 
 def score_units(env_spec: Any, seated: dict[str, tuple[Any, AgentLayout]] | str, units: dict[str, list[str]],
@@ -301,9 +309,9 @@ def score_units(env_spec: Any, seated: dict[str, tuple[Any, AgentLayout]] | str,
     """Score each unit (a name -> its member agents): its members play `seated` (a dict agent -> (policy,
     layout), greedy; or "random"), every other agent, and members without a policy, play `opponents` (as in
     `evaluate_against`; the result's opponent is `NO_OPPONENT` where none played); the unit's score in an
-    episode is its members' summed return. `episodes` episodes
-    per unit over `copies` env copies (evaluation/episodes.py: batched, seeded per episode). `policy` labels
-    the results ("trained", "untrained", "random")."""
+    episode is its members' summed return. `episodes` episodes per unit over `copies` env copies
+    (evaluation/episodes.py: batched, seeded per episode). `policy` labels the results ("trained",
+    "untrained", "random")."""
     spec = EnvSpec.of(env_spec) if not isinstance(env_spec, EnvSpec) else env_spec
     if isinstance(seated, dict):
         reading = sorted(a for a, (_p, layout) in seated.items() if reads_state(layout))
@@ -319,7 +327,8 @@ def score_units(env_spec: Any, seated: dict[str, tuple[Any, AgentLayout]] | str,
         if isinstance(seated, dict):
             own = policy_players(seated)
         else:
-            own = {a: RandomPlayer(ActionSpaces(probe).copy().spaces, index) for a in agents}
+            shared = RandomPlayer(ActionSpaces(probe).copy().spaces, index)
+            own = {a: shared for a in agents}
     finally:
         probe.close()
     needed = [a for a in agents if any(a not in members or a not in own for members in units.values())]

@@ -90,7 +90,7 @@ def evaluator_main(setup: EvaluatorSetup, rows: Any, stop: Any) -> None:
         opponents: Any = setup.yardstick
         if os.path.isdir(setup.yardstick):
             opponents = load_run_policies(setup.yardstick)
-        scoring, _why = choose_scoring(setup.env_spec, setup.scoring, setup.agent_groups, setup.seed)
+        scoring, _why = choose_scoring(setup.env_spec, setup.scoring, setup.agent_groups)
         probe = setup.env_spec.make()
         agents = list(probe.possible_agents)
         probe.close()

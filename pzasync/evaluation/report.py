@@ -133,7 +133,7 @@ def evaluate(run_dir_or_policies: str | Path | dict[str, tuple[Any, Any]], env: 
     if copies < 1:
         raise ConfigError(f"pzasync.evaluate: copies={copies}: must be >= 1")
     spec = env if isinstance(env, EnvSpec) else EnvSpec.of(env)
-    mode, why = choose_scoring(spec, scoring, agent_groups, seed)
+    mode, why = choose_scoring(spec, scoring, agent_groups)
     probe = spec.make()
     try:
         agents = list(probe.possible_agents)

@@ -56,7 +56,8 @@ def units_for(scoring: str, agents: Sequence[str], trained: Sequence[str]) -> di
 
 def default_scoring(env_spec: Any, agent_groups: dict[str, list[str]] | None = None,
                     seed: int = 0) -> tuple[str, str]:
-    """The mode of an env without a recipe's, read from the env, and why (documented in docs/league.md):
+    """The mode of an env without a recipe's, read from the env, and why (documented in docs/league.md). The
+    random play is seeded with `seed`, not the evaluation's, so that every evaluation of a run agrees:
 
     1. agents named with several prefixes (adversary_*, agent_*) -> "sides";
     2. one agent -> "seats" (a team of one is its seat);
@@ -97,8 +98,8 @@ def default_scoring(env_spec: Any, agent_groups: dict[str, list[str]] | None = N
     return "seats", "no sign of a team in the env (one name prefix, rewards neither shared nor zero-sum)"
 
 
-def choose_scoring(env_spec: Any, scoring: str | None = None, agent_groups: dict[str, list[str]] | None = None,
-                   seed: int = 0) -> tuple[str, str]:
+def choose_scoring(env_spec: Any, scoring: str | None = None,
+                   agent_groups: dict[str, list[str]] | None = None) -> tuple[str, str]:
     """(mode, why): `scoring` if given, else the env's recipe's, else `default_scoring`'s."""
     spec = env_spec if isinstance(env_spec, EnvSpec) else EnvSpec.of(env_spec)
     if scoring is not None:
@@ -108,5 +109,5 @@ def choose_scoring(env_spec: Any, scoring: str | None = None, agent_groups: dict
     known = scoring_for(spec.name)
     if known is not None:
         return known, f"the recipes say so for {spec.name.rsplit('.', 1)[-1]}"
-    mode, why = default_scoring(spec, agent_groups, seed)
+    mode, why = default_scoring(spec, agent_groups)
     return mode, f"no recipe says, and {why}"
