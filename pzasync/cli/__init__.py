@@ -228,7 +228,8 @@ def parse_versus(versus: str) -> Any:
                    "not depend on it.")
 @click.option("--json", "json_out", default=None, is_flag=False, flag_value="-", metavar="[FILE|-]",
               help="Also write the figures as JSON (docs/eval-schema.json) to FILE, or to stdout (the table "
-                   "then goes to stderr) with '-' or no value.")
+                   "then goes to stderr) with '-' or no value (give it last, or as '--json -', so that RUN_DIR "
+                   "is not read as FILE).")
 def evaluate_cmd(run_dir: str, versus: str, episodes: int, seed: int, scoring: str | None, baselines: bool,
                  copies: int, json_out: str | None) -> None:
     """Score the trained agents of RUN_DIR (greedy) in the mode that fits the game: each seat against a
