@@ -164,9 +164,8 @@ def test_the_scoring_mode_comes_from_the_option_the_recipes_or_the_env():
     assert mode == "seats" and "zero-sum" in why
     mode, why = default_scoring(EnvSpec.of(SPREAD, local_ratio=0.0))  # only the shared reward is paid
     assert mode == "team" and "same" in why
-    mode, why = default_scoring("pzasync.envs.forage", {"all": ["*"]})
-    assert mode == "team" and "agent group" in why
-    assert default_scoring("pzasync.envs.forage")[0] == "seats"
+    mode, why = default_scoring("pzasync.envs.forage")  # foragers compete: the rewards are neither shared nor zero-sum
+    assert mode == "seats" and "no sign of a team" in why
     assert units_for("seats", ["a_0", "a_1"], ["a_1"]) == {"a_1": ["a_1"]}
     with pytest.raises(ConfigError, match="must be one of"):
         choose_scoring(SPREAD, "duel")

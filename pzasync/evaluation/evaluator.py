@@ -54,8 +54,6 @@ class EvaluatorSetup:
     niceness: int = 10
     #: RunConfig.eval_scoring: "seats", "team", "sides", or None (the env's recipe's, else read from the env).
     scoring: str | None = None
-    #: RunConfig.agent_groups (a hint for the scoring mode read from the env).
-    agent_groups: dict | None = None
 
 
 def evaluator_main(setup: EvaluatorSetup, rows: Any, stop: Any) -> None:
@@ -90,7 +88,7 @@ def evaluator_main(setup: EvaluatorSetup, rows: Any, stop: Any) -> None:
         opponents: Any = setup.yardstick
         if os.path.isdir(setup.yardstick):
             opponents = load_run_policies(setup.yardstick)
-        scoring, _why = choose_scoring(setup.env_spec, setup.scoring, setup.agent_groups)
+        scoring, _why = choose_scoring(setup.env_spec, setup.scoring)
         probe = setup.env_spec.make()
         agents = list(probe.possible_agents)
         probe.close()

@@ -95,11 +95,10 @@ def _opponents(vs: Any) -> tuple[Any, str]:
 def evaluate(run_dir_or_policies: str | Path | dict[str, tuple[Any, Any]], env: Any = None, vs: Any = "random",
              episodes: int = 400, seed: int = 12345, scoring: str | None = None, *, learners: Any = None,
              baselines: bool = True, copies: int = EVAL_COPIES, max_episode_steps: int | None = None,
-             agent_groups: dict[str, list[str]] | None = None,
              progress: Callable[[str], None] | None = None) -> Evaluation:
     """Score trained policies greedily in the mode that fits the game, with baselines (module docstring).
 
-    `run_dir_or_policies`: a run directory (its checkpoints; its env, learners, agent groups and episode limit
+    `run_dir_or_policies`: a run directory (its checkpoints; its env, learners and episode limit
     unless given) or a dict agent -> (policy, layout), which needs `env`. `vs`: the yardstick ("random",
     "one_ply", "negamax,depth=2", "perfect", "module:callable", or another run's directory). `scoring`: "seats",
     "team" or "sides"; None: the env's recipe's, else read from the env (`choose_scoring`). `learners`: the
@@ -119,7 +118,6 @@ def evaluate(run_dir_or_policies: str | Path | dict[str, tuple[Any, Any]], env: 
         if learners is None:
             learners = info.get("learners")
         config = info.get("config", {})
-        agent_groups = config.get("agent_groups") if agent_groups is None else agent_groups
         max_episode_steps = config.get("max_episode_steps") if max_episode_steps is None else max_episode_steps
     elif isinstance(run_dir_or_policies, dict):
         policies = run_dir_or_policies
@@ -133,7 +131,7 @@ def evaluate(run_dir_or_policies: str | Path | dict[str, tuple[Any, Any]], env: 
     if copies < 1:
         raise ConfigError(f"pzasync.evaluate: copies={copies}: must be >= 1")
     spec = env if isinstance(env, EnvSpec) else EnvSpec.of(env)
-    mode, why = choose_scoring(spec, scoring, agent_groups)
+    mode, why = choose_scoring(spec, scoring)
     probe = spec.make()
     try:
         agents = list(probe.possible_agents)

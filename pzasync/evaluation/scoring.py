@@ -19,7 +19,6 @@ from typing import Any, Sequence
 import numpy as np
 
 from pzasync.core.environments import EnvSpec
-from pzasync.core.groups import resolve_groups
 from pzasync.errors import ConfigError
 from pzasync.recipes import SCORING_MODES, scoring_for
 
@@ -54,8 +53,7 @@ def units_for(scoring: str, agents: Sequence[str], trained: Sequence[str]) -> di
     raise ConfigError(f"scoring {scoring!r}: must be one of {', '.join(SCORING_MODES)}")
 
 
-def default_scoring(env_spec: Any, agent_groups: dict[str, list[str]] | None = None,
-                    seed: int = 0) -> tuple[str, str]:
+def default_scoring(env_spec: Any, seed: int = 0) -> tuple[str, str]:
     """The mode of an env without a recipe's, read from the env, and why (documented in docs/league.md). The
     random play is seeded with `seed`, not the evaluation's, so that every evaluation of a run agrees:
 
@@ -64,8 +62,9 @@ def default_scoring(env_spec: Any, agent_groups: dict[str, list[str]] | None = N
     3. random play for a few hundred agent steps: every agent's episode return the same -> "team" (one shared
        reward); the returns of each episode summing to zero -> "seats" (a zero-sum game: what one wins the
        others lose);
-    4. every agent in one agent group (one shared policy), the returns neither -> "team";
-    5. else "seats".
+    4. else "seats" (today's per-seat scoring). One agent group for every agent is no sign of a team: it
+       shares parameters, which symmetric competitive games use too (pzasync.envs.forage's foragers compete
+       for food, and are trained that way in the tests).
     """
     from pzasync.core.collect import run_episodes
     from pzasync.core.transitions import LayoutBook
@@ -92,14 +91,10 @@ def default_scoring(env_spec: Any, agent_groups: dict[str, list[str]] | None = N
         return "team", f"every agent's return was the same in {len(returns)} episodes of random play (a shared reward)"
     if paid and np.allclose(returns.sum(axis=1), 0.0, atol=1e-6):
         return "seats", f"the returns summed to zero in {len(returns)} episodes of random play (a zero-sum game)"
-    for members in resolve_groups(agent_groups or {}, agents).values():
-        if set(agents) <= set(members):
-            return "team", "every agent is in one agent group (one shared policy)"
     return "seats", "no sign of a team in the env (one name prefix, rewards neither shared nor zero-sum)"
 
 
-def choose_scoring(env_spec: Any, scoring: str | None = None,
-                   agent_groups: dict[str, list[str]] | None = None) -> tuple[str, str]:
+def choose_scoring(env_spec: Any, scoring: str | None = None) -> tuple[str, str]:
     """(mode, why): `scoring` if given, else the env's recipe's, else `default_scoring`'s."""
     spec = env_spec if isinstance(env_spec, EnvSpec) else EnvSpec.of(env_spec)
     if scoring is not None:
@@ -109,5 +104,5 @@ def choose_scoring(env_spec: Any, scoring: str | None = None,
     known = scoring_for(spec.name)
     if known is not None:
         return known, f"the recipes say so for {spec.name.rsplit('.', 1)[-1]}"
-    mode, why = default_scoring(spec, agent_groups)
+    mode, why = default_scoring(spec)
     return mode, f"no recipe says, and {why}"
