@@ -36,6 +36,10 @@ def __getattr__(name: str):
         from pzasync import learners
 
         return getattr(learners, name)
+    if name in ("evaluate", "Evaluation"):
+        from pzasync.evaluation import report
+
+        return getattr(report, name)
     if name in ("RunResult", "AgentResult"):
         from pzasync.runtime import results
 
@@ -59,6 +63,7 @@ __all__ = [
     "EnvSpec",
     "EnvSpecError",
     "EpisodeSummary",
+    "Evaluation",
     "InsufficientSharedMemoryError",
     "PolicyPublisher",
     "PolicySlot",
@@ -77,6 +82,7 @@ __all__ = [
     "agent_layout",
     "clean_stale",
     "env_layouts",
+    "evaluate",
     "make_env",
     "rollout",
     "run_episodes",

@@ -158,7 +158,7 @@ def test_train_scores_returns_that_are_not_game_results_by_their_mean(tmp_path):
                                        "--final-episodes", "4", "--eval-every", "0"], env={"COLUMNS": "120"})
     assert result.exit_code == 0, result.output
     assert "mean return [95% CI]" in result.output and "win [95% CI]" not in result.output
-    assert "4 episodes per seat and opponent" in result.output
+    assert "4 episodes per team and policy" in result.output  # scored as a team (tests/test_scoring.py)
     assert EvalResult("a", "random", [1.0, -1.0, 0.0]).outcomes
     assert not EvalResult("a", "random", [-24.5, -30.1]).outcomes
     row = {"win_rate": 0.0, "win_rate_ci95": [0.0, 0.1], "mean_return": -27.3, "mean_return_ci95": 1.5}

@@ -18,8 +18,10 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from pzasync.cli.bench import bench
-from pzasync.cli.common import console, errors
+from pzasync.cli.common import console, errors, scoring_line
 from pzasync.cli.train import train, train_choices
+from pzasync.config import SCORING_MODES
+from pzasync.evaluation.episodes import EVAL_COPIES
 from pzasync.errors import UserInputError
 from pzasync.recipes import DEFAULT_RECIPE, recipe_for
 
@@ -212,28 +214,61 @@ def parse_versus(versus: str) -> Any:
 @main.command(name="eval")
 @click.argument("run_dir", type=click.Path(exists=True, file_okay=False))
 @click.option("--vs", "versus", default="random", show_default=True, help=f"The yardstick: {VS_FORMS}.")
-@click.option("--episodes", default=500, show_default=True)
-@click.option("--seed", default=12345, show_default=True)
-def evaluate_cmd(run_dir: str, versus: str, episodes: int, seed: int) -> None:
-    """Play each trained agent of RUN_DIR (greedy) against a yardstick: random or scripted players, or another
-    run's agents."""
-    from pzasync.core.environments import EnvSpec
-    from pzasync.evaluation.evaluate import evaluate_against, load_run_policies
-    from pzasync.runtime.rundir import RunDirectory
+@click.option("--episodes", default=500, show_default=True, help="Episodes per scored unit and evaluation.")
+@click.option("--seed", default=12345, show_default=True, help="Episode e is seeded from SEED and e.")
+@click.option("--scoring", type=click.Choice(list(SCORING_MODES)), default=None,
+              help="seats: each trained seat against the yardstick; team: every seat its trained policy, scored "
+                   "by the team's summed return; sides: each side (agents sharing a name prefix) against the "
+                   "other sides played by the yardstick. Default: the env's recipe's, else read from the env "
+                   "(docs/league.md, \"Scoring\").")
+@click.option("--baselines/--no-baselines", default=True, show_default=True,
+              help="Also score untrained networks of the run's learners, and random play.")
+@click.option("--copies", default=EVAL_COPIES, show_default=True,
+              help="Env copies played side by side (one batched forward per policy and round); the figures do "
+                   "not depend on it.")
+@click.option("--json", "json_out", default=None, is_flag=False, flag_value="-", metavar="[FILE|-]",
+              help="Also write the figures as JSON (docs/eval-schema.json) to FILE, or to stdout (the table "
+                   "then goes to stderr) with '-' or no value (give it last, or as '--json -', so that RUN_DIR "
+                   "is not read as FILE).")
+def evaluate_cmd(run_dir: str, versus: str, episodes: int, seed: int, scoring: str | None, baselines: bool,
+                 copies: int, json_out: str | None) -> None:
+    """Score the trained agents of RUN_DIR (greedy) in the mode that fits the game: each seat against a
+    yardstick (random or scripted players, another run's agents), the whole team, or each side; beside
+    untrained networks and random play."""
+    import json
+    import os
 
-    info = RunDirectory(run_dir, create=False).read_json("run.json")
-    policies = load_run_policies(run_dir)
-    opponents = parse_versus(versus)
-    env = EnvSpec.of_run(info)
-    results = evaluate_against(env, policies, opponents, episodes, seed, opponent_name=versus)
-    table = Table(title=f"{info['env']}: {run_dir} vs {versus}, {episodes} episodes per agent")
-    for column in ("agent", "mean return [95% CI]", "win rate [95% CI]", "wins/draws/losses"):
-        table.add_column(column, justify="left" if column == "agent" else "right")
-    for r in results:
+    from pzasync.evaluation.report import evaluate
+
+    if episodes < 1 or copies < 1:
+        raise UserInputError(f"--episodes {episodes} --copies {copies}: both must be >= 1")
+    out = errors if json_out == "-" else console
+    if not os.path.isdir(versus):
+        parse_versus(versus)  # an unknown player is refused here, with the names it might mean
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), console=errors,
+                  transient=True) as progress:
+        task = progress.add_task(f"evaluating {run_dir}", total=None)
+        report = evaluate(run_dir, vs=versus, episodes=episodes,
+                          seed=seed, scoring=scoring, baselines=baselines, copies=copies,
+                          progress=lambda label: progress.advance(task))
+    document = report.to_json()
+    if json_out == "-":
+        click.echo(json.dumps(document, indent=1))
+    elif json_out is not None:
+        with open(json_out, "w") as f:
+            json.dump(document, f, indent=1)
+    unit = {"seats": "agent", "team": "evaluation", "sides": "side and evaluation"}[report.scoring]
+    out.print(f"{report.env}: {run_dir} vs {versus}, {episodes} episodes per {unit}", highlight=False,
+              soft_wrap=True)
+    out.print(scoring_line(report), highlight=False, soft_wrap=True)
+    table = Table()
+    for column in ("unit", "policy", "against", "mean return [95% CI]", "win rate [95% CI]", "wins/draws/losses"):
+        table.add_column(column, justify="left" if column in ("unit", "policy", "against") else "right")
+    for r in report.results:
         lo, hi = r.win_rate_ci95
-        table.add_row(r.agent, f"{r.mean:+.3f} ± {r.mean_ci95:.3f}", f"{r.win_rate:.1%} [{lo:.1%}, {hi:.1%}]",
-                      f"{r.wins}/{r.draws}/{r.episodes - r.wins - r.draws}")
-    console.print(table)
+        table.add_row(r.agent, r.policy, r.opponent, f"{r.mean:+.3f} ± {r.mean_ci95:.3f}",
+                      f"{r.win_rate:.1%} [{lo:.1%}, {hi:.1%}]", f"{r.wins}/{r.draws}/{r.episodes - r.wins - r.draws}")
+    out.print(table)
 
 
 @main.command()

@@ -15,7 +15,7 @@ import click
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 from rich.table import Table
 
-from pzasync.cli.common import console, errors, learners_from_options, parse_options
+from pzasync.cli.common import console, errors, learners_from_options, parse_options, scoring_line
 from pzasync.cli.options import SectionedCommand, declared_params, given
 from pzasync.config import GROUPS
 from pzasync.errors import UserInputError
@@ -251,22 +251,23 @@ def _train(env_id: str, *, config_file: str | None, print_config: bool, learner:
                      soft_wrap=True)
         sys.exit(signal_exit_code(run.stop_signal))
     if run.stop_signal is not None:
-        _print_summary(result, {}, yardstick)
+        _print_summary(result, None, yardstick)
         console.print(f"stopped by {signal.Signals(run.stop_signal).name}: no final evaluation"
                       + (f"; score the checkpoints with `pzasync eval {result.run_dir}`" if result.run_dir else ""),
                       highlight=False)
         sys.exit(signal_exit_code(run.stop_signal))
-    scores: dict[str, dict[str, Any]] = {}
+    report = None
     env = run.plan.env_spec  # the env as the run made it (with the global state where a critic reads it)
     learned = any(p.learns for p in run.plan.agents.values())
     if final_episodes is None and result.run_dir and learned:
-        final_episodes, note = _affordable_episodes(env, result.run_dir, yardstick, result.wall_seconds,
-                                                    seed=config.seed + 777)
+        final_episodes, note = _affordable_episodes(env, result.run_dir, yardstick, config.eval_scoring,
+                                                    result.wall_seconds, seed=config.seed + 777)
         if note:
             console.print(note, highlight=False, soft_wrap=True)
     if final_episodes and result.run_dir and learned:
-        scores = _final_scores(env, result.run_dir, learners, yardstick, final_episodes, seed=config.seed + 777)
-    _print_summary(result, scores, yardstick)
+        report = _final_scores(env, result.run_dir, learners, yardstick, config.eval_scoring, final_episodes,
+                               seed=config.seed + 777)
+    _print_summary(result, report, yardstick)
     if final_episodes != 0 and not learned:
         console.print("no agent learns here, so there is no trained policy to score", highlight=False)
 
@@ -276,18 +277,19 @@ def _train(env_id: str, *, config_file: str | None, print_config: bool, learner:
 FINAL_EPISODES, FINAL_EPISODES_FLOOR, FINAL_SHARE = 400, 40, 0.25
 
 
-def _affordable_episodes(env: Any, run_dir: str, yardstick: str, training_s: float,
+def _affordable_episodes(env: Any, run_dir: str, yardstick: str, scoring: str | None, training_s: float,
                          seed: int) -> tuple[int, str | None]:
-    """Games per seat for the final evaluation: FINAL_EPISODES, unless a few games against the yardstick say
-    that its evaluations (yardstick, untrained, random) would take more than FINAL_SHARE of `training_s`;
+    """Games per scored unit for the final evaluation: FINAL_EPISODES, unless a few games against the yardstick
+    say that its evaluations (trained, untrained, random) would take more than FINAL_SHARE of `training_s`;
     then as many as fit, at least FINAL_EPISODES_FLOOR. Returns them and a line saying why, if cut."""
-    from pzasync.evaluation.evaluate import evaluate_against, load_run_policies
+    from pzasync.evaluation.episodes import EVAL_COPIES
+    from pzasync.evaluation.report import evaluate, evaluations_planned
 
-    probe = 8
+    probe = EVAL_COPIES  # one round of copies: what a game costs when they play side by side
     start = time.monotonic()
-    evaluate_against(env, load_run_policies(run_dir), yardstick, probe, seed)
-    per_game = (time.monotonic() - start) / probe  # every seat, one opponent
-    evaluations = 2 if yardstick == "random" else 3
+    measured = evaluate(run_dir, env=env, vs=yardstick, episodes=probe, seed=seed, scoring=scoring, baselines=False)
+    per_game = (time.monotonic() - start) / probe  # every unit, one opponent
+    evaluations = evaluations_planned(measured.scoring, measured.vs)
     full, budget = per_game * evaluations * FINAL_EPISODES, FINAL_SHARE * training_s
     if full <= budget:
         return FINAL_EPISODES, None
@@ -297,27 +299,20 @@ def _affordable_episodes(env: Any, run_dir: str, yardstick: str, training_s: flo
                       f"--final-episodes N chooses")
 
 
-def _final_scores(env: Any, run_dir: str, learners: Any, yardstick: str, episodes: int,
-                  seed: int) -> dict[str, dict[str, Any]]:
-    """Each seat's greedy policy against the yardstick and random, and an untrained network's against the
-    yardstick: {"vs": {agent: EvalResult}, "random": {...}, "untrained": {...}}."""
-    from pzasync.evaluation.evaluate import evaluate_against, load_run_policies, untrained_baseline
+def _final_scores(env: Any, run_dir: str, learners: Any, yardstick: str, scoring: str | None, episodes: int,
+                  seed: int) -> Any:
+    """The final evaluation (`pzasync.evaluate`): the greedy policies in the scoring mode that fits the env,
+    beside untrained networks and random play, with a progress bar."""
+    from pzasync.evaluation.report import evaluate
 
-    policies = load_run_policies(run_dir)
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), console=console,
                   transient=True) as progress:
-        task = progress.add_task(f"evaluating: {episodes} games per seat", total=3)
-        scores = {"vs": {r.agent: r for r in evaluate_against(env, policies, yardstick, episodes, seed)}}
-        progress.advance(task)
-        scores["untrained"] = {r.agent: r for r in untrained_baseline(env, learners, yardstick, episodes, seed)}
-        progress.advance(task)
-        if yardstick != "random":
-            scores["random"] = {r.agent: r for r in evaluate_against(env, policies, "random", episodes, seed)}
-        progress.advance(task)
-    return scores
+        task = progress.add_task(f"evaluating: {episodes} games per seat", total=None)
+        return evaluate(run_dir, env=env, vs=yardstick, episodes=episodes, seed=seed, scoring=scoring,
+                        learners=learners, progress=lambda label: progress.advance(task))
 
 
-def _print_summary(result: Any, scores: dict[str, dict[str, Any]], yardstick: str = "random") -> None:
+def _print_summary(result: Any, report: Any = None, yardstick: str = "random") -> None:
     """Two narrow tables (they fit 80 columns without cutting names or numbers): training, then scores."""
     console.print(f"[bold]{result.env}[/]: {result.runner} runner, {result.agent_steps:,} agent steps in "
                   f"{result.wall_seconds:.0f}s ({result.actor_steps_per_second:,.0f}/s), {result.episodes:,} "
@@ -331,28 +326,26 @@ def _print_summary(result: Any, scores: dict[str, dict[str, Any]], yardstick: st
         table.add_row(agent, learner, f"{r.updates:,}", str(r.published_version),
                       f"{r.policy_lag_mean:.0f}/{r.policy_lag_p95:.0f}", f"{r.transitions_dropped:,}")
     console.print(table)
-    if scores:
-        games = next(iter(scores["vs"].values())).episodes if scores.get("vs") else 0
+    if report is not None and report.results:
+        console.print(scoring_line(report), highlight=False)
+        games = report.episodes
         # Game results (1/0/-1) are scored as wins, draws and losses; other returns by their mean.
-        outcomes = all(r.outcomes for by_agent in scores.values() for r in by_agent.values())
-        table = Table(title=f"greedy play, {games} {'games' if outcomes else 'episodes'} per seat and opponent",
+        outcomes = all(r.outcomes for r in report.results)
+        per = "seat and opponent" if report.scoring == "seats" else f"{'side' if report.scoring == 'sides' else 'team'} and policy"
+        table = Table(title=f"greedy play, {games} {'games' if outcomes else 'episodes'} per {per}",
                       title_justify="left")
         scored = ("win [95% CI]", "draw", "loss") if outcomes else ("mean return [95% CI]",)
-        for column in ("agent", "policy", "against", *scored):
-            table.add_column(column, justify="left" if column in ("agent", "policy", "against") else "right",
+        for column in ("unit" if report.scoring != "seats" else "agent", "policy", "against", *scored):
+            table.add_column(column, justify="left" if column in ("agent", "unit", "policy", "against") else "right",
                              overflow="fold")
-        for agent in scores["vs"]:
-            for policy, key, against in (("trained", "vs", yardstick), ("untrained", "untrained", yardstick),
-                                         ("trained", "random", "random")):
-                r = scores.get(key, {}).get(agent)
-                if r is None:
-                    continue
+        for unit in report.units:
+            for r in (r for r in report.results if r.agent == unit):
                 if outcomes:
                     lo, hi = r.win_rate_ci95
-                    table.add_row(agent, policy, against, f"{r.win_rate:.1%} [{lo:.0%}-{hi:.0%}]",
+                    table.add_row(unit, r.policy, r.opponent, f"{r.win_rate:.1%} [{lo:.0%}-{hi:.0%}]",
                                   f"{r.draws / r.episodes:.1%}", f"{(r.episodes - r.wins - r.draws) / r.episodes:.1%}")
                 else:
-                    table.add_row(agent, policy, against, f"{r.mean:.4g} ± {r.mean_ci95:.2g}")
+                    table.add_row(unit, r.policy, r.opponent, f"{r.mean:.4g} ± {r.mean_ci95:.2g}")
             table.add_section()
         console.print(table)
     if result.run_dir:

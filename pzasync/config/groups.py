@@ -22,6 +22,11 @@ AUTO = "auto"
 #: follow the core count.
 AUTO_ENVS_PER_ACTOR = 8
 
+#: RunConfig.eval_scoring values: how a trained result is scored (pzasync/evaluation/scoring.py, docs/league.md
+#: "Scoring"): each seat against yardsticks, the whole team's summed return, or each side (agents sharing a name
+#: prefix) against the others.
+SCORING_MODES: tuple[str, ...] = ("seats", "team", "sides")
+
 #: RunConfig.backend values.
 BACKENDS: tuple[str, ...] = ("shm", "ray")
 #: RunConfig.ray_transport values.
@@ -252,6 +257,13 @@ class EvaluationOptions(OptionGroup):
                                  alias="--eval-every", metavar="SECONDS")
     eval_episodes: int = option(100, "Games per learning seat in each evaluation while training.", COUNT,
                                 metavar="N")
+    eval_scoring: str | None = option(
+        None, "How evaluation scores the policies (docs/league.md, \"Scoring\"): \"seats\" (each learning seat "
+              "against the yardstick), \"team\" (every seat its own policy, scored by the team's summed return) "
+              "or \"sides\" (each side, agents sharing a name prefix, against the other sides played by the "
+              "yardstick). None: the env's recipe's, else read from the env.",
+        Check(str, optional=True, choices=SCORING_MODES, why="'seats', 'team', 'sides' or None"),
+        alias="--scoring", metavar="MODE")
 
 
 @dataclass(kw_only=True)

@@ -75,15 +75,16 @@ class EpisodeStepper:
     def episode_index(self) -> int:
         return self.assembler.episode_index
 
-    def reset(self) -> None:
-        """Start the next episode."""
-        self.request_reset()
+    def reset(self, seed: int | None = None) -> None:
+        """Start the next episode; a `seed` given here seeds this reset whatever the first-reset rule (evaluation
+        seeds every episode, so that an episode's play depends on its index, not on which copy played it)."""
+        self.request_reset(seed)
         self.after_reset()
 
-    def request_reset(self) -> None:
+    def request_reset(self, seed: int | None = None) -> None:
         """`reset` up to the env's reset: for an env whose `reset` only queues the request (remote env copies
         send the resets of a round in one frame), which calls `after_reset` once its state has come back."""
-        self.env.reset(seed=self.seed if self._first_reset else None)
+        self.env.reset(seed=seed if seed is not None else self.seed if self._first_reset else None)
         self._first_reset = False
 
     def after_reset(self) -> None:

@@ -1,19 +1,23 @@
-"""Evaluating trained agents: each agent's greedy policy against opponents, with confidence intervals.
+"""Evaluating trained agents: greedy policies against opponents, with confidence intervals.
 
-Opponents are yardsticks: random players, a never-learning player spec (`"one_ply"`, `"negamax,depth=2"`,
-`"perfect"`, `"mypkg.mod:func"`), or another run's policies; an env's own yardstick is its recipe's
-(`pzasync.recipes.default_yardstick`). `untrained_baseline` scores freshly initialised
-networks the same way, so a trained result can be read against where learning started.
+`score_units` scores units of agents (a seat alone, a side, or the whole team: evaluation/scoring.py) by their
+summed return; `evaluate_against` is its per-seat form. Opponents are yardsticks: random players, a
+never-learning player spec (`"one_ply"`, `"negamax,depth=2"`, `"perfect"`, `"mypkg.mod:func"`), or another
+run's policies; an env's own yardstick is its recipe's (`pzasync.recipes.default_yardstick`).
+`untrained_baseline` scores freshly initialised networks (`fresh_policies`) the same way, so a trained result
+can be read against where learning started. Episodes run over env copies with batched forwards, seeded per
+episode (evaluation/episodes.py); `play` is the one-env loop of act functions that tests and benchmarks use.
 
-Used by `pzasync eval`, at the end of `pzasync train`, and by the learning tests. Evaluation runs in-process
-on its own seed, never during training, so it costs the training runs nothing.
+Used by `pzasync.evaluate` (evaluation/report.py: `pzasync eval`, the end of `pzasync train`), the evaluator
+process and the learning tests. Evaluation runs in-process on its own seed, never during training, so it costs
+the training runs nothing.
 """
 
 from __future__ import annotations
 
 import copy
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Callable
 
@@ -31,17 +35,26 @@ from pzasync.core.global_state import OBSERVATION_KEY, STATE_KEY
 from pzasync.learners import resolve_learner, state_request
 from pzasync.learners.players import load_checkpoint_policy
 from pzasync.runtime.rundir import RunDirectory
+from pzasync.evaluation.episodes import EVAL_COPIES, PerCopyPlayer, Player, PolicyPlayer, RandomPlayer, play_parallel
 
 ActFn = Callable[[str, Any, "np.ndarray | None"], Any]
+
+#: `EvalResult.opponent` of a unit that played every seat itself (a team with a policy in each).
+NO_OPPONENT = "none"
 
 
 @dataclass
 class EvalResult:
-    """One agent's evaluation: returns over episodes, and wins/draws/losses where returns have a sign."""
+    """One unit's evaluation (a seat, a side or the team: `agent`, its member agents `members`): its returns
+    over episodes (the members' summed return in each), and wins/draws/losses where returns have a sign."""
 
     agent: str
     opponent: str
     returns: list[float]
+    #: The agents whose returns are summed; empty: `agent` alone.
+    members: tuple[str, ...] = ()
+    #: Who played the unit's seats: "trained", "untrained" (fresh networks) or "random".
+    policy: str = "trained"
 
     @property
     def episodes(self) -> int:
@@ -165,7 +178,8 @@ def play(env_spec: Any, actors: dict[str, ActFn], episodes: int, seed: int,
 
 
 def load_run_policies(run_dir: str | Path) -> dict[str, tuple[Any, AgentLayout]]:
-    """Greedy policies of every agent with a checkpoint (its own, or its agent group's) in a run directory."""
+    """Greedy policies of every agent with a checkpoint (its own, or its agent group's) in a run directory; the
+    members of a group with the same spaces share one policy object."""
 
     rd = RunDirectory(run_dir, create=False)
     info = rd.read_json("run.json")
@@ -180,10 +194,16 @@ def load_run_policies(run_dir: str | Path) -> dict[str, tuple[Any, AgentLayout]]
     groups = resolve_groups(info.get("config", {}).get("agent_groups", {}), list(layouts))
     group_of = {a: g for g, members in groups.items() for a in members}
     policies = {}
+    loaded: dict[Path, tuple[Any, AgentLayout]] = {}
     for agent, layout in layouts.items():
         path = Path(rd.checkpoint_path(group_of.get(agent, agent)))  # a group's members share its checkpoint
-        if path.exists():
-            policies[agent] = (load_checkpoint_policy(str(path), layout), layout)
+        if not path.exists():
+            continue
+        first = loaded.get(path)
+        if first is not None and replace(first[1], agent=agent) == layout:
+            policies[agent] = (first[0], layout)  # one policy object: its members' decisions share forwards
+        else:
+            policies[agent] = loaded[path] = (load_checkpoint_policy(str(path), layout), layout)
     if not policies:
         raise ConfigError(f"{run_dir} holds no checkpoints to evaluate")
     return policies
@@ -230,67 +250,124 @@ def player_actor(cls: type, options: dict[str, Any], layout: AgentLayout, seed: 
     return policy_actor(policy, layout)
 
 
-def evaluate_against(env_spec: Any, trained: dict[str, tuple[Any, AgentLayout]], opponents: Any,
-                     episodes: int, seed: int = 12345, max_episode_steps: int | None = None,
-                     opponent_name: str | None = None) -> list[EvalResult]:
-    """Each trained agent plays `episodes` episodes greedily; every other agent is `opponents`.
+def opponent_players(spec: EnvSpec, agents: list[str], needed: list[str], opponents: Any,
+                     seed: int) -> dict[str, Player]:
+    """The players of the agents in `needed` (in env order): "random", a never-learning player spec (one per
+    agent, built per env copy and seeded per episode) or another run's policies (a dict agent -> (policy,
+    layout), one batched player per policy)."""
+    if not needed:
+        return {}
+    index = {a: i for i, a in enumerate(agents)}
+    if isinstance(opponents, dict):
+        missing = [a for a in needed if a not in opponents]
+        if missing:
+            raise ConfigError(f"the opponent run has no checkpoint for agent {missing[0]!r}")
+        return policy_players({a: opponents[a] for a in needed})
+    probe = spec.make()
+    try:
+        if opponents == "random":
+            shared = RandomPlayer(ActionSpaces(probe).copy().spaces, index)
+            return {a: shared for a in needed}
+        layouts = env_layouts(probe, probe_info_masks(probe, seed=seed))
+    finally:
+        probe.close()
+    players: dict[str, Player] = {}
+    for agent in needed:
+        cls, options = resolve_player(opponents, agent, layouts[agent])
+        players[agent] = PerCopyPlayer(_player_builder(cls, options, layouts[agent], seed + 7 * index[agent]),
+                                       layouts[agent], index[agent])
+    return players
 
-    `opponents` is "random", a never-learning player spec ("one_ply", "negamax,depth=2", "perfect",
-    "mypkg.mod:func", or a learner-spec tuple), built per opponent agent with its layout and seeded from
-    `seed`, or a dict agent -> (policy, layout) of another run (`load_run_policies`). `opponent_name` names
-    the yardstick in the results (default: the spec, or "opponent run").
-    """
+
+def _player_builder(cls: type, options: dict[str, Any], layout: AgentLayout, seed: int) -> Callable[[], Any]:
+    def build() -> Any:
+        import torch
+
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed)
+            policy = cls.build_policy(layout, options)
+        policy.eval()
+        return policy
+    return build
+
+
+def policy_players(policies: dict[str, tuple[Any, AgentLayout]]) -> dict[str, Player]:
+    """One greedy `PolicyPlayer` per policy object (agents that share a policy share its forwards)."""
+    shared: dict[int, PolicyPlayer] = {}
+    players: dict[str, Player] = {}
+    for agent, (policy, layout) in policies.items():
+        if id(policy) not in shared:
+            shared[id(policy)] = PolicyPlayer(policy, layout)
+        players[agent] = shared[id(policy)]
+    return players
+
+
+def score_units(env_spec: Any, seated: dict[str, tuple[Any, AgentLayout]] | str, units: dict[str, list[str]],
+                opponents: Any, episodes: int, seed: int = 12345, max_episode_steps: int | None = None,
+                opponent_name: str | None = None, policy: str = "trained",
+                copies: int = EVAL_COPIES) -> list[EvalResult]:
+    """Score each unit (a name -> its member agents): its members play `seated` (a dict agent -> (policy,
+    layout), greedy; or "random"), every other agent, and members without a policy, play `opponents` (as in
+    `evaluate_against`; the result's opponent is `NO_OPPONENT` where none played); the unit's score in an
+    episode is its members' summed return. `episodes` episodes per unit over `copies` env copies
+    (evaluation/episodes.py: batched, seeded per episode). `policy` labels the results ("trained",
+    "untrained", "random")."""
     spec = EnvSpec.of(env_spec) if not isinstance(env_spec, EnvSpec) else env_spec
-    reading = sorted(a for a, (_p, layout) in trained.items() if reads_state(layout))
-    if reading and (spec.state is None or not set(reading) <= set(spec.state.agents)):
-        raise ConfigError(f"the policies of {reading} read the env's global state beside their observation; evaluate "
-                          f"them on the run's env (EnvSpec.of_run(run.json), or spec.with_state(StateRequest(...)))")
+    if isinstance(seated, dict):
+        reading = sorted(a for a, (_p, layout) in seated.items() if reads_state(layout))
+        if reading and (spec.state is None or not set(reading) <= set(spec.state.agents)):
+            raise ConfigError(f"the policies of {reading} read the env's global state beside their observation; "
+                              f"evaluate them on the run's env (EnvSpec.of_run(run.json), or "
+                              f"spec.with_state(StateRequest(...)))")
     probe = spec.make()
     try:
         agents = list(probe.possible_agents)
-        action_spaces = ActionSpaces(probe)
-        players: dict[str, tuple[type, dict[str, Any], AgentLayout]] = {}
-        if not isinstance(opponents, dict) and opponents != "random":
-            layouts = env_layouts(probe, probe_info_masks(probe, seed=seed))
-            for other in dict.fromkeys(o for a in trained for o in agents if o != a):
-                players[other] = (*resolve_player(opponents, other, layouts[other]), layouts[other])
+        index = {a: i for i, a in enumerate(agents)}
+        own: dict[str, Player]
+        if isinstance(seated, dict):
+            own = policy_players(seated)
+        else:
+            shared = RandomPlayer(ActionSpaces(probe).copy().spaces, index)
+            own = {a: shared for a in agents}
     finally:
         probe.close()
+    needed = [a for a in agents if any(a not in members or a not in own for members in units.values())]
+    others = opponent_players(spec, agents, needed, opponents, seed)
     if opponent_name is None:
         opponent_name = "opponent run" if isinstance(opponents, dict) else player_name(opponents)
     results = []
-    for i, (agent, (policy, layout)) in enumerate(sorted(trained.items())):
-        actors: dict[str, ActFn] = {}
-        for j, other in enumerate(agents):
-            if other == agent:
-                actors[other] = policy_actor(policy, layout)
-            elif isinstance(opponents, dict):
-                if other not in opponents:
-                    raise ConfigError(f"the opponent run has no checkpoint for agent {other!r}")
-                actors[other] = policy_actor(*opponents[other])
-            elif opponents == "random":
-                actors[other] = random_actor(action_spaces.copy(), seed + 7 * j)
-            else:
-                actors[other] = player_actor(*players[other], seed + 7 * j)
-        summaries = play(spec, actors, episodes, seed + 1000 * i, max_episode_steps)
-        results.append(EvalResult(agent, opponent_name, [s.returns.get(agent, 0.0) for s in summaries]))
+    for unit, members in units.items():
+        players = {a: own[a] if a in members and a in own else others[a] for a in agents}
+        summaries = play_parallel(spec, players, episodes, seed, copies, max_episode_steps)
+        against = opponent_name if any(a not in members or a not in own for a in agents) else NO_OPPONENT
+        results.append(EvalResult(unit, against, [sum(s.returns.get(a, 0.0) for a in members)
+                                                  for s in summaries], tuple(members), policy))
     return results
 
 
-def _learner_spec(learner: Any) -> Any:
-    """A learner spec, or a run.json entry {"learner": path, "options": {...}} as one."""
-    return (learner["learner"], dict(learner.get("options", {}))) if isinstance(learner, dict) else learner
+def evaluate_against(env_spec: Any, trained: dict[str, tuple[Any, AgentLayout]], opponents: Any,
+                     episodes: int, seed: int = 12345, max_episode_steps: int | None = None,
+                     opponent_name: str | None = None, copies: int = EVAL_COPIES) -> list[EvalResult]:
+    """Each trained agent plays `episodes` episodes greedily; every other agent is `opponents` ("seats"
+    scoring; `score_units` scores teams and sides).
+
+    `opponents` is "random", a never-learning player spec ("one_ply", "negamax,depth=2", "perfect",
+    "mypkg.mod:func", or a learner-spec tuple), built per opponent agent with its layout and seeded per
+    episode from `seed`, or a dict agent -> (policy, layout) of another run (`load_run_policies`).
+    `opponent_name` names the yardstick in the results (default: the spec, or "opponent run"). Episodes run
+    over `copies` env copies with batched forwards; the same seed gives the same results.
+    """
+    units = {agent: [agent] for agent in sorted(trained)}
+    return score_units(env_spec, trained, units, opponents, episodes, seed, max_episode_steps, opponent_name,
+                       copies=copies)
 
 
-def untrained_baseline(env_spec: Any, learners: Any, opponents: Any, episodes: int, seed: int = 12345,
-                       max_episode_steps: int | None = None, opponent_name: str | None = None) -> list[EvalResult]:
-    """Where learning starts: each learning agent's policy with fresh (seeded, untrained) weights, evaluated
-    greedily exactly as `evaluate_against` evaluates a trained one (same opponents, same seeds).
+def fresh_policies(env_spec: Any, learners: Any, seed: int = 12345) -> tuple[EnvSpec, dict[str, tuple[Any, AgentLayout]]]:
+    """Freshly initialised (seeded, untrained) greedy policies of every agent whose learner learns, and the env
+    spec to score them on (with the global state beside the observation where a learner's critic reads it).
 
     `learners` is one learner spec for every agent or a dict agent -> spec (`"*"` for the rest), as the runners
-    take them (a run.json entry `{"learner": path, "options": {...}}` also works). Agents whose learner never
-    learns are left out, as they have no checkpoint to compare with.
-    """
+    take them (a run.json entry `{"learner": path, "options": {...}}` also works)."""
     import torch
 
     spec = EnvSpec.of(env_spec) if not isinstance(env_spec, EnvSpec) else env_spec
@@ -329,4 +406,23 @@ def untrained_baseline(env_spec: Any, learners: Any, opponents: Any, episodes: i
         fresh[agent] = (policy, layout)
     if not fresh:
         raise ConfigError("untrained_baseline: no agent has a learner that learns")
-    return evaluate_against(spec, fresh, opponents, episodes, seed, max_episode_steps, opponent_name)
+    return spec, fresh
+
+
+def _learner_spec(learner: Any) -> Any:
+    """A learner spec, or a run.json entry {"learner": path, "options": {...}} as one."""
+    return (learner["learner"], dict(learner.get("options", {}))) if isinstance(learner, dict) else learner
+
+
+def untrained_baseline(env_spec: Any, learners: Any, opponents: Any, episodes: int, seed: int = 12345,
+                       max_episode_steps: int | None = None, opponent_name: str | None = None,
+                       copies: int = EVAL_COPIES) -> list[EvalResult]:
+    """Where learning starts: each learning agent's policy with fresh (seeded, untrained) weights
+    (`fresh_policies`), evaluated greedily exactly as `evaluate_against` evaluates a trained one (same
+    opponents, same seeds). Agents whose learner never learns are left out, as they have no checkpoint to
+    compare with."""
+    spec, fresh = fresh_policies(env_spec, learners, seed)
+    results = evaluate_against(spec, fresh, opponents, episodes, seed, max_episode_steps, opponent_name, copies)
+    for r in results:
+        r.policy = "untrained"
+    return results

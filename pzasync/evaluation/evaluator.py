@@ -2,9 +2,11 @@
 
 The evaluator is an evaluation actor apart from the exploration actor. Every `RunConfig.eval_every_s` it
 reads each learning unit's policy slot (a plain read of the published vector: the actor and the learners
-never wait for it), loads it into its own copy of the policy, and plays every learning agent's seat
-greedily for `eval_episodes` games against the yardstick (`RunConfig.eval_vs`: a scripted player, random,
-or another run's checkpoints) on a fixed seed. Each agent's score goes back to the runner as one row,
+never wait for it), loads it into its own copy of the policy, and scores the policies greedily for
+`eval_episodes` games per scored unit in the mode that fits the game (`RunConfig.eval_scoring`: each learning
+seat, the team or each side; evaluation/scoring.py) against the yardstick (`RunConfig.eval_vs`: a scripted
+player, random, or another run's checkpoints) on a fixed seed, over env copies with batched forwards
+(evaluation/episodes.py). Each unit's score goes back to the runner as one row,
 written to metrics.jsonl (`"kind": "eval"`) and plotted to eval.png: win rate (or mean return) with a 95%
 interval against wall-clock seconds and against agent steps, the training returns as a secondary panel.
 
@@ -21,13 +23,14 @@ from __future__ import annotations
 import os
 import time
 import traceback
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from pzasync.errors import report_unclean_exit
 from pzasync.runtime.stop_signals import ignore_stop_signals, shielded
 from pzasync.logs import logger
-from pzasync.evaluation.evaluate import evaluate_against, load_run_policies
+from pzasync.evaluation.evaluate import load_run_policies, score_units
+from pzasync.evaluation.scoring import choose_scoring, units_for
 from pzasync.learners import resolve_learner, vector_to_policy
 from pzasync.runtime.rundir import draw_returns, pyplot
 
@@ -49,6 +52,8 @@ class EvaluatorSetup:
     parent_pid: int
     max_episode_steps: int | None = None
     niceness: int = 10
+    #: RunConfig.eval_scoring: "seats", "team", "sides", or None (the env's recipe's, else read from the env).
+    scoring: str | None = None
 
 
 def evaluator_main(setup: EvaluatorSetup, rows: Any, stop: Any) -> None:
@@ -68,36 +73,51 @@ def evaluator_main(setup: EvaluatorSetup, rows: Any, stop: Any) -> None:
     try:
         policies: dict[str, tuple[Any, Any]] = {}
         vectors: dict[str, Any] = {}
+        built: dict[str, tuple[Any, Any]] = {}  # per learning unit: members with the same spaces share a policy
         for agent, (unit, path, options, layout, slot) in setup.seats.items():
-            cls, _ = resolve_learner(path, agent)
-            policy = cls.build_policy(layout, options)
-            policy.eval()
-            policies[agent] = (policy, layout)
+            first = built.get(unit)
+            if first is not None and replace(first[1], agent=agent) == layout:
+                policies[agent] = (first[0], layout)
+            else:
+                cls, _ = resolve_learner(path, agent)
+                policy = cls.build_policy(layout, options)
+                policy.eval()
+                policies[agent] = built[unit] = (policy, layout)
             if unit not in vectors:
                 vectors[unit] = np.zeros(slot.size, np.float32)
         opponents: Any = setup.yardstick
         if os.path.isdir(setup.yardstick):
             opponents = load_run_policies(setup.yardstick)
+        scoring, _why = choose_scoring(setup.env_spec, setup.scoring)
+        probe = setup.env_spec.make()
+        agents = list(probe.possible_agents)
+        probe.close()
+        units = units_for(scoring, agents, list(policies))
         round_index = 0
         while not _should_stop(setup, stop):
             started = time.monotonic()
             versions: dict[str, int] = {}
+            loaded: set[int] = set()
             for agent, (unit, _path, _options, _layout, slot) in setup.seats.items():
                 if unit not in versions:
                     versions[unit] = slot.read(vectors[unit]) if slot.version > 0 else 0
-                vector_to_policy(vectors[unit], policies[agent][0])
+                if id(policies[agent][0]) not in loaded:
+                    vector_to_policy(vectors[unit], policies[agent][0])
+                    loaded.add(id(policies[agent][0]))
             if not all(v > 0 for v in versions.values()):
                 stop.poll(0.1)  # a learner has not published its first policy yet: look again soon
                 continue
             agent_steps = setup.stats.total_steps
             wall = started - setup.run_start
-            results = evaluate_against(setup.env_spec, policies, opponents, setup.episodes,
-                                       seed=setup.seed, max_episode_steps=setup.max_episode_steps)
+            results = score_units(setup.env_spec, policies, units, opponents, setup.episodes, seed=setup.seed,
+                                  max_episode_steps=setup.max_episode_steps)
             for r in results:
                 lo, hi = r.win_rate_ci95
+                learning = list(dict.fromkeys(setup.seats[a][0] for a in r.members if a in setup.seats))
                 rows.send({"kind": "eval", "round": round_index, "wall_s": round(wall, 3),
-                          "agent_steps": agent_steps, "agent": r.agent, "unit": setup.seats[r.agent][0],
-                          "version": versions[setup.seats[r.agent][0]], "opponent": r.opponent,
+                          "agent_steps": agent_steps, "agent": r.agent, "members": list(r.members),
+                          "scoring": scoring, "unit": ",".join(learning),
+                          "version": min(versions[u] for u in learning), "opponent": r.opponent,
                           "episodes": r.episodes, "win_rate": r.win_rate, "win_rate_ci95": [lo, hi],
                           "draws": r.draws, "losses": r.episodes - r.wins - r.draws,
                           "mean_return": r.mean, "mean_return_ci95": r.mean_ci95, "outcomes": r.outcomes,

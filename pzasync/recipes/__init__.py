@@ -2,23 +2,26 @@
 
 A `Recipe` says how `pzasync train ENV` trains an env when its options leave a choice open (the learner,
 self-play, the league and its trainee seats, mirror images, env copies, the budget) and which yardstick it is
-scored against (`pzasync train`, `pzasync bench --target`). `RECIPES` holds one entry per env that has one;
+scored against (`pzasync train`, `pzasync bench --target`), and how (`Recipe.scoring`, `SCORING`: per seat, as
+a team, or by side). `RECIPES` holds one entry per env that has one;
 every other env gets `DEFAULT_RECIPE`. `pzasync envs` marks the envs that have a recipe.
 
 This package sits below the runtime and above `pzasync.config` (pyproject's layers): the command line, the
 bench, evaluation and the runners may import it, and it imports none of them.
 """
 
-from pzasync.recipes.recipe import Recipe, same_env
+from pzasync.recipes.recipe import SCORING_MODES, Recipe, same_env
 from pzasync.recipes.registry import (
     DEFAULT_RECIPE,
     RECIPES,
+    SCORING,
     SELF_PLAY,
     TRAIN_ENV,
     default_train_learner,
     default_trainee_weights,
     default_yardstick,
     recipe_for,
+    scoring_for,
     train_recipe,
 )
 
@@ -26,6 +29,8 @@ __all__ = [
     "DEFAULT_RECIPE",
     "RECIPES",
     "Recipe",
+    "SCORING",
+    "SCORING_MODES",
     "SELF_PLAY",
     "TRAIN_ENV",
     "default_train_learner",
@@ -33,5 +38,6 @@ __all__ = [
     "default_yardstick",
     "recipe_for",
     "same_env",
+    "scoring_for",
     "train_recipe",
 ]

@@ -6,6 +6,8 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Mapping
 
+from pzasync.config import SCORING_MODES
+
 
 def same_env(env_name: str, env_id: str) -> bool:
     """Whether an env id in module or registry form names the env `env_id` (its last dotted part compared):
@@ -51,6 +53,9 @@ class Recipe:
     envs_per_actor: int = 1
     #: Wall-clock minutes to train when neither --steps nor --minutes is given.
     minutes: float = 5.0
+    #: How the result is scored (`SCORING_MODES`): None leaves it to `registry.scoring_for`'s table, else to a
+    #: default read from the env (pzasync/evaluation/scoring.py).
+    scoring: str | None = None
     #: What measured choice the recipe rests on, pointing at the docs/benchmarks.md sections that hold the
     #: numbers: documentation for whoever changes the entry, never read by the code.
     why: str = ""
@@ -58,6 +63,8 @@ class Recipe:
     def __post_init__(self) -> None:
         # Frozen all the way down: a registry entry's weights cannot be changed through a lookup's result.
         object.__setattr__(self, "league_trainee_weights", MappingProxyType(dict(self.league_trainee_weights)))
+        if self.scoring is not None and self.scoring not in SCORING_MODES:
+            raise ValueError(f"Recipe.scoring {self.scoring!r}: must be one of {SCORING_MODES} or None")
 
     @property
     def learner_spec(self) -> str:

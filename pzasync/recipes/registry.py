@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from pzasync.config import AUTO_ENVS_PER_ACTOR
-from pzasync.recipes.recipe import Recipe
+from pzasync.recipes.recipe import Recipe, same_env
 
 #: The env a bare `pzasync train` and `pzasync bench` run: connect four, where the defaults were measured.
 TRAIN_ENV = "pettingzoo.classic.connect_four_v3"
@@ -81,3 +81,29 @@ def default_train_learner(env_name: str) -> str:
 def default_trainee_weights(env_name: str) -> dict[str, float]:
     """The self-play league's trainee weights of an env: its recipe's, else uniform ({})."""
     return dict(train_recipe(env_name, self_play=True).league_trainee_weights)
+
+
+#: How each known env's result is scored (Recipe.scoring, SCORING_MODES) where its recipe does not say: the
+#: cooperative MPE, sisl and butterfly envs as a team, the mixed MPE envs by side. Board games and every other
+#: env are left to the default read from the env (pzasync/evaluation/scoring.py). simple_crypto and
+#: simple_world_comm are left out: their teams do not follow their agents' name prefixes (alice and bob against
+#: eve; leadadversary with the adversaries).
+SCORING: dict[str, str] = {
+    **{env: "team" for env in ("mpe2.simple_v3", "mpe2.simple_spread_v3", "mpe2.simple_reference_v3",
+                               "mpe2.simple_speaker_listener_v4", "pettingzoo.sisl.pursuit_v4",
+                               "pettingzoo.sisl.pursuit_v5", "pettingzoo.sisl.multiwalker_v9",
+                               "pettingzoo.sisl.waterworld_v4", "pettingzoo.butterfly.pistonball_v6",
+                               "pettingzoo.butterfly.cooperative_pong_v5", "pettingzoo.butterfly.cooperative_pong_v6",
+                               "pettingzoo.butterfly.knights_archers_zombies_v10",
+                               "pettingzoo.butterfly.knights_archers_zombies_v11")},
+    **{env: "sides" for env in ("mpe2.simple_tag_v3", "mpe2.simple_adversary_v3", "mpe2.simple_push_v3")},
+}
+
+
+def scoring_for(env_name: str) -> str | None:
+    """How an env id's result is scored: its recipe's `scoring`, else `SCORING`'s entry, else None (read from
+    the env: `pzasync.evaluation.scoring.default_scoring`)."""
+    recipe = recipe_for(env_name)
+    if recipe is not None and recipe.scoring is not None:
+        return recipe.scoring
+    return next((mode for env, mode in SCORING.items() if same_env(env_name, env)), None)

@@ -239,7 +239,8 @@ class RunMonitor:
         episodes = live.total_episodes if live is not None else 0
         table = Table(title=f"{steps:,} agent steps · {steps / elapsed:,.0f}/s · {episodes:,} episodes · "
                             f"{time.monotonic() - self.start:,.0f}s")
-        latest_eval = {r["agent"]: r for r in self.evaluations}
+        # A team's or side's row is every member's latest.
+        latest_eval = {m: r for r in self.evaluations for m in r.get("members") or [r["agent"]]}
         columns = ["agent", "learner", "return (last 100)", "updates", "version", "lag mean/p95", "status"]
         if self.plan.config.eval_vs is not None:
             columns.append(f"vs {self.plan.config.eval_vs} [95% CI]")

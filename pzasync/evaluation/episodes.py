@@ -1,0 +1,197 @@
+"""Evaluation episodes played in parallel over env copies, with one batched forward per policy and round.
+
+`play_parallel` steps `copies` env copies, each an `EpisodeStepper` (core/stepper.py, the AEC loop every actor
+uses), in rounds: every copy waiting on a decision is answered in the round, the decisions of one player
+answered by one call (one forward of a policy over the rows of every copy and agent it plays). Episode `e`
+(0, 1, ...) is reset with `seed + e` whichever copy plays it, and every player that draws at random is
+reseeded for it from (`seed`, `e`, the agent), so an episode's play depends on its index alone: the same seed
+gives the same results whatever the number of copies (up to floating-point rounding of a network's forward
+over batches of different sizes, which can only matter where two actions tie to the last bit).
+
+Players (`Player`): `PolicyPlayer`, one policy shared by every copy (a trained, untrained or another run's
+network: greedy, batched; a recurrent one's memory kept per (copy, agent) and zeroed at each episode start),
+`PerCopyPlayer`, a never-learning player built once per copy and reseeded per episode (scripted players draw
+their ties from their own RNG), and `RandomPlayer`, uniform over legal actions from a per-episode RNG.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Protocol
+
+import numpy as np
+from gymnasium import spaces
+
+from pzasync.core.environments import EnvSpec
+from pzasync.core.spaces import AgentLayout, env_action_converter, env_layouts, probe_info_masks
+from pzasync.core.stepper import EpisodeStepper, PendingDecision
+from pzasync.core.transitions import EpisodeSummary, LayoutBook
+
+#: Env copies evaluation steps side by side unless told otherwise: as many forwards saved per round as the
+#: actor's measured default for self-play (config.AUTO_ENVS_PER_ACTOR).
+EVAL_COPIES = 8
+
+
+def episode_seed(seed: int, episode: int, agent_index: int) -> int:
+    """The seed of one agent's player in one episode: independent streams per (seed, episode, agent)."""
+    return int(np.random.SeedSequence([seed, episode, agent_index]).generate_state(1)[0])
+
+
+class Player(Protocol):
+    """Plays one or more agents' seats in every copy: told when an episode starts, asked for actions."""
+
+    def start(self, copy: int, episode: int, seed: int) -> None:
+        """Episode `episode` starts in `copy`; `seed` is the run's evaluation seed."""
+
+    def act(self, decisions: list[PendingDecision]) -> list[Any]:
+        """Actions for pending decisions of any copies and of the agents this player plays, in order."""
+
+
+def _masks(decisions: list[PendingDecision]) -> np.ndarray | None:
+    if decisions[0].mask is None:
+        return None
+    return np.stack([d.mask for d in decisions])
+
+
+class PolicyPlayer:
+    """A `pzasync.Policy` shared by every copy, acting greedily (or exploring) in one forward per round."""
+
+    def __init__(self, policy: Any, layout: AgentLayout, explore: bool = False) -> None:
+        self.policy, self.layout, self.explore = policy, layout, explore
+        #: A recurrent policy's memory per (copy, agent), from its last decision in the copy's episode.
+        self.memory: dict[tuple[int, str], np.ndarray] = {}
+
+    def start(self, copy: int, episode: int, seed: int) -> None:
+        for key in [key for key in self.memory if key[0] == copy]:
+            del self.memory[key]
+
+    def act(self, decisions: list[PendingDecision]) -> list[Any]:
+        obs, masks = self.layout.batch([d.obs for d in decisions]), _masks(decisions)
+        size = self.policy.memory_size
+        if not size:
+            actions, _ = self.policy.act(obs, masks, self.explore)
+            return list(actions)
+        memory = np.zeros((len(decisions), size), np.float32)
+        for j, d in enumerate(decisions):
+            carried = self.memory.get((d.copy, d.agent))
+            if carried is not None:
+                memory[j] = carried
+        actions, _, after = self.policy.act_with_memory(obs, masks, self.explore, memory)
+        for j, d in enumerate(decisions):
+            self.memory[(d.copy, d.agent)] = after[j]
+        return list(actions)
+
+
+class PerCopyPlayer:
+    """A never-learning player (`build()` -> a `Policy`, e.g. a scripted one) with one instance per copy,
+    reseeded at every episode start, so its random choices depend on the episode, not on the copy."""
+
+    def __init__(self, build: Callable[[], Any], layout: AgentLayout, agent_index: int) -> None:
+        self.build, self.layout, self.agent_index = build, layout, agent_index
+        self.players: dict[int, PolicyPlayer] = {}
+
+    def start(self, copy: int, episode: int, seed: int) -> None:
+        player = self.players.get(copy)
+        if player is None:
+            player = self.players[copy] = PolicyPlayer(self.build(), self.layout)
+        player.policy.seed(episode_seed(seed, episode, self.agent_index))
+        player.start(copy, episode, seed)
+
+    def act(self, decisions: list[PendingDecision]) -> list[Any]:
+        by_copy: dict[int, list[int]] = {}
+        for j, d in enumerate(decisions):
+            by_copy.setdefault(d.copy, []).append(j)
+        actions: list[Any] = [None] * len(decisions)
+        for copy, rows in by_copy.items():
+            for j, action in zip(rows, self.players[copy].act([decisions[j] for j in rows])):
+                actions[j] = action
+        return actions
+
+
+class RandomPlayer:
+    """Uniform over legal actions (mask entry i is action `start + i` of a Discrete space), else a sample of the
+    action space, from an RNG per (copy, agent) seeded at each episode start."""
+
+    def __init__(self, action_spaces: dict[str, Any], agent_index: dict[str, int]) -> None:
+        self.spaces, self.agent_index = action_spaces, agent_index
+        self.rngs: dict[tuple[int, str], np.random.Generator] = {}
+        self.episode_of: dict[int, int] = {}
+        self.seed = 0
+
+    def start(self, copy: int, episode: int, seed: int) -> None:
+        self.episode_of[copy], self.seed = episode, seed
+        for key in [key for key in self.rngs if key[0] == copy]:
+            del self.rngs[key]
+
+    def act(self, decisions: list[PendingDecision]) -> list[Any]:
+        out = []
+        for d in decisions:
+            rng = self.rngs.get((d.copy, d.agent))
+            if rng is None:
+                rng = self.rngs[(d.copy, d.agent)] = np.random.default_rng(
+                    episode_seed(self.seed, self.episode_of[d.copy], self.agent_index[d.agent]))
+            space = self.spaces[d.agent]
+            if d.mask is not None and d.mask.any():
+                start = int(space.start) if isinstance(space, spaces.Discrete) else 0
+                out.append(int(rng.choice(np.flatnonzero(d.mask))) + start)
+            else:
+                space.seed(int(rng.integers(2**31)))
+                out.append(space.sample())
+        return out
+
+
+def play_parallel(env_spec: Any, players: dict[str, Player], episodes: int, seed: int,
+                  copies: int = EVAL_COPIES, max_episode_steps: int | None = None) -> list[EpisodeSummary]:
+    """Play `episodes` episodes over up to `copies` env copies, agent `a` played by `players[a]`; return their
+    summaries in episode order (module docstring: seeding and batching)."""
+    spec = env_spec if isinstance(env_spec, EnvSpec) else EnvSpec.of(env_spec)
+    if episodes < 1:
+        return []
+    envs = [spec.make() for _ in range(max(1, min(copies, episodes)))]
+    try:
+        layouts = env_layouts(envs[0], probe_info_masks(envs[0], seed=seed))
+        to_env = env_action_converter(layouts)
+        done: dict[int, EpisodeSummary] = {}
+        playing: dict[int, int] = {}  # copy -> episode index
+        unique = list({id(p): p for p in players.values()}.values())
+        steppers = [EpisodeStepper(env, lambda t: None, copy=k, layouts=LayoutBook(env, layouts, fixed=True),
+                                   max_episode_steps=max_episode_steps, to_env=to_env,
+                                   on_episode=lambda s: done.__setitem__(playing[s.copy], s))
+                    for k, env in enumerate(envs)]
+        started = 0
+
+        def next_decision(stepper: EpisodeStepper) -> PendingDecision | None:
+            nonlocal started
+            while True:
+                if not stepper.in_episode:
+                    if started >= episodes:
+                        return None
+                    playing[stepper.copy] = started
+                    stepper.reset(seed=seed + started)
+                    for player in unique:
+                        player.start(stepper.copy, started, seed)
+                    started += 1
+                decision = stepper.advance()
+                if decision is not None:
+                    return decision
+
+        pending = [d for s in steppers if (d := next_decision(s)) is not None]
+        while pending:
+            rows: dict[int, list[int]] = {}
+            for j, d in enumerate(pending):
+                rows.setdefault(id(players[d.agent]), []).append(j)
+            actions: list[Any] = [None] * len(pending)
+            for indices in rows.values():
+                player = players[pending[indices[0]].agent]
+                for j, action in zip(indices, player.act([pending[j] for j in indices])):
+                    actions[j] = action
+            following = []
+            for d, action in zip(pending, actions):
+                stepper = steppers[d.copy]
+                stepper.step(action)
+                if (nxt := next_decision(stepper)) is not None:
+                    following.append(nxt)
+            pending = following
+        return [done[e] for e in range(episodes)]
+    finally:
+        for env in envs:
+            env.close()

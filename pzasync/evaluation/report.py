@@ -1,0 +1,167 @@
+"""`pzasync.evaluate`: a run's (or your own) policies scored in the mode that fits the game, beside baselines.
+
+One function builds the figures that `pzasync eval` prints and writes with `--json` (schema:
+docs/eval-schema.json), that `pzasync train` prints at its end, and that Python gets back as an `Evaluation`:
+
+- the scoring mode and why (evaluation/scoring.py: "seats", "team" or "sides");
+- the trained policies' score per unit (seat, side or team) against the yardstick `vs`;
+- baselines: fresh (untrained) networks of the same learners scored the same way, and random play: in "team"
+  and "sides" the unit's seats played at random, in "seats" the trained seat against random opponents (a
+  scripted yardstick's own baseline is the untrained network).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from pzasync.core.environments import EnvSpec
+from pzasync.errors import ConfigError
+from pzasync.evaluation.episodes import EVAL_COPIES
+from pzasync.evaluation.evaluate import (EvalResult, fresh_policies, load_run_policies, player_name, score_units)
+from pzasync.evaluation.scoring import choose_scoring, units_for
+from pzasync.runtime.rundir import RunDirectory
+
+#: The `schema_version` of `Evaluation.to_json` (docs/eval-schema.json).
+SCHEMA_VERSION = 1
+
+
+@dataclass
+class Evaluation:
+    """What `evaluate` found: the scoring mode and why, the units scored, and one `EvalResult` per (unit,
+    policy, opponent); `to_json()` is `pzasync eval --json`'s document."""
+
+    env: str
+    scoring: str
+    #: Why this mode: asked for, the env's recipe's, or read from the env (`choose_scoring`).
+    scoring_reason: str
+    vs: str
+    episodes: int
+    seed: int
+    copies: int
+    #: Each scored unit (a seat, a side, or "team") and its member agents.
+    units: dict[str, list[str]]
+    results: list[EvalResult] = field(default_factory=list)
+    run_dir: str | None = None
+    seconds: float = 0.0
+
+    def result(self, unit: str, policy: str = "trained", against: str | None = None) -> EvalResult | None:
+        """The result of `unit` played by `policy` ("trained", "untrained", "random") against `against`
+        (default: the first evaluated, the yardstick's), None if it was not evaluated."""
+        return next((r for r in self.results if r.agent == unit and r.policy == policy
+                     and (against is None or r.opponent == against)), None)
+
+    def to_json(self) -> dict[str, Any]:
+        """The evaluation as plain JSON values (docs/eval-schema.json); intervals that need two episodes and
+        have one are null."""
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            pzasync_version = version("pzasync")
+        except PackageNotFoundError:
+            pzasync_version = "unknown"
+
+        def number(x: float) -> float | None:
+            return None if math.isnan(x) else float(x)
+
+        rows = []
+        for r in self.results:
+            lo, hi = r.win_rate_ci95
+            rows.append({"unit": r.agent, "members": list(r.members or (r.agent,)), "policy": r.policy,
+                         "against": r.opponent, "episodes": r.episodes, "mean_return": number(r.mean),
+                         "mean_return_ci95": number(r.mean_ci95), "outcomes": r.outcomes, "wins": r.wins,
+                         "draws": r.draws, "losses": r.episodes - r.wins - r.draws, "win_rate": r.win_rate,
+                         "win_rate_ci95": [lo, hi], "returns": [float(x) for x in r.returns]})
+        return {"schema_version": SCHEMA_VERSION, "pzasync_version": pzasync_version, "env": self.env,
+                "run_dir": self.run_dir, "scoring": self.scoring, "scoring_reason": self.scoring_reason,
+                "vs": self.vs, "episodes": self.episodes, "seed": self.seed, "copies": self.copies,
+                "seconds": round(self.seconds, 3), "units": {u: list(m) for u, m in self.units.items()},
+                "results": rows}
+
+
+def _opponents(vs: Any) -> tuple[Any, str]:
+    """The yardstick as `score_units` takes it, and its name: a run directory's policies, or a player spec."""
+    if isinstance(vs, dict):
+        return vs, "opponent run"
+    if isinstance(vs, (str, Path)) and os.path.isdir(vs):
+        return load_run_policies(vs), str(vs)
+    return vs, player_name(vs)
+
+
+def evaluate(run_dir_or_policies: str | Path | dict[str, tuple[Any, Any]], env: Any = None, vs: Any = "random",
+             episodes: int = 400, seed: int = 12345, scoring: str | None = None, *, learners: Any = None,
+             baselines: bool = True, copies: int = EVAL_COPIES, max_episode_steps: int | None = None,
+             progress: Callable[[str], None] | None = None) -> Evaluation:
+    """Score trained policies greedily in the mode that fits the game, with baselines (module docstring).
+
+    `run_dir_or_policies`: a run directory (its checkpoints; its env, learners and episode limit
+    unless given) or a dict agent -> (policy, layout), which needs `env`. `vs`: the yardstick ("random",
+    "one_ply", "negamax,depth=2", "perfect", "module:callable", or another run's directory). `scoring`: "seats",
+    "team" or "sides"; None: the env's recipe's, else read from the env (`choose_scoring`). `learners`: the
+    learner specs of the untrained baseline (a run directory's own by default; without any, no untrained
+    baseline). `baselines`: False scores the trained policies only. `episodes` per unit and evaluation, over
+    `copies` env copies with batched forwards; the same `seed` gives the same figures. `progress(label)` is
+    called after each evaluation.
+    """
+    started = time.monotonic()
+    run_dir = None
+    if isinstance(run_dir_or_policies, (str, Path)):
+        run_dir = str(run_dir_or_policies)
+        info = RunDirectory(run_dir, create=False).read_json("run.json")
+        policies = load_run_policies(run_dir)
+        if env is None:
+            env = EnvSpec.of_run(info)
+        if learners is None:
+            learners = info.get("learners")
+        config = info.get("config", {})
+        max_episode_steps = config.get("max_episode_steps") if max_episode_steps is None else max_episode_steps
+    elif isinstance(run_dir_or_policies, dict):
+        policies = run_dir_or_policies
+        if env is None:
+            raise ConfigError("pzasync.evaluate: policies given as a dict need env=... (an env id or EnvSpec)")
+    else:
+        raise ConfigError(f"pzasync.evaluate: expected a run directory or a dict agent -> (policy, layout), got "
+                          f"{type(run_dir_or_policies).__name__}")
+    if episodes < 1:
+        raise ConfigError(f"pzasync.evaluate: episodes={episodes}: must be >= 1")
+    if copies < 1:
+        raise ConfigError(f"pzasync.evaluate: copies={copies}: must be >= 1")
+    spec = env if isinstance(env, EnvSpec) else EnvSpec.of(env)
+    mode, why = choose_scoring(spec, scoring)
+    probe = spec.make()
+    try:
+        agents = list(probe.possible_agents)
+    finally:
+        probe.close()
+    units = units_for(mode, agents, list(policies))
+    opponents, name = _opponents(vs)
+    report = Evaluation(spec.name, mode, why, name, episodes, seed, copies, units, run_dir=run_dir)
+
+    def add(results: list[EvalResult], label: str) -> None:
+        report.results += results
+        if progress is not None:
+            progress(label)
+
+    common = {"max_episode_steps": max_episode_steps, "copies": copies}
+    add(score_units(spec, policies, units, opponents, episodes, seed, opponent_name=name, **common), "trained")
+    if baselines and learners is not None:
+        fresh_spec, fresh = fresh_policies(spec, learners, seed)
+        add(score_units(fresh_spec, fresh, units_for(mode, agents, list(fresh)), opponents, episodes, seed,
+                        opponent_name=name, policy="untrained", **common), "untrained")
+    if baselines and mode == "seats" and name != "random":
+        add(score_units(spec, policies, units, "random", episodes, seed, opponent_name="random", **common),
+            "trained against random")
+    elif baselines and mode != "seats":
+        add(score_units(spec, "random", units, opponents, episodes, seed, opponent_name=name, policy="random",
+                        **common), "random")
+    report.seconds = time.monotonic() - started
+    return report
+
+
+def evaluations_planned(scoring: str, vs: str, learners: bool = True) -> int:
+    """How many evaluations of every unit `evaluate` plays with baselines (for a time budget)."""
+    return 1 + int(learners) + int(not (scoring == "seats" and vs == "random"))

@@ -1,0 +1,231 @@
+"""Scoring that fits the game: team, seats and sides; `pzasync.evaluate` and `pzasync eval --json` give the same
+figures; evaluation over env copies is deterministic for a seed (docs/league.md, "Scoring")."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import jsonschema
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+import pzasync
+from pzasync import EnvSpec, Policy, RunConfig, SequentialRunner
+from pzasync.cli import main
+from pzasync.core.spaces import env_layouts, probe_info_masks
+from pzasync.errors import ConfigError
+from pzasync.evaluation.evaluate import fresh_policies
+from pzasync.evaluation.scoring import choose_scoring, default_scoring, sides_of, units_for
+from pzasync.recipes import Recipe, scoring_for
+
+SCHEMA = json.loads((Path(__file__).parents[1] / "docs" / "eval-schema.json").read_text())
+SPREAD, TAG, TTT = "mpe2.simple_spread_v3", "mpe2.simple_tag_v3", "pettingzoo.classic.tictactoe_v3"
+
+
+class Heading(Policy):
+    """A fixed, deterministic policy for MPE: the action is read off the observation (no parameters, no RNG)."""
+
+    def act(self, obs, mask, explore):
+        x = obs["obs"]
+        return (np.floor(np.abs(x[:, 2] + x[:, 3]) * 7).astype(np.int64) % 5), {}
+
+
+def layouts_of(env_id: str) -> dict:
+    env = EnvSpec.of(env_id).make()
+    try:
+        return env_layouts(env, probe_info_masks(env))
+    finally:
+        env.close()
+
+
+def by_hand(env_id: str, act, seed: int, agent_steps: int) -> dict[str, float]:
+    """One episode played with `pzasync.rollout`, reset with `seed`: each agent's return."""
+    episodes: list = []
+    pzasync.rollout(env_id, act, agent_steps=agent_steps, seed=seed, episodes=episodes)
+    return episodes[0].returns
+
+
+def test_team_scoring_plays_every_seat_with_its_trained_policy_and_sums_the_team_return():
+    layouts = layouts_of(SPREAD)
+    policy = Heading()
+    policies = {agent: (policy, layout) for agent, layout in layouts.items()}
+    report = pzasync.evaluate(policies, env=SPREAD, episodes=3, seed=40, baselines=False, copies=2)
+    assert report.scoring == "team" and report.units == {"team": ["agent_0", "agent_1", "agent_2"]}
+    (team,) = report.results
+    assert team.opponent == "none" and team.policy == "trained" and team.members == ("agent_0", "agent_1", "agent_2")
+
+    def act(agent, obs, mask):
+        return int(policy.act(layouts[agent].batch([obs]), None, False)[0][0])
+
+    own_returns_differ = False
+    for episode, got in enumerate(team.returns):  # episode e is reset with seed + e; 25 cycles of 3 agents
+        returns = by_hand(SPREAD, act, seed=40 + episode, agent_steps=75)
+        assert got == pytest.approx(sum(returns[a] for a in layouts), abs=1e-9)
+        own_returns_differ |= len(set(returns.values())) > 1
+    assert own_returns_differ, "collisions are paid per agent: the team's score is the sum, not one agent's"
+
+
+def test_team_scoring_reports_untrained_and_random_teams_beside_the_trained_one():
+    _spec, fresh = fresh_policies(SPREAD, "dqn", seed=3)  # what evaluate(seed=3) builds for its baseline
+    report = pzasync.evaluate(fresh, env=SPREAD, episodes=4, seed=3, learners="dqn")
+    assert [(r.agent, r.policy, r.opponent) for r in report.results] == [
+        ("team", "trained", "none"), ("team", "untrained", "none"), ("team", "random", "none")]
+    trained, untrained, random_team = report.results
+    assert trained.returns == untrained.returns, "the same fresh networks (same seed) score the same"
+    assert random_team.returns != trained.returns
+
+
+def test_sides_play_each_side_against_the_other_played_by_the_yardstick():
+    layouts = layouts_of(TAG)
+    policy = Heading()
+    policies = {agent: (policy, layout) for agent, layout in layouts.items()}
+    yardstick = "custom_players:LastLegalPolicy"  # deterministic: the highest action, so a hand count can follow
+    report = pzasync.evaluate(policies, env=TAG, vs=yardstick, episodes=2, seed=8, baselines=False)
+    assert report.scoring == "sides"
+    assert report.units == {"adversary": ["adversary_0", "adversary_1", "adversary_2"], "agent": ["agent_0"]}
+    for r in report.results:
+        assert r.opponent == yardstick and r.members == tuple(report.units[r.agent])
+        for episode, got in enumerate(r.returns):
+            def act(agent, obs, mask, side=r.members):
+                if agent in side:
+                    return int(policy.act(layouts[agent].batch([obs]), None, False)[0][0])
+                return layouts[agent].action_space.n - 1
+            returns = by_hand(TAG, act, seed=8 + episode, agent_steps=25 * 4)
+            assert got == pytest.approx(sum(returns[a] for a in r.members), abs=1e-9), (r.agent, episode)
+
+
+def test_seats_score_each_trained_seat_alone_against_the_yardstick():
+    report = pzasync.evaluate(fresh_policies(TTT, "dqn", seed=2)[1], env=TTT, vs="one_ply", episodes=6, seed=1,
+                              learners="dqn")
+    assert report.scoring == "seats" and "zero-sum" in report.scoring_reason
+    assert [(r.agent, r.policy, r.opponent) for r in report.results] == [
+        ("player_1", "trained", "one_ply"), ("player_2", "trained", "one_ply"),
+        ("player_1", "untrained", "one_ply"), ("player_2", "untrained", "one_ply"),
+        ("player_1", "trained", "random"), ("player_2", "trained", "random")]
+
+
+def test_evaluation_is_deterministic_for_a_seed_whatever_the_number_of_env_copies():
+    _spec, fresh = fresh_policies(TTT, "dqn", seed=5)
+    runs = [pzasync.evaluate(fresh, env=TTT, vs="one_ply", episodes=30, seed=11, copies=copies).to_json()
+            for copies in (1, 4, 8, 4)]
+    figures = [[(r["unit"], r["policy"], r["against"], r["returns"]) for r in run["results"]] for run in runs]
+    assert figures[0] == figures[1] == figures[2] == figures[3]
+    other = pzasync.evaluate(fresh, env=TTT, vs="one_ply", episodes=30, seed=12, copies=4).to_json()
+    assert [r["returns"] for r in other["results"]] != [r["returns"] for r in runs[0]["results"]], \
+        "another seed plays other games (random and one_ply's ties are drawn per episode)"
+
+
+def test_a_recurrent_policy_carries_memory_per_copy_and_agent_and_forgets_it_at_each_episode_start():
+    """Batched over copies, each row gets the memory its own (copy, agent) carried out of its last decision."""
+    from pzasync.core.stepper import PendingDecision
+    from pzasync.evaluation.episodes import PolicyPlayer, play_parallel
+
+    layouts = layouts_of("pzasync.envs.recall")
+    seen: list[tuple[int, str, float]] = []
+
+    class Counting(Policy):
+        memory_size = 1
+
+        def act_with_memory(self, obs, mask, explore, memory):
+            return np.zeros(len(memory), np.int64), {}, memory + 1
+
+    class Recording(PolicyPlayer):
+        def act(self, decisions: list[PendingDecision]):
+            for d in decisions:
+                carried = self.memory.get((d.copy, d.agent))
+                seen.append((d.copy, d.agent, 0.0 if carried is None else float(carried[0])))
+            return super().act(decisions)
+
+    player = Recording(Counting(), next(iter(layouts.values())))
+    summaries = play_parallel("pzasync.envs.recall", {a: player for a in layouts}, episodes=7, seed=0, copies=3)
+    assert len(summaries) == 7 and {s.copy for s in summaries} == {0, 1, 2}
+    count: dict[tuple[int, str], int] = {}
+    for copy, agent, carried in seen:  # decisions in order; a count of 0 marks a new episode of that copy
+        if carried == 0:
+            count[(copy, agent)] = 0
+        assert carried == count[(copy, agent)], (copy, agent)
+        count[(copy, agent)] += 1
+    per_episode = len(seen) / 7 / len(layouts)
+    assert per_episode > 1 and sum(1 for _c, _a, m in seen if m == 0) == 7 * len(layouts), \
+        "memory starts at zero exactly once per agent and episode"
+
+
+def test_the_scoring_mode_comes_from_the_option_the_recipes_or_the_env():
+    assert choose_scoring(SPREAD) == ("team", "the recipes say so for simple_spread_v3")
+    assert choose_scoring(SPREAD, "seats") == ("seats", "it was asked for")
+    assert scoring_for("pettingzoo.butterfly.knights_archers_zombies_v11") == "team", "archers and knights: a team"
+    assert scoring_for("simple_adversary_v3") == "sides" and scoring_for("connect_four_v3") is None
+    assert sides_of(["adversary_0", "adversary_1", "agent_0"]) == {"adversary": ["adversary_0", "adversary_1"],
+                                                                   "agent": ["agent_0"]}
+    assert default_scoring(TAG)[0] == "sides"
+    mode, why = default_scoring("pettingzoo.classic.connect_four_v3")
+    assert mode == "seats" and "zero-sum" in why
+    mode, why = default_scoring(EnvSpec.of(SPREAD, local_ratio=0.0))  # only the shared reward is paid
+    assert mode == "team" and "same" in why
+    mode, why = default_scoring("pzasync.envs.forage")  # foragers compete: the rewards are neither shared nor zero-sum
+    assert mode == "seats" and "no sign of a team" in why
+    assert units_for("seats", ["a_0", "a_1"], ["a_1"]) == {"a_1": ["a_1"]}
+    with pytest.raises(ConfigError, match="must be one of"):
+        choose_scoring(SPREAD, "duel")
+    with pytest.raises(ValueError, match="Recipe.scoring"):
+        Recipe(env="x", scoring="duel")
+    with pytest.raises(ConfigError, match="eval_scoring"):
+        RunConfig(eval_scoring="duel").validate()
+
+
+@pytest.fixture(scope="module")
+def spread_run(tmp_path_factory) -> str:
+    """A tiny simple_spread run, every agent a DQN (a few updates: the checkpoints are what is scored)."""
+    out = tmp_path_factory.mktemp("spread")
+    learner = ("dqn", {"learning_starts": 32, "batch_size": 16, "hidden": [16]})
+    result = SequentialRunner(SPREAD, learner, RunConfig(seed=0, out_dir=str(out))).run(agent_steps=150)
+    return str(result.run_dir)
+
+
+def test_eval_json_validates_against_the_schema_and_equals_pzasync_evaluate(spread_run, tmp_path):
+    out = CliRunner().invoke(main, ["eval", spread_run, "--episodes", "3", "--seed", "7", "--copies", "2",
+                                    "--json", str(tmp_path / "eval.json")], env={"COLUMNS": "200"})
+    assert out.exit_code == 0, out.output
+    written = json.loads((tmp_path / "eval.json").read_text())
+    jsonschema.Draft202012Validator(SCHEMA).validate(written)
+    expected = pzasync.evaluate(spread_run, episodes=3, seed=7).to_json()  # other copies: the same figures
+    for document in (written, expected):
+        document.pop("seconds")
+        document.pop("copies")
+    assert written == expected
+    assert [(r["unit"], r["policy"]) for r in written["results"]] == [
+        ("team", "trained"), ("team", "untrained"), ("team", "random")]
+    assert "scoring: team" in out.output and "because the recipes say so for simple_spread_v3" in out.output
+
+    to_stdout = CliRunner().invoke(main, ["eval", spread_run, "--episodes", "3", "--seed", "7", "--json",
+                                          "--no-baselines", "--scoring", "seats"], env={"COLUMNS": "200"})
+    assert to_stdout.exit_code == 0, to_stdout.output
+    document = json.loads(to_stdout.stdout)
+    jsonschema.Draft202012Validator(SCHEMA).validate(document)
+    assert document["scoring"] == "seats" and document["scoring_reason"] == "it was asked for"
+    assert [r["unit"] for r in document["results"]] == ["agent_0", "agent_1", "agent_2"]
+    assert "scoring: seats" in to_stdout.stderr
+
+
+def test_train_says_how_it_scored_and_scores_the_team_at_the_end(tmp_path):
+    result = CliRunner().invoke(main, ["train", SPREAD, "--steps", "300", "--runner", "sequential", "--learner",
+                                       "dqn,learning_starts=50,hidden=[16]", "--out", str(tmp_path),
+                                       "--final-episodes", "3", "--eval-every", "0"], env={"COLUMNS": "200"})
+    assert result.exit_code == 0, result.output
+    assert "scoring: team (every seat its trained policy, the team's summed return), because the recipes say so" \
+        in result.output
+    rows = [line for line in result.output.splitlines() if line.startswith("│ team")]
+    assert [tuple(cell.strip() for cell in row.split("│")[1:4]) for row in rows] == [
+        ("team", "trained", "none"), ("team", "untrained", "none"), ("team", "random", "none")]
+
+
+@pytest.mark.slow
+def test_the_evaluator_scores_the_team_while_training(tmp_path):
+    config = RunConfig(seed=0, out_dir=str(tmp_path), eval_vs="random", eval_every_s=0.2, eval_episodes=2)
+    result = SequentialRunner(SPREAD, ("ppo", {"hidden": [16]}), config).run(seconds=12)
+    assert result.evaluations, "the evaluator scored at least once"
+    assert {(e["agent"], tuple(e["members"]), e["scoring"], e["opponent"]) for e in result.evaluations} == {
+        ("team", ("agent_0", "agent_1", "agent_2"), "team", "none")}
+    assert all(e["episodes"] == 2 and e["version"] >= 1 for e in result.evaluations)
