@@ -12,8 +12,10 @@ bench, evaluation and the runners may import it, and it imports none of them.
 from pzasync.recipes.recipe import Recipe, same_env
 from pzasync.recipes.registry import (
     DEFAULT_RECIPE,
+    IMAGE_WRAPPERS,
     RECIPES,
     SELF_PLAY,
+    SUITE,
     TRAIN_ENV,
     default_train_learner,
     default_trainee_weights,
@@ -24,9 +26,11 @@ from pzasync.recipes.registry import (
 
 __all__ = [
     "DEFAULT_RECIPE",
+    "IMAGE_WRAPPERS",
     "RECIPES",
     "Recipe",
     "SELF_PLAY",
+    "SUITE",
     "TRAIN_ENV",
     "default_train_learner",
     "default_trainee_weights",

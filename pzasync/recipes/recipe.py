@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Mapping
+from typing import Any, Mapping
 
 
 def same_env(env_name: str, env_id: str) -> bool:
@@ -51,6 +51,17 @@ class Recipe:
     envs_per_actor: int = 1
     #: Wall-clock minutes to train when neither --steps nor --minutes is given.
     minutes: float = 5.0
+    # -- the env as the recipe trains it: parameter sharing, env arguments, preprocessing ------------------------
+    #: Agent groups sharing one learner (RunConfig.agent_groups: name -> agent patterns), for teams of agents
+    #: with the same spaces, unless --group, --independent or --learner-for naming an agent is given. Self-play
+    #: recipes leave it empty (they group every seat as "players").
+    agent_groups: Mapping[str, tuple[str, ...]] = field(default_factory=dict, hash=False)
+    #: Env keyword arguments (as --env-arg KEY=VALUE); --env-arg given for the same key wins.
+    env_kwargs: Mapping[str, Any] = field(default_factory=dict, hash=False)
+    #: Env wrappers applied in order when the env is made (EnvSpec.wrappers, core/wrappers.py): SuperSuit's by
+    #: name, e.g. "resize_v1,x_size=84,y_size=84", unless --wrapper is given.
+    wrappers: tuple[str, ...] = ()
+
     #: What measured choice the recipe rests on, pointing at the docs/benchmarks.md sections that hold the
     #: numbers: documentation for whoever changes the entry, never read by the code.
     why: str = ""
@@ -58,6 +69,10 @@ class Recipe:
     def __post_init__(self) -> None:
         # Frozen all the way down: a registry entry's weights cannot be changed through a lookup's result.
         object.__setattr__(self, "league_trainee_weights", MappingProxyType(dict(self.league_trainee_weights)))
+        object.__setattr__(self, "agent_groups", MappingProxyType(
+            {name: tuple(patterns) for name, patterns in self.agent_groups.items()}))
+        object.__setattr__(self, "env_kwargs", MappingProxyType(dict(self.env_kwargs)))
+        object.__setattr__(self, "wrappers", tuple(self.wrappers))
 
     @property
     def learner_spec(self) -> str:
