@@ -253,8 +253,11 @@ def run_suite(settings: SuiteSettings, on_run: Callable[[str, int], None] | None
     out = Path(settings.out)
     out.mkdir(parents=True, exist_ok=True)
     envs = list(settings.envs) or list(SUITE)
+    from importlib.metadata import version
+
     report: dict[str, Any] = {
-        "schema": SCHEMA, "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "settings": asdict(settings),
+        "schema": SCHEMA, "pzasync_version": version("pzasync"), "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "settings": asdict(settings),
         "machine": {**machine_info(), "load_average_start": list(os.getloadavg())}, "envs": [], "interrupted": False}
     report["settings"]["envs"] = envs
     report["settings"]["eval_every_s"] = settings.every_s
