@@ -65,7 +65,7 @@ def check_budget_options(steps: int | None, minutes: float | None) -> None:
 @click.option("--wrapper", "wrappers", multiple=True, metavar="SPEC",
               help="Env wrapper applied in order, replacing the recipe's (repeatable): a SuperSuit wrapper "
                    "NAME[,KEY=VALUE...] such as 'resize_v1,x_size=84,y_size=84', or 'module:callable'; "
-                   "'none' for no wrappers. Default: the env's recipe's (pistonball: grey, 84x84, 4 frames).")
+                   "'none' for no wrappers. Default: the env's recipe's (pistonball: grey, 64x64, 3 frames stacked).")
 @click.option("--runner", type=click.Choice(["async", "sequential"]), default="async", show_default=True)
 @click.option("--steps", type=int, default=None, help="Agent steps (decisions) to train for.")
 @click.option("--minutes", type=float, default=None,
@@ -274,6 +274,7 @@ def _train(env_id: str, *, config_file: str | None, print_config: bool, learner:
         + (f"; {run.plan.envs_per_actor} env copies" if run.plan.envs_per_actor > 1 else "")
         + (f" per actor, {run.plan.actors} actor processes" if run.plan.actors > 1 else "")
         + (f", {run.plan.config.env_workers} env workers" if run.plan.config.env_workers else "")
+        + (f"; env wrappers {' | '.join(env.wrappers)}" if env.wrappers else "")
         + f"; scored against {yardstick}", highlight=False)
     for option, choice in run.plan.auto.items():
         console.print(f"  {option}=auto: {choice}", highlight=False)
