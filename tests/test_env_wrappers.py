@@ -69,3 +69,22 @@ def test_a_run_records_its_wrappers_and_its_checkpoints_are_evaluated_on_the_sam
     before = len(WRAPPED)
     assert set(load_run_policies(result.run_dir)) == {"agent_0", "agent_1"}
     assert len(WRAPPED) > before  # the evaluation made the env through the recorded wrapper
+
+
+def test_pzasync_train_takes_wrappers_that_replace_the_recipes_and_records_them(tmp_path):
+    from click.testing import CliRunner
+
+    from pzasync.cli import main
+
+    args = ["train", PISTONBALL, "--env-arg", "n_pistons=3", "--env-arg", "max_cycles=5", "--wrapper",
+            "color_reduction_v0,mode=B", "--wrapper", "resize_v1,x_size=16,y_size=16", "--runner", "sequential",
+            "--steps", "60", "--final-episodes", "0", "--eval-every", "0", "--envs-per-actor", "1", "--out",
+            str(tmp_path)]
+    result = CliRunner().invoke(main, args, env={"COLUMNS": "300"})
+    assert result.exit_code == 0, result.output
+    assert "env wrappers color_reduction_v0,mode=B | resize_v1,x_size=16,y_size=16" in " ".join(result.output.split())
+    import json
+
+    (run_json,) = tmp_path.glob("*/run.json")
+    assert json.loads(run_json.read_text())["env_wrappers"] == ["color_reduction_v0,mode=B",
+                                                                "resize_v1,x_size=16,y_size=16"]

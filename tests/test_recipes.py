@@ -195,3 +195,13 @@ def test_pzasync_train_says_which_learner_it_chose_instead_of_refusing(tmp_path)
             "agent_0=dqn", "--learner-for", "agent_1=dqn", *common]
     result = CliRunner().invoke(main, args, env={"COLUMNS": "200"})
     assert result.exit_code == 2 and "DQN" in result.output and "Box" in result.output, result.output
+
+
+def test_a_team_recipe_shares_parameters_unless_independent_or_a_seat_is_chosen_apart():
+    pursuit = "pettingzoo.sisl.pursuit_v5"
+    assert train_choices(pursuit).config["agent_groups"] == {"pursuers": ["pursuer_*"]}
+    assert train_choices(pursuit, self_play=False).config["agent_groups"] == {}
+    assert train_choices(pursuit, learner_for=("pursuer_0=random",)).config["agent_groups"] == {}
+    assert train_choices(pursuit, learner_for=("pursuers=dqn",)).config["agent_groups"] == {"pursuers": ["pursuer_*"]}
+    kaz = train_choices("knights_archers_zombies_v11", self_play=True)  # --self-play: one learner for all
+    assert kaz.config["agent_groups"] == {"players": ["*"]}

@@ -148,7 +148,10 @@ def train_one(run: SuiteRun, seed: int, seconds: float, out: Path, settings: Sui
 
     config = RunConfig(**run.config, seed=seed, out_dir=str(out), progress=False, eval_vs=run.yardstick,
                        eval_every_s=settings.every_s, eval_episodes=settings.eval_episodes)
-    result = AsyncRunner(run.env, run.learners, config).run(seconds=seconds)
+    runner = AsyncRunner(run.env, run.learners, config)
+    result = runner.run(seconds=seconds)
+    if runner.stop_signal is not None:  # the runner stopped itself gracefully on SIGINT/SIGTERM: so does the suite
+        raise KeyboardInterrupt
     rd = RunDirectory(result.run_dir, create=False)
     evaluations = [r for r in rd.read_jsonl("metrics.jsonl") if r.get("kind") == "eval"]
     return {"seed": seed, "run_dir": str(result.run_dir), "agent_steps": result.agent_steps,
@@ -339,4 +342,5 @@ def summary_rows(report: dict[str, Any]) -> list[list[str]]:
     return rows
 
 
+#: The summary table's columns, in the order of `summary_rows`' cells.
 SUMMARY_COLUMNS = ("env", "metric", "random", "untrained", "pzasync at the budget", "seeds", "agent steps/run")
