@@ -267,7 +267,7 @@ def run_suite(settings: SuiteSettings, on_run: Callable[[str, int], None] | None
     try:
         for env_id in envs:
             entry = env_report(env_id, settings, out, on_run)
-            entry["plot"] = plot_env(entry, str(out / f"{entry['short']}.png"))
+            entry["plot"] = plot_env(entry, str(out / f"{entry['short']}.png"), settings.minutes * 60)
             report["envs"].append(entry)
             write_report(report, out)
     except KeyboardInterrupt:
@@ -288,9 +288,10 @@ def write_report(report: dict[str, Any], out: Path) -> str:
     return str(path)
 
 
-def plot_env(entry: dict[str, Any], path: str) -> str | None:
-    """One env's PNG: the evaluator's score against wall seconds for every seed, with the random and untrained
-    baselines as bands (95% intervals); beside it the training team return. None without matplotlib."""
+def plot_env(entry: dict[str, Any], path: str, seconds: float | None = None) -> str | None:
+    """One env's PNG: the evaluator's score against wall seconds (0 to the budget, `seconds`) for every seed, with
+    the random and untrained baselines as bands (95% intervals); beside it the training team return. None
+    without matplotlib."""
     from pzasync.runtime.rundir import pyplot
 
     plt = pyplot()
@@ -311,9 +312,15 @@ def plot_env(entry: dict[str, Any], path: str) -> str | None:
     what = "win rate" if entry["metric"] == "win_rate" else "mean return per scored seat"
     ax.set_ylabel(f"{what} vs {entry['yardstick']}")
     ax.set_title(f"{entry['short']}: {entry['recipe']['learner']}", fontsize="medium")
+    if entry["metric"] == "win_rate":
+        ax.set_ylim(-0.02, 1.02)
+    if entry["recipe"]["self_play"]:
+        side.set_title("self-play: the seats' returns cancel out", fontsize="small")
     side.set_xlabel("wall-clock seconds")
     side.set_ylabel("training team return (sampled actions)")
     for a in (ax, side):
+        if seconds:
+            a.set_xlim(0, seconds * 1.02)
         a.grid(alpha=0.3)
         a.legend(loc="best", fontsize="small")
     fig.tight_layout()
