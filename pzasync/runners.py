@@ -106,7 +106,8 @@ class _Runner:
             raise ConfigError(f"{run_dir}: the env was a factory; build the runner yourself and call resume_from()")
         learners = {a: (spec["learner"], spec["options"]) for a, spec in info["learners"].items()}
         config = RunConfig.from_dict({**info["config"], **config_overrides})
-        runner = cls(EnvSpec.of(info["env"], **info.get("env_kwargs", {})), learners, config)
+        runner = cls(EnvSpec.of(info["env"], tuple(info.get("env_wrappers", ())), **info.get("env_kwargs", {})),
+                     learners, config)
         return runner.resume_from(run_dir)
 
     def resume_from(self, run_dir: str) -> _Runner:
@@ -180,7 +181,8 @@ class _Runner:
         run_dir = RunDirectory.new(self.config.out_dir, self.plan.env_spec.name)
         run_dir.write_json("run.json", {
             "env": self.plan.env_spec.name if isinstance(self.plan.env_spec.source, str) else None,
-            "env_kwargs": self.plan.env_spec.kwargs, "runner": self.kind,
+            "env_kwargs": self.plan.env_spec.kwargs, "env_wrappers": list(self.plan.env_spec.wrappers),
+            "runner": self.kind,
             "env_state": self.plan.env_spec.state.as_dict() if self.plan.env_spec.state else None,
             "learners": {a: {"learner": p.learner_path, "name": p.learner_name, "options": p.options}
                          for a, p in self.plan.agents.items()},

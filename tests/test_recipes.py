@@ -14,6 +14,7 @@ from click.testing import CliRunner
 from pzasync.bench.harness import BenchSettings
 from pzasync.cli import main, train_choices
 from pzasync.config import RunConfig
+from pzasync.core.environments import EnvSpec
 from pzasync.recipes import (DEFAULT_RECIPE, RECIPES, SELF_PLAY, TRAIN_ENV, Recipe, default_yardstick, recipe_for,
                              same_env, train_recipe)
 from pzasync.runtime.plan import RunPlan
@@ -21,13 +22,14 @@ from pzasync.specs import parse_learner_spec
 
 CONNECT_FOUR = "pettingzoo.classic.connect_four_v3"
 TICTACTOE = "pettingzoo.classic.tictactoe_v3"
-NO_RECIPE = "mpe2.simple_spread_v3"
+NO_RECIPE = "mpe2.simple_adversary_v3"
 
 
 def plan_for(env_id: str, **options) -> tuple[RunPlan, object]:
     """The run `pzasync train ENV [options]` would start, planned (validated, nothing allocated or run)."""
     chosen = train_choices(env_id, **options)
-    return RunPlan(env_id, chosen.learners, RunConfig(**chosen.config, eval_vs=chosen.yardstick)), chosen
+    env = EnvSpec.of(env_id, chosen.wrappers, **chosen.env_kwargs)
+    return RunPlan(env, chosen.learners, RunConfig(**chosen.config, eval_vs=chosen.yardstick)), chosen
 
 
 @pytest.mark.parametrize("recipe", RECIPES, ids=lambda r: r.env.rsplit(".", 1)[-1])
@@ -35,7 +37,8 @@ def test_every_recipe_resolves_for_its_env_the_way_pzasync_train_uses_it(recipe)
     """The learner spec parses and its options pass the learner's schema and space checks for every seat (DQN
     refuses `mirror` on a board whose actions are not columns), the league and trainee seats exist, and the
     yardstick is a player of this env: RunPlan checks them all before anything starts."""
-    name, options = parse_learner_spec(recipe.learner_spec)
+    spec = parse_learner_spec(recipe.learner_spec)
+    name, options = (spec, {}) if isinstance(spec, str) else spec
     assert options.get("mirror", False) is recipe.mirror
     plan, chosen = plan_for(recipe.env)
     assert chosen.learner == recipe.learner_spec and chosen.yardstick == recipe.vs
@@ -49,6 +52,11 @@ def test_every_recipe_resolves_for_its_env_the_way_pzasync_train_uses_it(recipe)
         assert plan.config.league == {"*": recipe.league}
     else:
         assert "players" not in plan.units and not plan.config.league
+        assert plan.config.agent_groups == {g: list(p) for g, p in recipe.agent_groups.items()}
+        for group in recipe.agent_groups:
+            assert len(plan.units[group].members) >= 2, group
+    assert chosen.wrappers == recipe.wrappers and plan.env_spec.wrappers == recipe.wrappers
+    assert {k: plan.env_spec.kwargs[k] for k in recipe.env_kwargs} == dict(recipe.env_kwargs)
     assert plan.config.league_trainee_weights == dict(recipe.league_trainee_weights)
     assert plan.config.eval_vs == recipe.vs
 
@@ -173,10 +181,27 @@ def test_the_recipe_learner_gives_way_where_it_refuses_the_spaces():
 
 
 def test_pzasync_train_says_which_learner_it_chose_instead_of_refusing(tmp_path):
-    args = ["train", SPREAD_BOX[0], *(f"--env-arg={k}={v}" for k, v in SPREAD_BOX[1].items()), "--runner",
-            "sequential", "--steps", "120", "--final-episodes", "0", "--eval-every", "0", "--out", str(tmp_path)]
+    """Box actions: an env without a recipe gets PPO from its spaces (said at the start); an env whose recipe
+    names DQN gets PPO for the agents DQN refuses, said per agent."""
+    common = ["--runner", "sequential", "--steps", "120", "--final-episodes", "0", "--eval-every", "0", "--out",
+              str(tmp_path)]
+    args = ["train", NO_RECIPE, "--env-arg=continuous_actions=True", "--env-arg=max_cycles=10", *common]
     result = CliRunner().invoke(main, args, env={"COLUMNS": "200"})
     assert result.exit_code == 0, result.output
     text = " ".join(result.output.split())
-    assert "agent 'agent_0': dqn cannot train it" in text and "trains with 'ppo'" in text
-    assert "agent_0=ppo" in text and "agent_1=ppo" in text
+    assert "learner ppo (dqn takes only Discrete actions; --learner chooses)" in text
+    assert "adversary_0=ppo" in text and "agent_0=ppo" in text
+    args = ["train", SPREAD_BOX[0], *(f"--env-arg={k}={v}" for k, v in SPREAD_BOX[1].items()), "--learner-for",
+            "agent_0=dqn", "--learner-for", "agent_1=dqn", *common]
+    result = CliRunner().invoke(main, args, env={"COLUMNS": "200"})
+    assert result.exit_code == 2 and "DQN" in result.output and "Box" in result.output, result.output
+
+
+def test_a_team_recipe_shares_parameters_unless_independent_or_a_seat_is_chosen_apart():
+    pursuit = "pettingzoo.sisl.pursuit_v5"
+    assert train_choices(pursuit).config["agent_groups"] == {"pursuers": ["pursuer_*"]}
+    assert train_choices(pursuit, self_play=False).config["agent_groups"] == {}
+    assert train_choices(pursuit, learner_for=("pursuer_0=random",)).config["agent_groups"] == {}
+    assert train_choices(pursuit, learner_for=("pursuers=dqn",)).config["agent_groups"] == {"pursuers": ["pursuer_*"]}
+    kaz = train_choices("knights_archers_zombies_v11", self_play=True)  # --self-play: one learner for all
+    assert kaz.config["agent_groups"] == {"players": ["*"]}

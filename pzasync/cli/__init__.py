@@ -1,7 +1,8 @@
-"""The `pzasync` command line: train, eval, bench, rollout, envs, clean, microbench, serve.
+"""The `pzasync` command line: train, eval, bench, suite, rollout, envs, clean, microbench, serve.
 
 - `train` (cli/train.py) and `bench` (cli/bench.py): options generated from RunConfig's and BenchSettings'
   declarations by cli/options.py;
+- `suite` (cli/suite.py): the learning suite;
 - the other commands here.
 """
 
@@ -19,6 +20,7 @@ from rich.table import Table
 
 from pzasync.cli.bench import bench
 from pzasync.cli.common import console, errors, scoring_line
+from pzasync.cli.suite import suite
 from pzasync.cli.train import train, train_choices
 from pzasync.config import SCORING_MODES
 from pzasync.evaluation.episodes import EVAL_COPIES
@@ -50,6 +52,7 @@ def main() -> None:
 
 main.add_command(train)
 main.add_command(bench)
+main.add_command(suite)
 
 
 @main.command()

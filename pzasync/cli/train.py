@@ -7,7 +7,7 @@ import signal
 import sys
 import time
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator, Mapping
 
@@ -19,7 +19,7 @@ from pzasync.cli.common import console, errors, learners_from_options, parse_opt
 from pzasync.cli.options import SectionedCommand, declared_params, given
 from pzasync.config import GROUPS
 from pzasync.errors import UserInputError
-from pzasync.recipes import DEFAULT_RECIPE, SELF_PLAY, TRAIN_ENV, train_recipe
+from pzasync.recipes import DEFAULT_RECIPE, SELF_PLAY, TRAIN_ENV, Recipe, recipe_for, train_recipe
 from pzasync.runtime.stop_signals import StopSignals, exit_code as signal_exit_code, reason as signal_reason
 
 #: The defaults --help shows where `pzasync train`'s differ from RunConfig's: its own, and the recipe's.
@@ -62,6 +62,10 @@ def check_budget_options(steps: int | None, minutes: float | None) -> None:
 @click.option("--learner-for", "learner_for", multiple=True, metavar="AGENT=SPEC",
               help="Learner for one agent, overriding --learner (repeatable).")
 @click.option("--env-arg", "env_args", multiple=True, metavar="KEY=VALUE", help="Env keyword argument, e.g. N=4.")
+@click.option("--wrapper", "wrappers", multiple=True, metavar="SPEC",
+              help="Env wrapper applied in order, replacing the recipe's (repeatable): a SuperSuit wrapper "
+                   "NAME[,KEY=VALUE...] such as 'resize_v1,x_size=84,y_size=84', or 'module:callable'; "
+                   "'none' for no wrappers. Default: the env's recipe's (pistonball: grey, 64x64, 3 frames stacked).")
 @click.option("--runner", type=click.Choice(["async", "sequential"]), default="async", show_default=True)
 @click.option("--steps", type=int, default=None, help="Agent steps (decisions) to train for.")
 @click.option("--minutes", type=float, default=None,
@@ -76,7 +80,8 @@ def check_budget_options(steps: int | None, minutes: float | None) -> None:
                    "(0 to skip). Default: 400, or fewer (not below 40) where 400 would take more than a quarter "
                    "of the training time, as measured on a few games first.")
 def train(env_id: str, config_file: str | None, print_config: bool, learner: str | None,
-          learner_for: tuple[str, ...], env_args: tuple[str, ...], runner: str, steps: int | None,
+          learner_for: tuple[str, ...], env_args: tuple[str, ...], wrappers: tuple[str, ...], runner: str,
+          steps: int | None,
           minutes: float | None, self_play: bool | None, final_episodes: int | None, **_run_options: Any) -> None:
     """Train every agent of ENV_ID (default: connect_four, both seats sharing one DQN in a self-play league).
 
@@ -87,7 +92,8 @@ def train(env_id: str, config_file: str | None, print_config: bool, learner: str
     flags = given(click.get_current_context(), GROUPS)
     with _exit_on_stop_signals():
         _train(env_id, config_file=config_file, print_config=print_config, learner=learner,
-               learner_for=learner_for, env_args=env_args, runner=runner, steps=steps, minutes=minutes,
+               learner_for=learner_for, env_args=env_args, wrappers=wrappers, runner=runner, steps=steps,
+               minutes=minutes,
                self_play=self_play, final_episodes=final_episodes, flags=flags)
 
 
@@ -135,29 +141,40 @@ class TrainChoices:
     config: dict[str, Any]
     #: Whether an evaluator scores the policies while training (off with eval_every_s=0 or eval_vs none).
     evaluate: bool = True
+    #: Env keyword arguments: the recipe's, with --env-arg's over them.
+    env_kwargs: dict[str, Any] = field(default_factory=dict)
+    #: Env wrapper specs (EnvSpec.wrappers): --wrapper's if given, else the recipe's.
+    wrappers: tuple[str, ...] = ()
 
 
 def train_choices(env_name: str, *, learner: str | None = None, learner_for: tuple[str, ...] = (),
                   steps: int | None = None, minutes: float | None = None, self_play: bool | None = None,
                   options: Mapping[str, Any] | None = None,
-                  file_options: Mapping[str, Any] | None = None) -> TrainChoices:
+                  file_options: Mapping[str, Any] | None = None, env_args: Mapping[str, Any] | None = None,
+                  wrappers: tuple[str, ...] | None = None, base: Recipe | None = None) -> TrainChoices:
     """`pzasync train`'s options combined with the env's recipe (docs/running.md, "Recipes"): what the options
     leave open comes from `train_recipe(env_name, self_play)`. `options` are the run options given as flags,
     `file_options` those of a --config file (flags win); both parsed, by RunConfig field name. Self-play is the
     recipe's unless --self-play/--independent, a --group flag or --learner-for says otherwise: a file never
     switches it, so that a printed configuration runs again the same way. Raises UserInputError for options
-    that cannot go together. Builds nothing: `RunPlan(env, choices.learners, RunConfig(**choices.config))`
-    checks them."""
+    that cannot go together. `env_args` (--env-arg) go over the recipe's env arguments, `wrappers` (--wrapper)
+    replace its wrappers. `base`: the recipe of an env without one in the registry (`recipes.recipe_from_spaces`),
+    else DEFAULT_RECIPE. Builds nothing: `RunPlan(env, choices.learners, RunConfig(**choices.config))` checks
+    them."""
     given_options = {**(file_options or {}), **(options or {})}
-    recipe = train_recipe(env_name)
+    recipe = train_recipe(env_name, base=base)
+    independent = self_play is False
     if steps is None and minutes is None:
         minutes = recipe.minutes
     yardstick = given_options.get("eval_vs") or recipe.vs
     evaluate = given_options.get("eval_every_s") != 0 and given_options.get("eval_vs", "") is not None
     if self_play is None:
         self_play = recipe.self_play and "agent_groups" not in (options or {}) and not learner_for
-    recipe = train_recipe(env_name, self_play)
-    agent_groups = given_options.get("agent_groups", {"players": ["*"]} if self_play else {})
+    recipe = train_recipe(env_name, self_play, base=base)
+    # A team recipe's groups stay unless --independent, or --learner-for naming something other than a group.
+    team = {} if independent or not set(_names(learner_for)) <= set(recipe.agent_groups) else {
+        name: list(patterns) for name, patterns in recipe.agent_groups.items()}
+    agent_groups = given_options.get("agent_groups", {"players": ["*"]} if self_play else team)
     if "league" in given_options:
         league = given_options["league"]
     else:
@@ -175,11 +192,18 @@ def train_choices(env_name: str, *, learner: str | None = None, learner_for: tup
     return TrainChoices(learner, learners, shown, yardstick, minutes,
                         {"agent_groups": agent_groups, "league": league, "league_trainee_weights": trainee_weights,
                          "envs_per_actor": given_options.get("envs_per_actor", recipe.envs_per_actor)},
-                        evaluate)
+                        evaluate, {**recipe.env_kwargs, **(env_args or {})},
+                        recipe.wrappers if wrappers is None else tuple(wrappers))
+
+
+def _names(learner_for: tuple[str, ...]) -> list[str]:
+    """The agents or groups that --learner-for items (AGENT=SPEC) name."""
+    return [item.partition("=")[0] for item in learner_for]
 
 
 def _train(env_id: str, *, config_file: str | None, print_config: bool, learner: str | None,
-           learner_for: tuple[str, ...], env_args: tuple[str, ...], runner: str, steps: int | None,
+           learner_for: tuple[str, ...], env_args: tuple[str, ...], wrappers: tuple[str, ...], runner: str,
+           steps: int | None,
            minutes: float | None, self_play: bool | None, final_episodes: int | None, flags: dict[str, Any]) -> None:
     from pzasync.config import RunConfig
     from pzasync.core.environments import EnvSpec
@@ -193,9 +217,20 @@ def _train(env_id: str, *, config_file: str | None, print_config: bool, learner:
     if every is not None and every < 0:
         raise UserInputError(f"--eval-every {every:g}: must be >= 0 seconds (0: no evaluation while training)")
     file_options = RunConfig.toml_values(Path(config_file).read_text(), config_file) if config_file else {}
-    env = EnvSpec.of(env_id, **parse_options(env_args, "--env-arg"))
-    chosen = train_choices(env.name, learner=learner, learner_for=learner_for, steps=steps, minutes=minutes,
-                           self_play=self_play, options=flags, file_options=file_options)
+    given_wrappers = None if not wrappers else () if list(wrappers) == ["none"] else tuple(wrappers)
+    given_env_args = parse_options(env_args, "--env-arg")
+    base, base_notes = None, []
+    if recipe_for(env_id) is None:  # no recipe: one chosen from the env's spaces, said at the start
+        from pzasync.learners.space_defaults import recipe_from_spaces
+
+        base, base_notes = recipe_from_spaces(EnvSpec.of(env_id, given_wrappers or (), **given_env_args))
+    chosen = train_choices(env_id, learner=learner, learner_for=learner_for, steps=steps, minutes=minutes,
+                           self_play=self_play, options=flags, file_options=file_options, env_args=given_env_args,
+                           wrappers=given_wrappers, base=base)
+    env = EnvSpec.of(env_id, chosen.wrappers, **chosen.env_kwargs)
+    if not print_config:
+        for note in base_notes:
+            console.print(note, highlight=False, soft_wrap=True)
     given_learner, notes = learner, []
     learner, learners, minutes, yardstick = chosen.learner, chosen.learners, chosen.minutes, chosen.yardstick
     if given_learner is None:  # the recipe's learner: where it refuses an agent's spaces, one that fits
@@ -239,6 +274,7 @@ def _train(env_id: str, *, config_file: str | None, print_config: bool, learner:
         + (f"; {run.plan.envs_per_actor} env copies" if run.plan.envs_per_actor > 1 else "")
         + (f" per actor, {run.plan.actors} actor processes" if run.plan.actors > 1 else "")
         + (f", {run.plan.config.env_workers} env workers" if run.plan.config.env_workers else "")
+        + (f"; env wrappers {' | '.join(env.wrappers)}" if env.wrappers else "")
         + f"; scored against {yardstick}", highlight=False)
     for option, choice in run.plan.auto.items():
         console.print(f"  {option}=auto: {choice}", highlight=False)

@@ -22,6 +22,7 @@ from pettingzoo.utils.conversions import parallel_to_aec
 from pzasync.errors import EnvSpecError
 from pzasync.core.global_state import GlobalStateObservations, StateRequest
 from pzasync.core.gym_adapter import GymnasiumAECEnv
+from pzasync.core.wrappers import apply_wrappers
 from pzasync.remote import connect, is_remote_id
 
 #: Packages whose env modules are listed by `pzasync envs` and offered as close matches.
@@ -169,17 +170,23 @@ class EnvSpec:
     """A recipe that rebuilds the same env in any process: an id string, or a factory sent with cloudpickle.
 
     `state`: agents that observe the env's global state beside their own observation (core/global_state.py),
-    set by the run plan when a learner's critic reads it."""
+    set by the run plan when a learner's critic reads it. `wrappers`: wrapper specs applied in order to the made
+    env, before the global state is added (core/wrappers.py: SuperSuit's by name, or 'module:callable')."""
 
     source: str | Callable[..., Any]
     kwargs: dict[str, Any] = field(default_factory=dict)
     state: StateRequest | None = None
+    wrappers: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        self.wrappers = tuple(self.wrappers)
 
     @classmethod
-    def of(cls, spec: Any, **kwargs: Any) -> EnvSpec:
-        """Wrap what the user gave. A live env is refused: it cannot be rebuilt in another process."""
+    def of(cls, spec: Any, wrappers: tuple[str, ...] = (), **kwargs: Any) -> EnvSpec:
+        """Wrap what the user gave (with `wrappers` after any it has). A live env is refused: it cannot be rebuilt
+        in another process."""
         if isinstance(spec, EnvSpec):
-            return EnvSpec(spec.source, {**spec.kwargs, **kwargs}, spec.state)
+            return EnvSpec(spec.source, {**spec.kwargs, **kwargs}, spec.state, (*spec.wrappers, *wrappers))
         if isinstance(spec, (AECEnv, ParallelEnv, gymnasium.Env)):
             raise EnvSpecError(
                 f"a live env instance ({type(spec).__name__}) cannot be sent to another process; pass its id or "
@@ -187,7 +194,7 @@ class EnvSpec:
             )
         if not isinstance(spec, str) and not callable(spec):
             raise EnvSpecError(f"cannot make an env from {spec!r} ({type(spec).__name__}); expected {ACCEPTED}")
-        result = cls(spec, dict(kwargs))
+        result = cls(spec, dict(kwargs), None, tuple(wrappers))
         result.check_picklable()
         return result
 
@@ -201,18 +208,22 @@ class EnvSpec:
         return self.wrap(make_env(self.source, **{**self.kwargs, **overrides}))
 
     def wrap(self, env: AECEnv) -> AECEnv:
-        """What `make` puts around the env it builds (the global state for `state`'s agents): for env copies
-        that build their envs another way (remote copies mirror served instances), so they see the same env."""
+        """What `make` puts around the env it builds (the `wrappers`, then the global state for `state`'s agents):
+        for env copies that build their envs another way (remote copies mirror served instances), so they see
+        the same env."""
+        if self.wrappers:
+            env = apply_wrappers(env, self.wrappers)
         return env if self.state is None else GlobalStateObservations(env, self.state, self.name)
 
     def with_state(self, state: StateRequest | None) -> EnvSpec:
         """The same env with `state`'s agents observing the global state (None: without)."""
-        return EnvSpec(self.source, dict(self.kwargs), state)
+        return EnvSpec(self.source, dict(self.kwargs), state, self.wrappers)
 
     @classmethod
     def of_run(cls, info: dict[str, Any]) -> EnvSpec:
-        """The env of a run directory's run.json (its id, kwargs and global-state request)."""
-        return cls(info["env"], dict(info.get("env_kwargs", {})), StateRequest.from_dict(info.get("env_state")))
+        """The env of a run directory's run.json (its id, kwargs, global-state request and wrappers)."""
+        return cls(info["env"], dict(info.get("env_kwargs", {})), StateRequest.from_dict(info.get("env_state")),
+                   tuple(info.get("env_wrappers", ())))
 
     def check_picklable(self) -> None:
         """Fail now, with the reason, if the factory cannot travel to a spawned process."""
@@ -227,9 +238,10 @@ class EnvSpec:
 
     def __reduce__(self) -> tuple:
         if isinstance(self.source, str):
-            return (EnvSpec, (self.source, self.kwargs, self.state))
-        return (_load_spec, (cloudpickle.dumps(self.source), self.kwargs, self.state))
+            return (EnvSpec, (self.source, self.kwargs, self.state, self.wrappers))
+        return (_load_spec, (cloudpickle.dumps(self.source), self.kwargs, self.state, self.wrappers))
 
 
-def _load_spec(payload: bytes, kwargs: dict, state: StateRequest | None = None) -> EnvSpec:
-    return EnvSpec(cloudpickle.loads(payload), kwargs, state)
+def _load_spec(payload: bytes, kwargs: dict, state: StateRequest | None = None,
+               wrappers: tuple[str, ...] = ()) -> EnvSpec:
+    return EnvSpec(cloudpickle.loads(payload), kwargs, state, wrappers)

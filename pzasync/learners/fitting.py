@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any, Collection
 
+from pzasync.core.global_state import StateRequest
 from pzasync.core.groups import resolve_groups
 from pzasync.core.spaces import AgentLayout, env_layouts, probe_info_masks
 from pzasync.errors import UnsupportedSpaceError
@@ -15,17 +16,32 @@ from pzasync.learners import resolve_learner
 FALLBACKS = ("ppo",)
 
 
-def fits(spec: Any, layouts: list[AgentLayout]) -> bool:
-    """Whether the learner `spec` accepts agents of these layouts (a player that never learns accepts any)."""
-    cls, _ = resolve_learner(spec)
+def fits(spec: Any, layouts: list[AgentLayout], env: Any = None) -> bool:
+    """Whether the learner `spec` accepts agents of these layouts (a player that never learns accepts any). A
+    learner whose critic reads the global state (mappo) is checked on the layouts a run gives it, with the state
+    beside the observation, made from `env` (an EnvSpec); without `env` such a learner does not fit."""
+    cls, options = resolve_learner(spec)
     if not cls.learns:
         return True
+    source = cls.state_source(cls.validate_config(layouts[0].agent, options)) if layouts else None
+    if source is not None and env is not None:
+        layouts = _with_state(env, [layout.agent for layout in layouts], source)
     try:
         for layout in layouts:
             cls.check_spaces(layout)
     except UnsupportedSpaceError:
         return False
     return True
+
+
+def _with_state(env: Any, agents: list[str], source: str) -> list[AgentLayout]:
+    """The layouts of `agents` when they observe the env's global state (from `source`) beside their own."""
+    instance = env.with_state(StateRequest(tuple(agents), source)).make()
+    try:
+        layouts = env_layouts(instance, probe_info_masks(instance))
+    finally:
+        instance.close()
+    return [layouts[agent] for agent in agents]
 
 
 def fit_learners(env: Any, learners: Any, groups: dict[str, list[str]],
@@ -51,9 +67,9 @@ def fit_learners(env: Any, learners: Any, groups: dict[str, list[str]],
         if unit in chosen or spec is None:
             continue
         spaces = [layouts[m] for m in members]
-        if fits(spec, spaces):
+        if fits(spec, spaces, env):
             continue
-        fallback = next((f for f in FALLBACKS if fits(f, spaces)), None)
+        fallback = next((f for f in FALLBACKS if fits(f, spaces, env)), None)
         if fallback is None:
             continue
         fitted[unit] = fallback

@@ -13,9 +13,11 @@ bench, evaluation and the runners may import it, and it imports none of them.
 from pzasync.recipes.recipe import SCORING_MODES, Recipe, same_env
 from pzasync.recipes.registry import (
     DEFAULT_RECIPE,
+    IMAGE_WRAPPERS,
     RECIPES,
     SCORING,
     SELF_PLAY,
+    SUITE,
     TRAIN_ENV,
     default_train_learner,
     default_trainee_weights,
@@ -27,11 +29,13 @@ from pzasync.recipes.registry import (
 
 __all__ = [
     "DEFAULT_RECIPE",
+    "IMAGE_WRAPPERS",
     "RECIPES",
     "Recipe",
     "SCORING",
     "SCORING_MODES",
     "SELF_PLAY",
+    "SUITE",
     "TRAIN_ENV",
     "default_train_learner",
     "default_trainee_weights",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Mapping
+from typing import Any, Mapping
 
 from pzasync.config import SCORING_MODES
 
@@ -56,6 +56,17 @@ class Recipe:
     #: How the result is scored (`SCORING_MODES`): None leaves it to `registry.scoring_for`'s table, else to a
     #: default read from the env (pzasync/evaluation/scoring.py).
     scoring: str | None = None
+    # -- the env as the recipe trains it: parameter sharing, env arguments, preprocessing ------------------------
+    #: Agent groups sharing one learner (RunConfig.agent_groups: name -> agent patterns), for teams of agents
+    #: with the same spaces, unless --group, --independent or --learner-for naming an agent is given. Self-play
+    #: recipes leave it empty (they group every seat as "players").
+    agent_groups: Mapping[str, tuple[str, ...]] = field(default_factory=dict, hash=False)
+    #: Env keyword arguments (as --env-arg KEY=VALUE); --env-arg given for the same key wins.
+    env_kwargs: Mapping[str, Any] = field(default_factory=dict, hash=False)
+    #: Env wrappers applied in order when the env is made (EnvSpec.wrappers, core/wrappers.py): SuperSuit's by
+    #: name, e.g. "resize_v1,x_size=84,y_size=84", unless --wrapper is given.
+    wrappers: tuple[str, ...] = ()
+
     #: What measured choice the recipe rests on, pointing at the docs/benchmarks.md sections that hold the
     #: numbers: documentation for whoever changes the entry, never read by the code.
     why: str = ""
@@ -65,6 +76,10 @@ class Recipe:
         object.__setattr__(self, "league_trainee_weights", MappingProxyType(dict(self.league_trainee_weights)))
         if self.scoring is not None and self.scoring not in SCORING_MODES:
             raise ValueError(f"Recipe.scoring {self.scoring!r}: must be one of {SCORING_MODES} or None")
+        object.__setattr__(self, "agent_groups", MappingProxyType(
+            {name: tuple(patterns) for name, patterns in self.agent_groups.items()}))
+        object.__setattr__(self, "env_kwargs", MappingProxyType(dict(self.env_kwargs)))
+        object.__setattr__(self, "wrappers", tuple(self.wrappers))
 
     @property
     def learner_spec(self) -> str:

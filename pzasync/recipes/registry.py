@@ -28,6 +28,11 @@ SELF_PLAY = Recipe(
         'the league did worse than past selves; "Why epsilon_end=0.2": more exploration puts the positions a '
         'yardstick plays into the buffer; "Why 8 copies": 8 env copies per actor beat one.')
 
+#: Raw frames made small (learners/space_defaults.py, and the pistonball recipe): SuperSuit's grey (one channel),
+#: 64x64 and the last 3 frames stacked, as examples/pistonball_shared.py and the pistonball rows of
+#: docs/benchmarks.md have them: 12 KB an observation instead of pistonball's 165 KB.
+IMAGE_WRAPPERS = ("color_reduction_v0,mode=B", "resize_v1,x_size=64,y_size=64", "frame_stack_v1,stack_size=3")
+
 #: One entry per env; the first that matches an env id is its recipe (`recipe_for`).
 RECIPES: tuple[Recipe, ...] = (
     replace(SELF_PLAY, env="pettingzoo.classic.connect_four_v3", vs="one_ply", mirror=True,
@@ -40,6 +45,51 @@ RECIPES: tuple[Recipe, ...] = (
             why=SELF_PLAY.why + ' Scored against the perfect player, which never loses: in 2 minutes neither '
                 'seat lost a game to it ("Tictactoe, 2 minutes, against the perfect player"). No mirror images '
                 '(its actions are cells, which DQN refuses to mirror); trainees drawn uniformly.'),
+    # ---- the learning suite (`pzasync bench suite`, docs/benchmarks.md "Learning suite") ------------------------
+    Recipe(env="mpe2.simple_spread_v3", learner="mappo", agent_groups={"team": ("agent_*",)}, env_kwargs={"N": 3},
+           why='docs/benchmarks.md, "Centralized critics and memory (2026-11-25)": after 180 s, 3 seeds, '
+               'mappo (critic of env.state()) -62.9 ± 3.6 team return against ppo -66.5 ± 17.7 and the random '
+               'team -80.3; the three agents share one policy (their spaces are equal).'),
+    Recipe(env="mpe2.simple_speaker_listener_v4", learner="mappo",
+           why='docs/benchmarks.md, "Centralized critics and memory (2026-11-25)": after 180 s, 3 seeds, '
+               'mappo -35.1 ± 3.7 team return against ppo -36.1 ± 5.2 and the random team -83.7; speaker and '
+               'listener learn apart (their spaces differ).'),
+    Recipe(env="pettingzoo.sisl.pursuit_v5", learner="ppo", agent_groups={"pursuers": ("pursuer_*",)},
+           why='docs/benchmarks.md, "Choosing the suite recipes": 2 minutes, one seed, the 8 pursuers sharing one '
+               'policy: ppo -282.6 team return in the last quarter (83,871 agent steps) against dqn -288.0 (59,519) '
+               'and the random team -374.3; alike within the noise of 6 episodes, ppo the faster per step.'),
+    Recipe(env="pettingzoo.sisl.multiwalker_v9", learner="ppo", agent_groups={"walkers": ("walker_*",)},
+           why='docs/benchmarks.md, "Choosing the suite recipes": nothing tried learned in 2 minutes, one seed (the '
+               'walkers sharing ppo -296 team return in the last quarter, mappo with state=concat -290, the random '
+               'team -283 ± 33); ppo with shared parameters is the PettingZoo tutorials\' path. mappo with '
+               'state=auto crashed in multiwalker\'s env.state() after a fall.'),
+    Recipe(env="pettingzoo.butterfly.pistonball_v6", learner="ppo,batch_size=512,minibatch_size=128,epochs=3",
+           agent_groups={"pistons": ("piston_*",)}, wrappers=IMAGE_WRAPPERS, envs_per_actor=16,
+           why='docs/benchmarks.md, "Pistonball, 20 pistons through SuperSuit, one shared DQN policy": grey 64x64 '
+               'frames, 3 stacked, every piston one shared policy (examples/pistonball_shared.py); 16 env copies '
+               'acted 1.51x faster than one, as the pistons of one env act one after another. PPO, as the example '
+               'and the PettingZoo tutorials train it; not compared with another learner ("Choosing the suite '
+               'recipes": one copy made 19,967 agent steps in 2 minutes on the loaded machine, 8 episodes).'),
+    Recipe(env="pettingzoo.butterfly.knights_archers_zombies_v11", learner="ppo",
+           agent_groups={"archers": ("archer_*",), "knights": ("knight_*",)},
+           why='docs/benchmarks.md, "Choosing the suite recipes": 2 minutes, one seed, archers and knights each a '
+               'shared policy: ppo 2.19 -> 3.66 zombies per episode (first fifth -> last quarter) against dqn 3.41 -> '
+               '3.11 and the random team 2.45 ± 0.66. Vector observations are the env\'s default '
+               '(obs_method=vector); agents that die leave the episode (docs/transitions.md).'),
+    replace(SELF_PLAY, env="pettingzoo.classic.leduc_holdem_v4", learner="ppo",
+            why=SELF_PLAY.why + ' On leduc (docs/benchmarks.md, "Choosing the suite recipes"), 2 minutes, one '
+                'seed, 400 hands per seat against random: self-play ppo +0.91 ± 0.25 and +1.10 ± 0.24 chips a hand '
+                '(untrained +0.82, +0.26) against self-play dqn +0.45 ± 0.18 and +0.46 ± 0.17 (untrained +0.87, '
+                '-0.38); no scripted leduc player exists, so random play is the yardstick.'),
+)
+
+
+#: The learning suite's envs (`pzasync bench suite`, docs/benchmarks.md "Learning suite"), each with a recipe.
+SUITE: tuple[str, ...] = (
+    "mpe2.simple_spread_v3", "mpe2.simple_speaker_listener_v4", "pettingzoo.sisl.pursuit_v5",
+    "pettingzoo.sisl.multiwalker_v9", "pettingzoo.butterfly.pistonball_v6",
+    "pettingzoo.butterfly.knights_archers_zombies_v11", "pettingzoo.classic.connect_four_v3",
+    "pettingzoo.classic.leduc_holdem_v4",
 )
 
 
@@ -48,20 +98,21 @@ def recipe_for(env_name: str) -> Recipe | None:
     return next((recipe for recipe in RECIPES if recipe.matches(env_name)), None)
 
 
-def train_recipe(env_name: str, self_play: bool | None = None) -> Recipe:
-    """What `pzasync train ENV` uses: the env's recipe, else DEFAULT_RECIPE; with `self_play` True
-    (`--self-play`) or False (`--independent`) where that differs from the recipe's own choice.
+def train_recipe(env_name: str, self_play: bool | None = None, base: Recipe | None = None) -> Recipe:
+    """What `pzasync train ENV` uses: the env's recipe, else `base` (the recipe chosen from an env's spaces,
+    `recipe_from_spaces`), else DEFAULT_RECIPE; with `self_play` True (`--self-play`) or False
+    (`--independent`) where that differs from the recipe's own choice.
 
     Switched on, the training choices (`learner`, `league`, `envs_per_actor`) come from SELF_PLAY; switched
     off, from DEFAULT_RECIPE, and the self-play extras (`mirror`, `league_trainee_weights`, measured in
     self-play only) go too. The env's yardstick and budget stay either way.
     """
-    recipe = recipe_for(env_name) or DEFAULT_RECIPE
+    recipe = recipe_for(env_name) or base or DEFAULT_RECIPE
     if self_play is None or self_play == recipe.self_play:
         return recipe
     if self_play:
         return replace(recipe, self_play=True, learner=SELF_PLAY.learner, league=SELF_PLAY.league,
-                       envs_per_actor=SELF_PLAY.envs_per_actor)
+                       envs_per_actor=SELF_PLAY.envs_per_actor, agent_groups={})
     return replace(recipe, self_play=False, learner=DEFAULT_RECIPE.learner, league=DEFAULT_RECIPE.league,
                    envs_per_actor=DEFAULT_RECIPE.envs_per_actor, mirror=DEFAULT_RECIPE.mirror,
                    league_trainee_weights=DEFAULT_RECIPE.league_trainee_weights)

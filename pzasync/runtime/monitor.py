@@ -205,6 +205,7 @@ class RunMonitor:
         if self.run_dir is not None:
             for row in rows:
                 self.run_dir.append("metrics.jsonl", row)
+                self.run_dir.tensorboard_eval(row)
 
     def stop_evaluator(self) -> None:
         """Stop the evaluation process and keep what it sent last; it never holds the run up for long."""

@@ -5,6 +5,7 @@ Layout:
     episodes.jsonl      one line per episode: wall time, agent steps, per-agent returns (and the league match)
     metrics.jsonl       one line per agent report: wall time, agent steps, updates, version, learner metrics;
                         and one per evaluation ("kind": "eval")
+    tb/                 the same learner metrics and evaluation scores as TensorBoard scalars (the extra)
     checkpoints/AGENT.pt learner + optimiser state (see learners.players.save_checkpoint)
     result.json         the RunResult
     returns.png         episode returns against wall time, per agent
@@ -87,17 +88,33 @@ class RunDirectory:
         return [json.loads(line) for line in file.read_text().splitlines() if line.strip()]
 
     def tensorboard(self, step: int, agent: str, metrics: dict[str, float]) -> None:
-        """Mirror metrics to TensorBoard when the optional extra is installed; silently skipped otherwise."""
+        """Mirror metrics to TensorBoard (tb/, tags AGENT/METRIC) when the `tensorboard` extra is installed;
+        silently skipped otherwise."""
+        writer = self._writer()
+        if writer:
+            for key, value in metrics.items():
+                writer.add_scalar(f"{agent}/{key}", value, step)
+
+    def tensorboard_eval(self, row: dict[str, Any]) -> None:
+        """Mirror one evaluation row (metrics.jsonl's "kind": "eval") to TensorBoard against agent steps: the tag
+        eval/AGENT/win_rate for game results, else eval/AGENT/mean_return, with the opponent in the tag's name
+        when it is not random. Skipped without the extra."""
+        writer = self._writer()
+        if writer:
+            score = "win_rate" if row.get("outcomes") else "mean_return"
+            against = "" if row.get("opponent", "random") == "random" else f"_vs_{safe_name(row['opponent'])}"
+            writer.add_scalar(f"eval/{row['agent']}/{score}{against}", row[score], row["agent_steps"])
+
+    def _writer(self) -> Any:
+        """The TensorBoard writer, made on first use; False where tensorboard is not installed."""
         if self._tb is None:
             try:
                 from torch.utils.tensorboard import SummaryWriter
             except Exception:  # noqa: BLE001 - tensorboard is optional
                 self._tb = False
-                return
+                return False
             self._tb = SummaryWriter(str(self.path / "tb"))
-        if self._tb:
-            for key, value in metrics.items():
-                self._tb.add_scalar(f"{agent}/{key}", value, step)
+        return self._tb
 
     def close(self) -> None:
         if self._tb:

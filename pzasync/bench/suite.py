@@ -1,0 +1,353 @@
+"""The learning suite (`pzasync suite`, docs/benchmarks.md "Learning suite"): each suite env trained with its
+recipe for a fixed wall budget per seed, its score against wall time, beside random play and an untrained
+network, in one JSON report (docs/suite-schema.json), one PNG per env and a summary table.
+
+Each run is what `pzasync train ENV` runs without options (the env's recipe: learner, agent groups, league, env
+arguments and wrappers, env copies), on the async runner, with the evaluator scoring the newest published
+policies every `eval_every_s` against the recipe's yardstick; its rows (metrics.jsonl, and TensorBoard with the
+extra) are the curve. A round's score is the mean over the scored seats of each seat's win rate (game results)
+or mean return (anything else), the same score `evaluate_against` gives the baselines: the learning seats played
+by random players, and by untrained networks of the recipe's learners, against the same yardstick.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from pzasync.errors import ConfigError
+
+#: The report's format; docs/suite-schema.json describes it.
+SCHEMA = "pzasync-suite/1"
+#: Two-sided 95% t quantiles by degrees of freedom (the interval over seeds).
+T95 = {1: 12.71, 2: 4.30, 3: 3.18, 4: 2.78, 5: 2.57, 6: 2.45, 7: 2.36, 8: 2.31, 9: 2.26}
+
+
+@dataclass
+class SuiteSettings:
+    """What one `pzasync suite` invocation runs."""
+
+    #: Env ids (any form `pzasync train` takes); empty: every env of `recipes.SUITE`.
+    envs: list[str] = field(default_factory=list)
+    #: Wall-clock minutes of training per env and seed.
+    minutes: float = 10.0
+    #: Seeds per env (0 .. seeds-1).
+    seeds: int = 3
+    #: Where the report, the plots and the runs (runs/ENV/) go.
+    out: str = "suite"
+    #: Seconds between two evaluations while training; None: a tenth of the budget, at least 5 s.
+    eval_every_s: float | None = None
+    #: Episodes per scored seat in each evaluation while training.
+    eval_episodes: int = 10
+    #: Episodes per scored seat of each baseline (random, untrained).
+    baseline_episodes: int = 50
+
+    def validate(self) -> None:
+        """ConfigError naming the setting at fault."""
+        if not self.minutes > 0:
+            raise ConfigError(f"suite: minutes={self.minutes}: must be > 0")
+        for name in ("seeds", "eval_episodes", "baseline_episodes"):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"suite: {name}={getattr(self, name)}: must be >= 1")
+        if self.eval_every_s is not None and not self.eval_every_s > 0:
+            raise ConfigError(f"suite: eval_every_s={self.eval_every_s}: must be > 0")
+
+    @property
+    def every_s(self) -> float:
+        """Seconds between evaluations: `eval_every_s`, else a tenth of the budget, at least 5 s."""
+        return self.eval_every_s if self.eval_every_s is not None else max(5.0, self.minutes * 6.0)
+
+
+@dataclass
+class SuiteRun:
+    """What a suite env trains with: its recipe resolved as `pzasync train ENV` resolves it without options."""
+
+    env: Any
+    learners: Any
+    config: dict[str, Any]
+    yardstick: str
+    recipe: Any
+    notes: list[str]
+
+
+def suite_run(env_id: str) -> SuiteRun:
+    """The env, learners and run options of `pzasync train ENV` without options (tests/test_suite.py checks
+    that they are `cli.train_choices`'): the env's recipe, or the one chosen from its spaces."""
+    from pzasync.core.environments import EnvSpec
+    from pzasync.learners.fitting import fit_learners
+    from pzasync.learners.space_defaults import recipe_from_spaces
+    from pzasync.recipes import recipe_for
+    from pzasync.specs import learner_spec_of
+
+    recipe, notes = recipe_for(env_id), []
+    if recipe is None:
+        recipe, notes = recipe_from_spaces(EnvSpec.of(env_id))
+    env = EnvSpec.of(env_id, recipe.wrappers, **recipe.env_kwargs)
+    groups = {"players": ["*"]} if recipe.self_play else {k: list(v) for k, v in recipe.agent_groups.items()}
+    league = {"*": recipe.league} if recipe.league not in (None, "none") else {}
+    learners, fitted = fit_learners(env, learner_spec_of(recipe.learner_spec), groups)
+    config = {"agent_groups": groups, "league": league,
+              "league_trainee_weights": dict(recipe.league_trainee_weights) if league else {},
+              "envs_per_actor": recipe.envs_per_actor}
+    return SuiteRun(env, learners, config, recipe.vs, recipe, notes + fitted)
+
+
+def seat_score(result: Any, metric: str) -> float:
+    """One seat's score: its win rate or its mean return (an EvalResult, or an evaluator row)."""
+    if isinstance(result, dict):
+        return float(result["win_rate"] if metric == "win_rate" else result["mean_return"])
+    return float(result.win_rate if metric == "win_rate" else result.mean)
+
+
+def over_seeds(values: list[float]) -> dict[str, Any]:
+    """Mean over seeds with its 95% t interval (None for one seed) and the values."""
+    mean = statistics.fmean(values)
+    if len(values) < 2:
+        return {"mean": mean, "ci95": None, "values": values}
+    half = T95.get(len(values) - 1, 1.96) * statistics.stdev(values) / math.sqrt(len(values))
+    return {"mean": mean, "ci95": [mean - half, mean + half], "values": values}
+
+
+def curve_of(rows: list[dict[str, Any]], metric: str) -> list[dict[str, Any]]:
+    """Evaluator rows (metrics.jsonl, "kind": "eval") -> one point per round: wall seconds, agent steps, the score
+    (mean over seats) and each seat's."""
+    rounds: dict[int, list[dict[str, Any]]] = {}
+    for row in rows:
+        rounds.setdefault(row["round"], []).append(row)
+    points = []
+    for index in sorted(rounds):
+        seats = rounds[index]
+        scores = {row["agent"]: seat_score(row, metric) for row in seats}
+        points.append({"round": index, "wall_s": max(r["wall_s"] for r in seats),
+                       "agent_steps": max(r["agent_steps"] for r in seats),
+                       "score": statistics.fmean(scores.values()), "scores": scores})
+    return points
+
+
+def team_returns(rows: list[dict[str, Any]], seconds: float, bins: int = 10) -> list[dict[str, Any]]:
+    """Training episodes (episodes.jsonl) -> the mean team return (every agent's return summed; actions sampled)
+    of the episodes that ended in each tenth of the budget."""
+    points = []
+    for b in range(bins):
+        lo, hi = seconds * b / bins, seconds * (b + 1) / bins
+        team = [sum(r["returns"].values()) for r in rows if lo <= r["wall_s"] < hi or (b == bins - 1 and r["wall_s"] >= hi)]
+        if team:
+            points.append({"wall_s": hi, "team_return": statistics.fmean(team), "episodes": len(team)})
+    return points
+
+
+def train_one(run: SuiteRun, seed: int, seconds: float, out: Path, settings: SuiteSettings) -> dict[str, Any]:
+    """One seed of one env: `seconds` of async training with the evaluator on; its curve from metrics.jsonl."""
+    from pzasync.config import RunConfig
+    from pzasync.runners import AsyncRunner
+    from pzasync.runtime.rundir import RunDirectory
+
+    config = RunConfig(**run.config, seed=seed, out_dir=str(out), progress=False, eval_vs=run.yardstick,
+                       eval_every_s=settings.every_s, eval_episodes=settings.eval_episodes)
+    runner = AsyncRunner(run.env, run.learners, config)
+    result = runner.run(seconds=seconds)
+    if runner.stop_signal is not None:  # the runner stopped itself gracefully on SIGINT/SIGTERM: so does the suite
+        raise KeyboardInterrupt
+    rd = RunDirectory(result.run_dir, create=False)
+    evaluations = [r for r in rd.read_jsonl("metrics.jsonl") if r.get("kind") == "eval"]
+    return {"seed": seed, "run_dir": str(result.run_dir), "agent_steps": result.agent_steps,
+            "wall_seconds": result.wall_seconds, "episodes": result.episodes, "evaluations": evaluations,
+            "training_return": team_returns(rd.read_jsonl("episodes.jsonl"), seconds)}
+
+
+def baselines(run: SuiteRun, agents: list[str], episodes: int, seed: int) -> dict[str, list[Any]]:
+    """The scored seats played by random players and by untrained networks, against the yardstick:
+    {"random": [EvalResult per seat], "untrained": [...]}."""
+    from pzasync.core.spaces import env_layouts, probe_info_masks
+    from pzasync.evaluation.evaluate import evaluate_against, resolve_player, untrained_baseline
+
+    probe = run.env.make()
+    try:
+        layouts = env_layouts(probe, probe_info_masks(probe, seed=seed))
+    finally:
+        probe.close()
+    players = {}
+    for index, agent in enumerate(agents):
+        cls, options = resolve_player("random", agent, layouts[agent])
+        policy = cls.build_policy(layouts[agent], options)
+        policy.seed(seed + 31 * index)
+        players[agent] = (policy, layouts[agent])
+    per_agent = run.learners if isinstance(run.learners, dict) else {"*": run.learners}
+    groups = {a: g for g, patterns in run.config["agent_groups"].items() for a in _members(patterns, list(layouts))}
+    learners = {a: per_agent.get(groups.get(a, a), per_agent.get(a, per_agent.get("*"))) for a in agents}
+    return {"random": evaluate_against(run.env, players, run.yardstick, episodes, seed),
+            "untrained": untrained_baseline(run.env, learners, run.yardstick, episodes, seed)}
+
+
+def _members(patterns: list[str], agents: list[str]) -> list[str]:
+    from fnmatch import fnmatchcase
+
+    return [a for a in agents if any(fnmatchcase(a, p) for p in patterns)]
+
+
+def env_report(env_id: str, settings: SuiteSettings, out: Path,
+               on_run: Callable[[str, int], None] | None = None) -> dict[str, Any]:
+    """Train `env_id` for every seed, score the baselines, and return the env's part of the report."""
+    from pzasync.runtime.rundir import safe_name
+
+    run = suite_run(env_id)
+    short = safe_name(run.env.name.rsplit(".", 1)[-1])
+    runs = []
+    for seed in range(settings.seeds):
+        if on_run is not None:
+            on_run(env_id, seed)
+        runs.append(train_one(run, seed, settings.minutes * 60, out / "runs" / short, settings))
+    rows = [row for r in runs for row in r["evaluations"]]
+    agents = sorted({row["agent"] for row in rows})
+    scored_base = baselines(run, agents, settings.baseline_episodes, seed=10_007) if agents else {}
+    outcomes = all(row["outcomes"] for row in rows) and all(r.outcomes for v in scored_base.values() for r in v)
+    metric = "win_rate" if rows and outcomes else "mean_return"
+    for r in runs:
+        r["curve"] = curve_of(r.pop("evaluations"), metric)
+        r["final"] = r["curve"][-1]["score"] if r["curve"] else None
+    finals = [r["final"] for r in runs if r["final"] is not None]
+    recipe = run.recipe
+    return {
+        "env": run.env.name, "short": short, "metric": metric, "yardstick": run.yardstick, "scored_seats": agents,
+        "recipe": {"learner": recipe.learner_spec, "learners": _jsonable(run.learners),
+                   "agent_groups": run.config["agent_groups"], "self_play": recipe.self_play, "league": recipe.league,
+                   "env_kwargs": dict(recipe.env_kwargs), "wrappers": list(recipe.wrappers),
+                   "envs_per_actor": recipe.envs_per_actor, "why": recipe.why, "notes": run.notes},
+        "baselines": {name: _baseline_json(results, metric) for name, results in scored_base.items()},
+        "runs": runs,
+        "final": over_seeds(finals) if finals else None,
+    }
+
+
+def _baseline_json(results: list[Any], metric: str) -> dict[str, Any]:
+    seats = {}
+    for r in results:
+        lo, hi = r.win_rate_ci95 if metric == "win_rate" else (r.mean - r.mean_ci95, r.mean + r.mean_ci95)
+        seats[r.agent] = {"score": seat_score(r, metric), "ci95": [lo, hi], "episodes": r.episodes}
+    return {"score": statistics.fmean(s["score"] for s in seats.values()),
+            "ci95": [statistics.fmean(s["ci95"][0] for s in seats.values()),
+                     statistics.fmean(s["ci95"][1] for s in seats.values())],
+            "seats": seats}
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, (str, int, float, bool)) or value is None:
+        return value
+    return repr(value)
+
+
+def run_suite(settings: SuiteSettings, on_run: Callable[[str, int], None] | None = None) -> dict[str, Any]:
+    """Run the suite and write `out`/suite.json and `out`/ENV.png; returns the report. A KeyboardInterrupt
+    keeps the envs that finished (the report says `interrupted`)."""
+    import os
+
+    from pzasync.bench.harness import machine_info
+    from pzasync.recipes import SUITE
+
+    settings.validate()
+    out = Path(settings.out)
+    out.mkdir(parents=True, exist_ok=True)
+    envs = list(settings.envs) or list(SUITE)
+    from importlib.metadata import version
+
+    report: dict[str, Any] = {
+        "schema": SCHEMA, "pzasync_version": version("pzasync"), "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "settings": asdict(settings),
+        "machine": {**machine_info(), "load_average_start": list(os.getloadavg())}, "envs": [], "interrupted": False}
+    report["settings"]["envs"] = envs
+    report["settings"]["eval_every_s"] = settings.every_s
+    try:
+        for env_id in envs:
+            entry = env_report(env_id, settings, out, on_run)
+            entry["plot"] = plot_env(entry, str(out / f"{entry['short']}.png"), settings.minutes * 60)
+            report["envs"].append(entry)
+            write_report(report, out)
+    except KeyboardInterrupt:
+        report["interrupted"] = True
+    report["machine"]["load_average_end"] = list(os.getloadavg())
+    write_report(report, out)
+    return report
+
+
+def write_report(report: dict[str, Any], out: Path) -> str:
+    """suite.json in `out`, replaced atomically."""
+    import json
+    import os
+
+    path, tmp = out / "suite.json", out / ".suite.json.tmp"
+    tmp.write_text(json.dumps(report, indent=1, default=str))
+    os.replace(tmp, path)
+    return str(path)
+
+
+def plot_env(entry: dict[str, Any], path: str, seconds: float | None = None) -> str | None:
+    """One env's PNG: the evaluator's score against wall seconds (0 to the budget, `seconds`) for every seed, with
+    the random and untrained baselines as bands (95% intervals); beside it the training team return. None
+    without matplotlib."""
+    from pzasync.runtime.rundir import pyplot
+
+    plt = pyplot()
+    if plt is None:
+        return None
+    fig, (ax, side) = plt.subplots(1, 2, figsize=(12, 4.5), gridspec_kw={"width_ratios": [2, 1.3]})
+    for i, run in enumerate(entry["runs"]):
+        xs = [p["wall_s"] for p in run["curve"]]
+        ax.plot(xs, [p["score"] for p in run["curve"]], "o-", markersize=3, color=f"C{i}", label=f"seed {run['seed']}")
+        side.plot([p["wall_s"] for p in run["training_return"]], [p["team_return"] for p in run["training_return"]],
+                  color=f"C{i}", label=f"seed {run['seed']}")
+    for name, style in (("random", ":"), ("untrained", "--")):
+        base = entry["baselines"].get(name)
+        if base is not None:
+            ax.axhline(base["score"], color="grey" if name == "random" else "black", linestyle=style, label=name)
+            ax.axhspan(*base["ci95"], color="grey" if name == "random" else "black", alpha=0.08)
+    ax.set_xlabel("wall-clock seconds")
+    what = "win rate" if entry["metric"] == "win_rate" else "mean return per scored seat"
+    ax.set_ylabel(f"{what} vs {entry['yardstick']}")
+    ax.set_title(f"{entry['short']}: {entry['recipe']['learner']}", fontsize="medium")
+    if entry["metric"] == "win_rate":
+        ax.set_ylim(-0.02, 1.02)
+    if entry["recipe"]["self_play"]:
+        side.set_title("self-play: the seats' returns cancel out", fontsize="small")
+    side.set_xlabel("wall-clock seconds")
+    side.set_ylabel("training team return (sampled actions)")
+    for a in (ax, side):
+        if seconds:
+            a.set_xlim(0, seconds * 1.02)
+        a.grid(alpha=0.3)
+        a.legend(loc="best", fontsize="small")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path
+
+
+def summary_rows(report: dict[str, Any]) -> list[list[str]]:
+    """The summary table's rows: env, metric and yardstick, random, untrained, pzasync at the budget (mean over
+    seeds, 95% interval), seeds, agent steps per run."""
+    def fmt(value: float | None, metric: str) -> str:
+        return "-" if value is None else f"{value:.1%}" if metric == "win_rate" else f"{value:.4g}"
+
+    rows = []
+    for e in report["envs"]:
+        m = e["metric"]
+        final = e["final"]
+        score = "-" if final is None else fmt(final["mean"], m) + (
+            "" if final["ci95"] is None else f" [{fmt(final['ci95'][0], m)}, {fmt(final['ci95'][1], m)}]")
+        steps = [r["agent_steps"] for r in e["runs"]]
+        rows.append([e["short"], f"{'win rate' if m == 'win_rate' else 'mean return'} vs {e['yardstick']}",
+                     fmt(e["baselines"].get("random", {}).get("score"), m),
+                     fmt(e["baselines"].get("untrained", {}).get("score"), m), score, str(len(e["runs"])),
+                     f"{statistics.fmean(steps):,.0f}" if steps else "-"])
+    return rows
+
+
+#: The summary table's columns, in the order of `summary_rows`' cells.
+SUMMARY_COLUMNS = ("env", "metric", "random", "untrained", "pzasync at the budget", "seeds", "agent steps/run")

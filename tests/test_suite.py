@@ -1,0 +1,146 @@
+"""The learning suite (pzasync/bench/suite.py, `pzasync suite`; docs/benchmarks.md "Learning suite"): every suite
+recipe resolves the way `pzasync train` resolves it and trains briefly; the command writes a report that its
+schema (docs/suite-schema.json) accepts, a plot per env, and TensorBoard scalars of its evaluations."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import jsonschema
+import pytest
+from click.testing import CliRunner
+
+from pzasync.bench.suite import SuiteSettings, curve_of, over_seeds, suite_run, team_returns
+from pzasync.cli import main, train_choices
+from pzasync.config import RunConfig
+from pzasync.core.environments import EnvSpec
+from pzasync.errors import ConfigError
+from pzasync.learners.fitting import fit_learners
+from pzasync.recipes import SUITE, recipe_for
+from pzasync.runners import SequentialRunner
+from pzasync.runtime.rundir import RunDirectory
+
+SCHEMA = json.loads((Path(__file__).parents[1] / "docs" / "suite-schema.json").read_text())
+SMALL = "mpe2.simple_speaker_listener_v4"
+#: Brief training per suite env: enough agent steps for one batch of every on-policy learning unit (512 for
+#: ppo's default, split between the groups and seats that share them); pistonball with fewer pistons (its
+#: env's cost grows with them). Everything else as the recipe has it.
+STEPS = 1200
+BRIEF = {"pettingzoo.butterfly.pistonball_v6": {"n_pistons": 4}}
+
+
+@pytest.mark.parametrize("env_id", SUITE, ids=lambda e: e.rsplit(".", 1)[-1])
+def test_every_suite_env_has_a_recipe_that_pzasync_train_and_the_suite_resolve_alike(env_id):
+    """The suite trains what `pzasync train ENV` would: the same learners (after any fitted to the spaces), run
+    options, env arguments and wrappers."""
+    assert recipe_for(env_id) is not None
+    run, chosen = suite_run(env_id), train_choices(env_id)
+    assert run.config == chosen.config
+    assert run.env.kwargs == chosen.env_kwargs and run.env.wrappers == chosen.wrappers
+    env = EnvSpec.of(env_id, chosen.wrappers, **chosen.env_kwargs)
+    assert run.learners == fit_learners(env, chosen.learners, chosen.config["agent_groups"])[0]
+    assert run.yardstick == chosen.yardstick
+
+
+@pytest.mark.parametrize("env_id", SUITE, ids=lambda e: e.rsplit(".", 1)[-1])
+def test_every_suite_recipe_trains_briefly(env_id, tmp_path):
+    """The recipe's plan is built and run: its learners act and train (on-policy learners update at least once),
+    groups share one learner, and run.json records the env as the recipe makes it."""
+    run = suite_run(env_id)
+    env = EnvSpec.of(run.env, **BRIEF.get(env_id, {}))
+    config = RunConfig(**run.config, seed=0, out_dir=str(tmp_path), progress=False, buffer_capacity=2000)
+    result = SequentialRunner(env, run.learners, config).run(agent_steps=STEPS)
+    assert result.agent_steps >= STEPS
+    expected_name = run.recipe.learner.split(",")[0]
+    for agent, r in result.agents.items():
+        assert r.learner in (expected_name, "ppo"), agent  # ppo only where fitted to Box actions
+        if r.learner in ("ppo", "mappo"):
+            assert r.updates >= 1, agent
+    for group in run.config["agent_groups"]:
+        assert any(r.group == group for r in result.agents.values()), group
+    info = RunDirectory(result.run_dir, create=False).read_json("run.json")
+    assert info["env_wrappers"] == list(run.recipe.wrappers)
+    assert {k: info["env_kwargs"][k] for k in run.recipe.env_kwargs} == dict(run.recipe.env_kwargs)
+
+
+def test_the_suite_command_writes_a_report_its_schema_accepts_and_a_plot(tmp_path):
+    """One small env, one seed, a few seconds: suite.json is valid, its curve has a round scored by the
+    evaluator, both baselines are there, the plot is a PNG, the table is printed, and the run's evaluations
+    went to TensorBoard as well."""
+    out = tmp_path / "suite"
+    result = CliRunner().invoke(main, ["suite", SMALL, "--minutes", "0.1", "--seeds", "1", "--out", str(out),
+                                       "--eval-every", "1", "--eval-episodes", "2", "--baseline-episodes", "4"],
+                                env={"COLUMNS": "200"})
+    assert result.exit_code == 0, result.output
+    report = json.loads((out / "suite.json").read_text())
+    jsonschema.validate(report, SCHEMA)
+    (entry,) = report["envs"]
+    assert entry["env"] == SMALL and entry["metric"] == "mean_return" and entry["recipe"]["learner"] == "mappo"
+    assert set(entry["baselines"]) == {"random", "untrained"}
+    (run,) = entry["runs"]
+    assert run["curve"] and run["final"] == run["curve"][-1]["score"] == entry["final"]["mean"]
+    assert set(run["curve"][0]["scores"]) == set(entry["scored_seats"]) == {"speaker_0", "listener_0"}
+    assert Path(entry["plot"]).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert "learning suite" in result.output and "simple_speaker_listener_v4" in result.output
+    if _tensorboard_tags is not None:
+        assert any(tag.startswith("eval/") for tag in _tensorboard_tags(Path(run["run_dir"]) / "tb"))
+
+
+try:
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    def _tensorboard_tags(path: Path) -> list[str]:
+        accumulator = EventAccumulator(str(path))
+        accumulator.Reload()
+        return accumulator.Tags()["scalars"]
+except ImportError:  # the `tensorboard` extra is not installed
+    _tensorboard_tags = None
+
+
+def test_evaluation_rows_go_to_tensorboard_with_the_extra(tmp_path):
+    pytest.importorskip("tensorboard", reason="the `tensorboard` extra (pip install 'pzasync[tensorboard]')")
+    rd = RunDirectory(tmp_path / "run")
+    rd.tensorboard(5, "team", {"loss": 0.5})
+    for steps, value in ((100, -80.0), (200, -60.0)):
+        rd.tensorboard_eval({"agent": "agent_0", "opponent": "random", "outcomes": False, "mean_return": value,
+                             "win_rate": 0.0, "agent_steps": steps})
+    rd.tensorboard_eval({"agent": "player_0", "opponent": "one_ply", "outcomes": True, "mean_return": 0.2,
+                         "win_rate": 0.6, "agent_steps": 100})
+    rd.close()
+    accumulator = EventAccumulator(str(tmp_path / "run" / "tb"))
+    accumulator.Reload()
+    assert set(accumulator.Tags()["scalars"]) == {"team/loss", "eval/agent_0/mean_return",
+                                                  "eval/player_0/win_rate_vs_one_ply"}
+    assert [(e.step, e.value) for e in accumulator.Scalars("eval/agent_0/mean_return")] == [(100, -80.0),
+                                                                                          (200, -60.0)]
+
+
+def test_a_round_scores_the_mean_over_seats_and_team_returns_are_binned_by_wall_time():
+    rows = [{"round": 0, "wall_s": 5.0, "agent_steps": 100, "agent": "a", "win_rate": 0.5, "mean_return": -3.0},
+            {"round": 0, "wall_s": 5.5, "agent_steps": 120, "agent": "b", "win_rate": 0.1, "mean_return": -1.0},
+            {"round": 1, "wall_s": 9.0, "agent_steps": 300, "agent": "a", "win_rate": 0.7, "mean_return": 2.0}]
+    assert curve_of(rows, "mean_return") == [
+        {"round": 0, "wall_s": 5.5, "agent_steps": 120, "score": -2.0, "scores": {"a": -3.0, "b": -1.0}},
+        {"round": 1, "wall_s": 9.0, "agent_steps": 300, "score": 2.0, "scores": {"a": 2.0}}]
+    assert [p["score"] for p in curve_of(rows, "win_rate")] == pytest.approx([0.3, 0.7])
+    episodes = [{"wall_s": 1.0, "returns": {"a": -1.0, "b": -2.0}}, {"wall_s": 2.0, "returns": {"a": 0.0, "b": 1.0}},
+                {"wall_s": 12.0, "returns": {"a": 4.0}}]  # ended after the budget: the last tenth
+    assert team_returns(episodes, 10.0, bins=2) == [{"wall_s": 5.0, "team_return": -1.0, "episodes": 2},
+                                                    {"wall_s": 10.0, "team_return": 4.0, "episodes": 1}]
+
+
+def test_the_interval_over_seeds_is_a_t_interval_and_absent_for_one_seed():
+    assert over_seeds([1.0]) == {"mean": 1.0, "ci95": None, "values": [1.0]}
+    spread = over_seeds([1.0, 3.0])
+    assert spread["mean"] == 2.0 and spread["ci95"] == pytest.approx([2.0 - 12.71, 2.0 + 12.71])
+
+
+@pytest.mark.parametrize("bad, flag", [({"minutes": 0}, "--minutes"), ({"seeds": 0}, "--seeds"),
+                                       ({"eval_episodes": 0}, "--eval-episodes"), ({"eval_every_s": -1}, "--eval-every")])
+def test_bad_suite_settings_are_refused_by_name(bad, flag):
+    (name,) = bad
+    with pytest.raises(ConfigError, match=name):
+        SuiteSettings(**bad).validate()
+    result = CliRunner().invoke(main, ["suite", SMALL, flag, str(bad[name])])
+    assert result.exit_code == 2 and name in result.output
