@@ -83,7 +83,8 @@ def test_the_evaluator_while_training_and_pzasync_eval_afterwards_build_the_remo
     assert json.loads((run_dir / "run.json").read_text())["env"] == env_id
     evaluated = CliRunner().invoke(main, ["eval", str(run_dir), "--episodes", "6"], env={"COLUMNS": "250"})
     assert evaluated.exit_code == 0, evaluated.output
-    rows = [line for line in evaluated.output.splitlines() if "player_" in line]
+    # `pzasync eval` scores the trained seats and, beside them, the untrained baseline (one row each per seat)
+    rows = [line for line in evaluated.output.splitlines() if "player_" in line and " trained " in line]
     assert len(rows) == 2 and all(sum(map(int, row.split()[-2].split("/"))) == 6 for row in rows), evaluated.output
 
 

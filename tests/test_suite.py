@@ -80,7 +80,12 @@ def test_the_suite_command_writes_a_report_its_schema_accepts_and_a_plot(tmp_pat
     assert set(entry["baselines"]) == {"random", "untrained"}
     (run,) = entry["runs"]
     assert run["curve"] and run["final"] == run["curve"][-1]["score"] == entry["final"]["mean"]
-    assert set(run["curve"][0]["scores"]) == set(entry["scored_seats"]) == {"speaker_0", "listener_0"}
+    # a cooperative game: the evaluator and both baselines score the team, every seat its own policy
+    assert entry["scoring"] == "team"
+    assert entry["scored_units"] == {"team": ["listener_0", "speaker_0"]} or \
+        entry["scored_units"] == {"team": ["speaker_0", "listener_0"]}
+    assert set(run["curve"][0]["scores"]) == {"team"}
+    assert all(set(b["units"]) == {"team"} for b in entry["baselines"].values())
     assert Path(entry["plot"]).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert "learning suite" in result.output and "simple_speaker_listener_v4" in result.output
     if _tensorboard_tags is not None:

@@ -5,8 +5,9 @@ network, in one JSON report (docs/suite-schema.json), one PNG per env and a summ
 Each run is what `pzasync train ENV` runs without options (the env's recipe: learner, agent groups, league, env
 arguments and wrappers, env copies), on the async runner, with the evaluator scoring the newest published
 policies every `eval_every_s` against the recipe's yardstick; its rows (metrics.jsonl, and TensorBoard with the
-extra) are the curve. A round's score is the mean over the scored seats of each seat's win rate (game results)
-or mean return (anything else), the same score `evaluate_against` gives the baselines: the learning seats played
+extra) are the curve. The evaluator scores units in the mode that fits the game (docs/league.md: each learning
+seat, the team, or each side); a round's score is the mean over the scored units of each unit's win rate (game
+results) or mean return (anything else), the same score `score_units` gives the baselines: the same units played
 by random players, and by untrained networks of the recipe's learners, against the same yardstick.
 """
 
@@ -114,16 +115,16 @@ def over_seeds(values: list[float]) -> dict[str, Any]:
 
 def curve_of(rows: list[dict[str, Any]], metric: str) -> list[dict[str, Any]]:
     """Evaluator rows (metrics.jsonl, "kind": "eval") -> one point per round: wall seconds, agent steps, the score
-    (mean over seats) and each seat's."""
+    (mean over the scored units: seats, the team or the sides) and each unit's."""
     rounds: dict[int, list[dict[str, Any]]] = {}
     for row in rows:
         rounds.setdefault(row["round"], []).append(row)
     points = []
     for index in sorted(rounds):
-        seats = rounds[index]
-        scores = {row["agent"]: seat_score(row, metric) for row in seats}
-        points.append({"round": index, "wall_s": max(r["wall_s"] for r in seats),
-                       "agent_steps": max(r["agent_steps"] for r in seats),
+        units = rounds[index]
+        scores = {row["agent"]: seat_score(row, metric) for row in units}
+        points.append({"round": index, "wall_s": max(r["wall_s"] for r in units),
+                       "agent_steps": max(r["agent_steps"] for r in units),
                        "score": statistics.fmean(scores.values()), "scores": scores})
     return points
 
@@ -159,28 +160,24 @@ def train_one(run: SuiteRun, seed: int, seconds: float, out: Path, settings: Sui
             "training_return": team_returns(rd.read_jsonl("episodes.jsonl"), seconds)}
 
 
-def baselines(run: SuiteRun, agents: list[str], episodes: int, seed: int) -> dict[str, list[Any]]:
-    """The scored seats played by random players and by untrained networks, against the yardstick:
-    {"random": [EvalResult per seat], "untrained": [...]}."""
-    from pzasync.core.spaces import env_layouts, probe_info_masks
-    from pzasync.evaluation.evaluate import evaluate_against, resolve_player, untrained_baseline
+def baselines(run: SuiteRun, units: dict[str, list[str]], episodes: int, seed: int) -> dict[str, list[Any]]:
+    """The scored units (as the evaluator scored them: seats, the team or the sides, with their members) played
+    by random players and by untrained networks of the recipe's learners, every other agent the yardstick:
+    {"random": [EvalResult per unit], "untrained": [...]}."""
+    from pzasync.evaluation.evaluate import fresh_policies, score_units
 
     probe = run.env.make()
     try:
-        layouts = env_layouts(probe, probe_info_masks(probe, seed=seed))
+        agents = list(probe.possible_agents)
     finally:
         probe.close()
-    players = {}
-    for index, agent in enumerate(agents):
-        cls, options = resolve_player("random", agent, layouts[agent])
-        policy = cls.build_policy(layouts[agent], options)
-        policy.seed(seed + 31 * index)
-        players[agent] = (policy, layouts[agent])
     per_agent = run.learners if isinstance(run.learners, dict) else {"*": run.learners}
-    groups = {a: g for g, patterns in run.config["agent_groups"].items() for a in _members(patterns, list(layouts))}
-    learners = {a: per_agent.get(groups.get(a, a), per_agent.get(a, per_agent.get("*"))) for a in agents}
-    return {"random": evaluate_against(run.env, players, run.yardstick, episodes, seed),
-            "untrained": untrained_baseline(run.env, learners, run.yardstick, episodes, seed)}
+    groups = {a: g for g, patterns in run.config["agent_groups"].items() for a in _members(patterns, agents)}
+    members = sorted({a for m in units.values() for a in m})
+    learners = {a: per_agent.get(groups.get(a, a), per_agent.get(a, per_agent.get("*"))) for a in members}
+    spec, fresh = fresh_policies(run.env, learners, seed)
+    return {"random": score_units(run.env, "random", units, run.yardstick, episodes, seed, policy="random"),
+            "untrained": score_units(spec, fresh, units, run.yardstick, episodes, seed, policy="untrained")}
 
 
 def _members(patterns: list[str], agents: list[str]) -> list[str]:
@@ -202,8 +199,9 @@ def env_report(env_id: str, settings: SuiteSettings, out: Path,
             on_run(env_id, seed)
         runs.append(train_one(run, seed, settings.minutes * 60, out / "runs" / short, settings))
     rows = [row for r in runs for row in r["evaluations"]]
-    agents = sorted({row["agent"] for row in rows})
-    scored_base = baselines(run, agents, settings.baseline_episodes, seed=10_007) if agents else {}
+    units = {row["agent"]: list(row.get("members") or [row["agent"]]) for row in rows}
+    scoring = next((row["scoring"] for row in rows if row.get("scoring")), None)
+    scored_base = baselines(run, units, settings.baseline_episodes, seed=10_007) if units else {}
     outcomes = all(row["outcomes"] for row in rows) and all(r.outcomes for v in scored_base.values() for r in v)
     metric = "win_rate" if rows and outcomes else "mean_return"
     for r in runs:
@@ -212,7 +210,8 @@ def env_report(env_id: str, settings: SuiteSettings, out: Path,
     finals = [r["final"] for r in runs if r["final"] is not None]
     recipe = run.recipe
     return {
-        "env": run.env.name, "short": short, "metric": metric, "yardstick": run.yardstick, "scored_seats": agents,
+        "env": run.env.name, "short": short, "metric": metric, "yardstick": run.yardstick, "scoring": scoring,
+        "scored_units": {unit: members for unit, members in sorted(units.items())},
         "recipe": {"learner": recipe.learner_spec, "learners": _jsonable(run.learners),
                    "agent_groups": run.config["agent_groups"], "self_play": recipe.self_play, "league": recipe.league,
                    "env_kwargs": dict(recipe.env_kwargs), "wrappers": list(recipe.wrappers),
@@ -224,14 +223,14 @@ def env_report(env_id: str, settings: SuiteSettings, out: Path,
 
 
 def _baseline_json(results: list[Any], metric: str) -> dict[str, Any]:
-    seats = {}
+    units = {}
     for r in results:
         lo, hi = r.win_rate_ci95 if metric == "win_rate" else (r.mean - r.mean_ci95, r.mean + r.mean_ci95)
-        seats[r.agent] = {"score": seat_score(r, metric), "ci95": [lo, hi], "episodes": r.episodes}
-    return {"score": statistics.fmean(s["score"] for s in seats.values()),
-            "ci95": [statistics.fmean(s["ci95"][0] for s in seats.values()),
-                     statistics.fmean(s["ci95"][1] for s in seats.values())],
-            "seats": seats}
+        units[r.agent] = {"score": seat_score(r, metric), "ci95": [lo, hi], "episodes": r.episodes}
+    return {"score": statistics.fmean(u["score"] for u in units.values()),
+            "ci95": [statistics.fmean(u["ci95"][0] for u in units.values()),
+                     statistics.fmean(u["ci95"][1] for u in units.values())],
+            "units": units}
 
 
 def _jsonable(value: Any) -> Any:
