@@ -573,17 +573,19 @@ def _settings_json(settings: BenchSettings) -> dict[str, Any]:
     data["envs_per_actor"] = list(settings.envs_per_actor)
     data["env_workers"] = list(settings.env_workers)
     data["actors"] = list(settings.actors)
-    data["learners"] = _jsonable(settings.learners)
+    data["learners"] = jsonable(settings.learners)
     data["eval_every"] = settings.snapshot_every if settings.target is not None else settings.eval_every
     data["versus"] = settings.yardstick
     return data
 
 
-def _jsonable(value: Any) -> Any:
+def jsonable(value: Any) -> Any:
+    """`value` as JSON can hold it: dict keys as text, tuples as lists, anything not plain as its repr (learner
+    specs may hold classes)."""
     if isinstance(value, dict):
-        return {str(k): _jsonable(v) for k, v in value.items()}
+        return {str(k): jsonable(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
-        return [_jsonable(v) for v in value]
+        return [jsonable(v) for v in value]
     if isinstance(value, (str, int, float, bool)) or value is None:
         return value
     return repr(value)

@@ -20,6 +20,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
+from pzasync.bench.harness import jsonable
 from pzasync.errors import ConfigError
 
 #: The report's format; docs/suite-schema.json describes it.
@@ -42,9 +43,9 @@ class SuiteSettings:
     out: str = "suite"
     #: Seconds between two evaluations while training; None: a tenth of the budget, at least 5 s.
     eval_every_s: float | None = None
-    #: Episodes per scored seat in each evaluation while training.
+    #: Episodes per scored unit (seat, team or side) in each evaluation while training.
     eval_episodes: int = 10
-    #: Episodes per scored seat of each baseline (random, untrained).
+    #: Episodes per scored unit of each baseline (random, untrained).
     baseline_episodes: int = 50
 
     def validate(self) -> None:
@@ -212,7 +213,7 @@ def env_report(env_id: str, settings: SuiteSettings, out: Path,
     return {
         "env": run.env.name, "short": short, "metric": metric, "yardstick": run.yardstick, "scoring": scoring,
         "scored_units": {unit: members for unit, members in sorted(units.items())},
-        "recipe": {"learner": recipe.learner_spec, "learners": _jsonable(run.learners),
+        "recipe": {"learner": recipe.learner_spec, "learners": jsonable(run.learners),
                    "agent_groups": run.config["agent_groups"], "self_play": recipe.self_play, "league": recipe.league,
                    "env_kwargs": dict(recipe.env_kwargs), "wrappers": list(recipe.wrappers),
                    "envs_per_actor": recipe.envs_per_actor, "why": recipe.why, "notes": run.notes},
@@ -220,6 +221,16 @@ def env_report(env_id: str, settings: SuiteSettings, out: Path,
         "runs": runs,
         "final": over_seeds(finals) if finals else None,
     }
+
+
+def score_label(entry: dict[str, Any]) -> str:
+    """What an env's score is, in words: "team return" for a team, else each seat's or side's win rate or mean
+    return against the yardstick."""
+    if entry.get("scoring") == "team":
+        return "team win rate" if entry["metric"] == "win_rate" else "team return"
+    unit = "side" if entry.get("scoring") == "sides" else "seat"
+    what = "win rate" if entry["metric"] == "win_rate" else "mean return"
+    return f"{what} per {unit} vs {entry['yardstick']}"
 
 
 def _baseline_json(results: list[Any], metric: str) -> dict[str, Any]:
@@ -231,16 +242,6 @@ def _baseline_json(results: list[Any], metric: str) -> dict[str, Any]:
             "ci95": [statistics.fmean(u["ci95"][0] for u in units.values()),
                      statistics.fmean(u["ci95"][1] for u in units.values())],
             "units": units}
-
-
-def _jsonable(value: Any) -> Any:
-    if isinstance(value, dict):
-        return {str(k): _jsonable(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_jsonable(v) for v in value]
-    if isinstance(value, (str, int, float, bool)) or value is None:
-        return value
-    return repr(value)
 
 
 def run_suite(settings: SuiteSettings, on_run: Callable[[str, int], None] | None = None) -> dict[str, Any]:
@@ -308,8 +309,7 @@ def plot_env(entry: dict[str, Any], path: str, seconds: float | None = None) -> 
             ax.axhline(base["score"], color="grey" if name == "random" else "black", linestyle=style, label=name)
             ax.axhspan(*base["ci95"], color="grey" if name == "random" else "black", alpha=0.08)
     ax.set_xlabel("wall-clock seconds")
-    what = "win rate" if entry["metric"] == "win_rate" else "mean return per scored seat"
-    ax.set_ylabel(f"{what} vs {entry['yardstick']}")
+    ax.set_ylabel(score_label(entry))
     ax.set_title(f"{entry['short']}: {entry['recipe']['learner']}", fontsize="medium")
     if entry["metric"] == "win_rate":
         ax.set_ylim(-0.02, 1.02)
@@ -341,7 +341,7 @@ def summary_rows(report: dict[str, Any]) -> list[list[str]]:
         score = "-" if final is None else fmt(final["mean"], m) + (
             "" if final["ci95"] is None else f" [{fmt(final['ci95'][0], m)}, {fmt(final['ci95'][1], m)}]")
         steps = [r["agent_steps"] for r in e["runs"]]
-        rows.append([e["short"], f"{'win rate' if m == 'win_rate' else 'mean return'} vs {e['yardstick']}",
+        rows.append([e["short"], score_label(e),
                      fmt(e["baselines"].get("random", {}).get("score"), m),
                      fmt(e["baselines"].get("untrained", {}).get("score"), m), score, str(len(e["runs"])),
                      f"{statistics.fmean(steps):,.0f}" if steps else "-"])
