@@ -135,8 +135,9 @@ def default_trainee_weights(env_name: str) -> dict[str, float]:
 
 
 #: How each known env's result is scored (Recipe.scoring, SCORING_MODES) where its recipe does not say: the
-#: cooperative MPE, sisl and butterfly envs as a team, the mixed MPE envs by side. Board games and every other
-#: env are left to the default read from the env (pzasync/evaluation/scoring.py). simple_crypto and
+#: cooperative MPE, sisl and butterfly envs as a team, the mixed MPE envs by side, the classic two-player games
+#: with a recipe or a scripted yardstick by seat (so their evaluations need no probe of random play). Every other
+#: env is left to the default read from the env (pzasync/evaluation/scoring.py). simple_crypto and
 #: simple_world_comm are left out: their teams do not follow their agents' name prefixes (alice and bob against
 #: eve; leadadversary with the adversaries).
 SCORING: dict[str, str] = {
@@ -148,6 +149,8 @@ SCORING: dict[str, str] = {
                                "pettingzoo.butterfly.knights_archers_zombies_v10",
                                "pettingzoo.butterfly.knights_archers_zombies_v11")},
     **{env: "sides" for env in ("mpe2.simple_tag_v3", "mpe2.simple_adversary_v3", "mpe2.simple_push_v3")},
+    **{env: "seats" for env in ("pettingzoo.classic.connect_four_v3", "pettingzoo.classic.tictactoe_v3",
+                                "pettingzoo.classic.leduc_holdem_v4")},
 }
 
 
