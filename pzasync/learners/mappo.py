@@ -197,12 +197,13 @@ class MAPPOLearner(PPOLearner):
                                             self._member(batch))
             h = torch.stack([self.critic_carry.get(key, zeros) for key in keys])
             for t in range(length):
-                rows, live = index[:, t], torch.as_tensor(valid[:, t], device=self.device)[:, None]
+                rows, live = index[:, t], valid[:, t]
                 step = core(features[torch.as_tensor(rows, device=self.device)], h)
-                memory_in[rows[valid[:, t]]] = h[valid[:, t]]
-                memory_out[rows[valid[:, t]]] = step[valid[:, t]]
-                ended = torch.as_tensor(done[rows] & valid[:, t], device=self.device)[:, None]
-                h = torch.where(live, torch.where(ended, torch.zeros_like(step), step), h)
+                memory_in[rows[live]], memory_out[rows[live]] = h[live], step[live]
+                # a track past its last row keeps its memory; one whose episode ended here starts the next at zeros
+                ended = torch.as_tensor(done[rows] & live, device=self.device)[:, None]
+                h = torch.where(torch.as_tensor(live, device=self.device)[:, None],
+                                torch.where(ended, torch.zeros_like(step), step), h)
         self.critic_carry.update({key: h[i] for i, key in enumerate(keys)})
         return memory_in, memory_out
 

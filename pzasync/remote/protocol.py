@@ -128,30 +128,30 @@ def read_frame(sock: socket.socket, deadline: float | None, source: str) -> tupl
     return data[0], memoryview(data)[1:]
 
 
-def split_records(body: memoryview, dtype: np.dtype, source: str) -> tuple[np.ndarray, memoryview]:
-    """(the records, the tail after them) of a body that starts with a count."""
+def _records_end(body: memoryview, size: int, source: str) -> tuple[int, int]:
+    """(the record count, where the records end) of a body that starts with a count of `size`-byte records;
+    RemoteProtocolError where the body is too short for them."""
     if len(body) < 4:
         raise RemoteProtocolError(f"{source}: malformed frame: {len(body)} bytes, too short for a record count")
     (count,) = _COUNT.unpack_from(body)
-    end = 4 + count * dtype.itemsize
+    end = 4 + count * size
     if end > len(body):
         raise RemoteProtocolError(
-            f"{source}: malformed frame: {count} records of {dtype.itemsize} bytes need {end - 4} bytes, the frame "
+            f"{source}: malformed frame: {count} records of {size} bytes need {end - 4} bytes, the frame "
             f"has {len(body) - 4}; do both sides derive the same layouts from the spaces (docs/remote.md)?")
+    return count, end
+
+
+def split_records(body: memoryview, dtype: np.dtype, source: str) -> tuple[np.ndarray, memoryview]:
+    """(the records, the tail after them) of a body that starts with a count."""
+    count, end = _records_end(body, dtype.itemsize, source)
     return np.frombuffer(body, dtype, count, 4), body[end:]
 
 
 def unpack_records(body: memoryview, record: struct.Struct, source: str) -> tuple[list[tuple], memoryview]:
     """(the records as tuples, the tail after them) of a body that starts with a count: `split_records` with a
     `struct` format, one C call for the whole array."""
-    if len(body) < 4:
-        raise RemoteProtocolError(f"{source}: malformed frame: {len(body)} bytes, too short for a record count")
-    (count,) = _COUNT.unpack_from(body)
-    end = 4 + count * record.size
-    if end > len(body):
-        raise RemoteProtocolError(
-            f"{source}: malformed frame: {count} records of {record.size} bytes need {end - 4} bytes, the frame "
-            f"has {len(body) - 4}; do both sides derive the same layouts from the spaces (docs/remote.md)?")
+    count, end = _records_end(body, record.size, source)
     return list(record.iter_unpack(body[4:end])) if count else [], body[end:]
 
 
