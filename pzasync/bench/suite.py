@@ -165,6 +165,7 @@ def baselines(run: SuiteRun, units: dict[str, list[str]], episodes: int, seed: i
     """The scored units (as the evaluator scored them: seats, the team or the sides, with their members) played
     by random players and by untrained networks of the recipe's learners, every other agent the yardstick:
     {"random": [EvalResult per unit], "untrained": [...]}."""
+    from pzasync.core.groups import resolve_groups
     from pzasync.evaluation.evaluate import fresh_policies, score_units
 
     probe = run.env.make()
@@ -173,18 +174,12 @@ def baselines(run: SuiteRun, units: dict[str, list[str]], episodes: int, seed: i
     finally:
         probe.close()
     per_agent = run.learners if isinstance(run.learners, dict) else {"*": run.learners}
-    groups = {a: g for g, patterns in run.config["agent_groups"].items() for a in _members(patterns, agents)}
+    groups = {a: g for g, members in resolve_groups(dict(run.config["agent_groups"]), agents).items() for a in members}
     members = sorted({a for m in units.values() for a in m})
     learners = {a: per_agent.get(groups.get(a, a), per_agent.get(a, per_agent.get("*"))) for a in members}
     spec, fresh = fresh_policies(run.env, learners, seed)
     return {"random": score_units(run.env, "random", units, run.yardstick, episodes, seed, policy="random"),
             "untrained": score_units(spec, fresh, units, run.yardstick, episodes, seed, policy="untrained")}
-
-
-def _members(patterns: list[str], agents: list[str]) -> list[str]:
-    from fnmatch import fnmatchcase
-
-    return [a for a in agents if any(fnmatchcase(a, p) for p in patterns)]
 
 
 def env_report(env_id: str, settings: SuiteSettings, out: Path,
