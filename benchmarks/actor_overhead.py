@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import time
 
@@ -182,7 +183,7 @@ def main() -> None:
                 profiler.enable()
                 actor.run(agent_steps=args.steps, seed=7, keep_going=lambda: True, on_episode=lambda s: None)
                 profiler.disable()
-                pstats.Stats(profiler).sort_stats("tottime").print_stats(35)
+                pstats.Stats(profiler).sort_stats("tottime").print_stats(os.environ.get("PROFILE_FILTER", ""), int(os.environ.get("PROFILE_LINES", "35")))
                 continue
             plain = []
             for r in range(args.repeats):  # untimed parts: the actor's rate as a run sees it
