@@ -217,8 +217,9 @@ class HttpConnection(Connection):
         response = self.http.getresponse()
         return response.status, json.loads(response.read())
 
-    def send(self, data: bytes) -> int:
-        """Send the request the binary frame `data` stands for, as JSON, and keep its reply as a frame."""
+    def send(self, data: bytes, instances: list[int] | None = None) -> int:
+        """Send the request the binary frame `data` stands for, as JSON, and keep its reply as a frame (the
+        baseline's server answers in full: `instances` changes nothing)."""
         if self._broken is not None:
             raise self._broken
         kind, body = data[4], memoryview(data)[5:]
