@@ -218,12 +218,17 @@ class Connection:
         return bool(self.answered)
 
     def next_answered(self) -> list[int]:
-        """Paced: the instances of the next STATE (applied already), waiting for one until the deadline."""
+        """Paced: the instances of every STATE come in (applied already), in order, waiting for one until the
+        deadline; the STATE frames already received with it are taken too."""
         while not self.answered:
             if self._broken is not None:
                 raise self._broken
             self._take(self._read_frame())
-        return self.answered.popleft()
+        answered = self.answered
+        instances = answered.popleft()
+        while answered or self.poll():
+            instances += answered.popleft()
+        return instances
 
     def wait_for(self, instances: tuple[int, ...] | list[int]) -> None:
         """Paced: wait until a STATE has answered each of `instances`, and take them out of `answered` (the
@@ -281,7 +286,9 @@ class Connection:
         if not self._resets:
             return None
         requests, self._resets = self._resets, []
-        return self.send(_reset_frame(requests), [r[0] for r in requests] if self.paced else None)
+        if self.paced:
+            return self.send(_reset_frame(requests), [r[0] for r in requests])
+        return self.send(_reset_frame(requests))
 
     def queue(self, instance: int, flags: int, action: bytes) -> None:
         self._queued.append((instance, flags, action))
@@ -291,11 +298,11 @@ class Connection:
         if not self._queued:
             return None
         pack = self.layout.step_struct.pack  # zero-pads each action to action_bytes
-        queued = self._queued
+        queued, self._queued = self._queued, []
         records = [pack(*request) for request in queued]
-        instances = [request[0] for request in queued] if self.paced else None
-        self._queued = []
-        return self.send(packed_frame(Kind.STEP, records), instances)
+        if self.paced:
+            return self.send(packed_frame(Kind.STEP, records), [request[0] for request in queued])
+        return self.send(packed_frame(Kind.STEP, records))
 
     def collect(self, ticket: Ticket) -> None:
         """Receive a STEP's or RESET's STATE reply and hand each instance its snapshots (on a paced connection,
@@ -339,7 +346,8 @@ class Connection:
 
     def reset_many(self, requests: list[tuple[int, int | None, dict | None]]) -> None:
         """Reset instances, `(instance, seed, options)` each, in one frame."""
-        self.collect(self.send(_reset_frame(requests), [r[0] for r in requests] if self.paced else None))
+        data = _reset_frame(requests)
+        self.collect(self.send(data, [r[0] for r in requests]) if self.paced else self.send(data))
 
     def observe_many(self, requests: list[tuple[int, str]]) -> list[tuple[Any, dict]]:
         """(observation, info) of `(instance, agent)` pairs, in one frame."""
