@@ -21,6 +21,7 @@ import json
 import signal
 import socket
 import struct
+from collections import deque
 from http.server import BaseHTTPRequestHandler, HTTPServer
 from typing import Any, Callable
 
@@ -200,6 +201,7 @@ class HttpConnection(Connection):
         self._queued, self._resets = [], []
         self._broken = None
         self.lost = False
+        self.paced, self.outstanding, self.answered = False, {}, deque()  # the baseline answers every request whole
         self.http = http.client.HTTPConnection(self.address.host, self.address.port, timeout=timeout_s)
         self.http.connect()
         self.sock = self.http.sock
