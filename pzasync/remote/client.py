@@ -316,8 +316,8 @@ class Connection:
         self.apply_state(body)
 
     def apply_state(self, body: memoryview) -> list[int]:
-        """Hand each instance of a STATE frame its snapshots; the instances, in order. On a paced connection
-        each must be outstanding, and all its snapshots together (else RemoteProtocolError)."""
+        """Hand each instance of a STATE frame its snapshots. On a paced connection each must be outstanding,
+        and all its snapshots together (else RemoteProtocolError); returns the instances, in order (else [])."""
         rows, tail = unpack_records(body, self.layout.snapshot_struct, self.label)
         infos = read_infos(tail, sum(1 for row in rows if row[1] & INFO_JSON), self.label) if tail else []
         envs, previous, info_at = self.envs, None, 0
@@ -333,14 +333,15 @@ class Connection:
             if row[0] == previous:
                 env._later.append((row, info))  # a dead agent's turn, stepped with None by the server
                 continue
-            if outstanding is not None and outstanding.pop(row[0], None) is None:
-                raise RemoteProtocolError(
-                    f"{self.label}: a STATE names instance {row[0]}, which is not outstanding (no STEP or RESET naming "
-                    f"it awaits an answer, or its snapshots were split between STATE frames or records); see "
-                    f"docs/remote.md, \"Replies at the server's pace\"")
+            if outstanding is not None:
+                if outstanding.pop(row[0], None) is None:
+                    raise RemoteProtocolError(
+                        f"{self.label}: a STATE names instance {row[0]}, which is not outstanding (no STEP or RESET "
+                        f"naming it awaits an answer, or its snapshots were split between STATE frames or records); "
+                        f"see docs/remote.md, \"Replies at the server's pace\"")
+                covered.append(row[0])
             env._later.clear()
             env._apply(row, info)
-            covered.append(row[0])
             previous = row[0]
         return covered
 

@@ -342,7 +342,6 @@ class RemoteCopies:
         """Read every answer a paced group still awaits, starting no episode: the steps are completed (and their
         dead agents' turns played), the copies whose reset was answered stay between episodes."""
         connection = g.connection
-        self.may_reset_of.update((k, False) for k in g.copies)
         while connection.outstanding or connection.answered:
             for instance in connection.next_answered():
                 k = g.copy_of[instance]
