@@ -13,7 +13,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from pzasync.bench.remote import REMOTE_PATHS, remote_overhead, report_lines  # noqa: E402
+from pzasync.bench.remote import DEFAULT_PATHS, remote_overhead, report_lines  # noqa: E402
 
 
 def main() -> None:
@@ -22,7 +22,7 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=4000)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--instances", default="1,8,16,32")
-    parser.add_argument("--paths", default=",".join(REMOTE_PATHS))
+    parser.add_argument("--paths", default=",".join(DEFAULT_PATHS), help="among unix, tcp, http, paced")
     parser.add_argument("--actor-copies", type=int, default=16)
     args = parser.parse_args()
     report = remote_overhead(args.env, steps=args.steps, repeats=args.repeats,

@@ -1,13 +1,17 @@
 """A Python remote env server for the tests (`python tests/remote_server.py ENV --socket PATH`), with faults on
 demand: exit or hang after a number of env steps (printing to stderr first), in every server or only in the
-one whose `--index` is `--fault-index`."""
+one whose `--index` is `--fault-index`. With `--workers N` it is paced (docs/remote.md, "Replies at the
+server's pace"): `--pace-ms` gives each step an instance-dependent delay that changes from step to step, and
+`--hold I` holds instance I's first steps until the other instances have moved on."""
 
 from __future__ import annotations
 
 import argparse
 import os
 import sys
+import threading
 import time
+from collections import Counter
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -28,6 +32,11 @@ def main() -> None:
     parser.add_argument("--fault-index", type=int, default=None, help="faults only in the server of this index")
     parser.add_argument("--pid-dir", default=None, help="write a file named after this server's pid here, holding "
                         "its index and, once stopped, the env steps it took")
+    parser.add_argument("--workers", type=int, default=0, help="paced: step instances on this many threads")
+    parser.add_argument("--pace-ms", type=float, default=0.0, help="paced: step n of instance i takes "
+                        "((7 i + n) %% 4) times this many milliseconds")
+    parser.add_argument("--hold", type=int, default=None, help="paced: the first 3 steps of this instance each "
+                        "wait until the other instances have taken 4 steps since it began (at most 20 s)")
     args = parser.parse_args()
     if args.pid_dir:
         Path(args.pid_dir, str(os.getpid())).write_text(f"{args.index} 0")
@@ -54,9 +63,29 @@ def main() -> None:
             env.step = faulty_step
         return env
 
-    serve(env_fn, args.address or f"unix://{args.socket}", instances=args.instances)
+    serve(env_fn, args.address or f"unix://{args.socket}", instances=args.instances, workers=args.workers,
+          pace=pace_function(args.pace_ms, args.hold) if args.workers else None)
     if args.pid_dir:  # stopped by SIGTERM: say how many env steps this server took
         Path(args.pid_dir, str(os.getpid())).write_text(f"{args.index} {steps}")
+
+
+def pace_function(pace_ms: float, hold: int | None):
+    """The paced server's `pace(instance)`: a delay that depends on the instance and its step, and, for instance
+    `hold`, a wait for the others (counted per connection-less instance number: the tests use one connection)."""
+    taken: Counter = Counter()
+    moved = threading.Condition()
+
+    def pace(instance: int) -> float:
+        with moved:
+            n = taken[instance]
+            taken[instance] += 1
+            moved.notify_all()
+            if instance == hold and n < 3:
+                others = sum(taken.values()) - taken[instance]
+                moved.wait_for(lambda: sum(taken.values()) - taken[instance] >= others + 4, timeout=20)
+        return ((7 * instance + n) % 4) * pace_ms / 1000
+
+    return pace
 
 
 if __name__ == "__main__":

@@ -87,11 +87,16 @@ def assert_same(got: dict, expected: dict, what: str) -> None:
 
 
 # ---------------------------------------------------------------------------------------------- equality
-@pytest.mark.parametrize("env_id", [C4, FORAGE])
-def test_connect_passes_api_test_and_rolls_out_exactly_the_in_process_transitions(env_id):
-    """A Python server in its own process: PettingZoo's api_test on `connect`, then `rollout` through it equals
-    `rollout` in process, field for field (cut at the budget included: it observes every agent)."""
-    env = connect(python_server(env_id))
+PACED = "--workers 2 --pace-ms 1"  # a server that answers instances as they finish, in varying order
+
+
+@pytest.mark.parametrize("env_id, flags", [(C4, ""), (FORAGE, ""), (C4, PACED)], ids=["c4", "forage", "c4-paced"])
+def test_connect_passes_api_test_and_rolls_out_exactly_the_in_process_transitions(env_id, flags):
+    """A Python server in its own process (whole replies, or paced): PettingZoo's api_test on `connect`, then
+    `rollout` through it equals `rollout` in process, field for field (cut at the budget included: it observes
+    every agent)."""
+    env = connect(python_server(env_id, flags))
+    assert env.connection.paced == bool(flags)
     try:
         api_test(env, num_cycles=60)
         rng_remote, rng_local = np.random.default_rng(3), np.random.default_rng(3)
@@ -103,11 +108,14 @@ def test_connect_passes_api_test_and_rolls_out_exactly_the_in_process_transition
     assert_same(got, expected, env_id)
 
 
-@pytest.mark.parametrize("env_id, copies, servers", [(C4, 5, 1), (FORAGE, 6, 2)])
-def test_each_remote_copy_equals_an_independent_rollout_with_seed_plus_k(env_id, copies, servers):
-    """The actor over remote env copies (one connection per server, a frame per group of copies) writes copy
-    k's transitions exactly as a rollout seeded seed + k; batches hold several copies."""
-    actor, writers, layouts = remote_actor(python_server(env_id), copies, servers=servers)
+@pytest.mark.parametrize("env_id, copies, servers, flags", [
+    (C4, 5, 1, ""), (FORAGE, 6, 2, ""), (C4, 5, 1, "--workers 4 --pace-ms 2 --hold 0"),
+    (FORAGE, 6, 2, PACED)], ids=["c4", "forage", "c4-paced", "forage-paced"])
+def test_each_remote_copy_equals_an_independent_rollout_with_seed_plus_k(env_id, copies, servers, flags):
+    """The actor over remote env copies (one connection per server, a frame per group of copies, or per reply
+    of a paced server) writes copy k's transitions exactly as a rollout seeded seed + k; batches hold several
+    copies."""
+    actor, writers, layouts = remote_actor(python_server(env_id, flags), copies, servers=servers)
     try:
         taken = actor.run(agent_steps=1200, seed=11, keep_going=lambda: True, on_episode=lambda s: None)
     finally:
@@ -234,8 +242,10 @@ def _rollout_of_copy(env_id: str, layouts: dict, seed: int, steps: int) -> dict:
                            seed=seed)
 
 
-@pytest.mark.parametrize("fault, end", [("--exit-after 150", "exited with code 3"),
-                                        ("--hang-after 150", "has not answered for 2s")], ids=["dies", "hangs"])
+@pytest.mark.parametrize("fault, end", [
+    ("--exit-after 150", "exited with code 3"), ("--hang-after 150", "has not answered for 2s"),
+    (f"--exit-after 150 {PACED}", "exited with code 3"), (f"--hang-after 150 {PACED}", "has not answered for 2s")],
+    ids=["dies", "hangs", "paced-dies", "paced-hangs"])
 def test_when_one_of_two_servers_fails_the_healthy_copies_are_cut_and_the_failed_ones_invent_nothing(fault, end):
     """Server 0 of two exits (or hangs) mid-run. The run ends with its error; before that, the copies on server
     1 are cut as rule 5 says (each copy's transitions equal a rollout cut after as many decisions), and the
@@ -274,11 +284,12 @@ def test_when_one_of_two_servers_fails_the_healthy_copies_are_cut_and_the_failed
         assert not [e for e in episodes if e.copy == k and e.cut_by_actor], "no summary for a dropped episode"
 
 
-def test_a_restart_budget_launches_a_dead_server_again_and_its_copies_start_fresh_episodes(capfd):
+@pytest.mark.parametrize("flags", ["", PACED], ids=["whole", "paced"])
+def test_a_restart_budget_launches_a_dead_server_again_and_its_copies_start_fresh_episodes(capfd, flags):
     """restarts=5: the server exits every 150 env steps; it is launched again each time, its copies start new
     episodes, and the run takes its whole budget. Nothing of the lost episodes is completed."""
     episodes = []
-    actor, writers, _ = remote_actor(python_server(C4, "--exit-after 150"), 2, restarts=5)
+    actor, writers, _ = remote_actor(python_server(C4, f"--exit-after 150 {flags}"), 2, restarts=5)
     try:
         taken = actor.run(agent_steps=400, seed=0, keep_going=lambda: True, on_episode=episodes.append)
     finally:

@@ -83,13 +83,15 @@ def test_bench_remote_reports_every_path_at_every_instance_count(tmp_path):
     path = tmp_path / "remote.json"
     result = CliRunner().invoke(main, ["bench", FORAGE, "--remote", "--steps", "40", "--remote-repeats", "1",
                                        "--remote-instances", "1,3", "--remote-actor-copies", "2",
-                                       "--json", str(path)])
+                                       "--remote-paths", "unix,tcp,http,paced", "--json", str(path)])
     assert result.exit_code == 0, result.output
     report = json.loads(path.read_text())
     assert (report["env"], report["steps"], report["repeats"], report["instances"]) == (FORAGE, 40, 1, [1, 3])
-    assert [(r["instances"], r["path"]) for r in report["rows"]] == [(n, p) for n in (1, 3) for p in PATHS]
+    assert [(r["instances"], r["path"]) for r in report["rows"]] == [(n, p) for n in (1, 3) for p in
+                                                                      (*PATHS, "paced")]
     for row in report["rows"]:
-        assert row["per_frame"] == per_frame(row["instances"]) and row["wall_us"] > 0 and row["cpu_client_us"] >= 0
+        assert row["per_frame"] == (None if row["path"] == "paced" else per_frame(row["instances"]))
+        assert row["wall_us"] > 0 and row["cpu_client_us"] >= 0
         remote = row["path"] != "local"
         assert (row["cpu_server_us"] is not None, row["cpu_overhead_us"] is not None) == (remote, remote)
     actor = report["actor"]
@@ -102,4 +104,4 @@ def test_bench_remote_reports_every_path_at_every_instance_count(tmp_path):
 def test_bench_remote_refuses_an_unknown_path_naming_the_choices():
     result = CliRunner().invoke(main, ["bench", C4, "--remote", "--remote-paths", "unix,udp"])
     assert result.exit_code == 2
-    assert "unix,tcp,http" in result.output and "'unix,udp'" in result.output
+    assert "unix,tcp,http,paced" in result.output and "'unix,udp'" in result.output

@@ -2,7 +2,7 @@
 // A remote env server in plain Node.js (no dependencies): tic-tac-toe served over the pzasync remote env
 // protocol, version 1 (docs/remote.md). Run it, then train on it from Python:
 //
-//   node examples/remote_node/server.js --socket /tmp/ttt.sock [--instances 16]
+//   node examples/remote_node/server.js --socket /tmp/ttt.sock [--instances 16] [--paced [--pace-ms 1]]
 //   pzasync train unix:///tmp/ttt.sock            (or let pzasync launch it:)
 //   pzasync train "cmd:node examples/remote_node/server.js --socket {socket}"
 //
@@ -11,6 +11,10 @@
 // the opponent's), action_mask: Box(0,1,(9,),int8)}. A win pays +1 to the winner, -1 to the loser; a full board
 // is a draw (0 each). At the end both players are terminated and, as in PettingZoo, each is then stepped with
 // None once (its "dead step"), which removes it from `agents`.
+//
+// With --paced the server sets its own pace (docs/remote.md, "Replies at the server's pace"): its WELCOME says
+// "paced": true, and each instance of a STEP or RESET is answered by a STATE of its own, sent after
+// (instance % 3) * pace-ms milliseconds, so the replies come back in another order than asked, one at a time.
 'use strict';
 
 const net = require('net');
@@ -192,11 +196,13 @@ function answer(conn, kind, body) {
       layout: { obs_bytes: OBS_BYTES, mask_bytes: MASK_BYTES, action_bytes: ACTION_BYTES, snapshot_bytes: SNAPSHOT_BYTES,
         step_bytes: STEP_BYTES, observation_bytes: OBSERVATION_BYTES },
     };
+    if (conn.paceMs !== null) description.paced = true;
     const version16 = Buffer.alloc(2);
     version16.writeUInt16LE(VERSION, 0);
     return frame(KIND.WELCOME, Buffer.concat([version16, Buffer.from(JSON.stringify(description))]));
   }
   const game = (instance, create) => {
+    if (conn.busy.has(instance)) throw new Refused('instance', `instance ${instance} is named before its last STEP or RESET was answered`, false, { instance });
     if (instance >= conn.maxInstances) throw new Refused('instance', `instance ${instance} is past this server's limit of ${conn.maxInstances}`);
     if (!conn.games.has(instance)) {
       if (!create) throw new Refused('instance', `instance ${instance} was stepped before it was reset`, false, { instance });
@@ -205,15 +211,26 @@ function answer(conn, kind, body) {
     return conn.games.get(instance);
   };
   const out = [];
+  // Paced: each instance's snapshots in a STATE of its own, later (null: nothing to send now).
+  const paced = conn.paceMs !== null;
+  const later = (instance, snapshots) => {
+    conn.busy.add(instance);
+    setTimeout(() => {
+      conn.busy.delete(instance);
+      if (!conn.socket.destroyed) conn.socket.write(stateFrame(snapshots));
+    }, (instance % 3) * conn.paceMs);
+  };
   if (kind === KIND.RESET) {
     const r = records(body, RESET_BYTES);
     for (let k = 0; k < r.count; k++) {  // the seed is ignored (the game has no randomness), so are options
       const instance = body.readUInt32LE(r.at(k));
       const g = game(instance, true);
       g.reset();
-      chain(instance, g, out);
+      const mine = paced ? [] : out;
+      chain(instance, g, mine);
+      if (paced) later(instance, mine);
     }
-    return stateFrame(out);
+    return paced ? null : stateFrame(out);
   }
   if (kind === KIND.STEP) {
     const r = records(body, STEP_BYTES);
@@ -228,9 +245,11 @@ function answer(conn, kind, body) {
         conn.games.delete(instance);
         throw new Refused('env', err.message, false, { instance, agent: AGENTS[g.selection], type: 'builtins:ValueError' });
       }
-      chain(instance, g, out);
+      const mine = paced ? [] : out;
+      chain(instance, g, mine);
+      if (paced) later(instance, mine);
     }
-    return stateFrame(out);
+    return paced ? null : stateFrame(out);
   }
   if (kind === KIND.OBSERVE) {
     const r = records(body, OBSERVE_BYTES);
@@ -249,8 +268,8 @@ function answer(conn, kind, body) {
   throw new Refused('malformed', `unknown message kind ${kind}`, true);
 }
 
-function serveConnection(socket, maxInstances) {
-  const conn = { greeted: false, games: new Map(), maxInstances };
+function serveConnection(socket, maxInstances, paceMs) {
+  const conn = { greeted: false, games: new Map(), busy: new Set(), maxInstances, paceMs, socket };
   let buffer = Buffer.alloc(0);
   socket.on('data', (data) => {
     buffer = Buffer.concat([buffer, data]);
@@ -265,7 +284,8 @@ function serveConnection(socket, maxInstances) {
       const body = buffer.subarray(5, 4 + length);
       buffer = buffer.subarray(4 + length);
       try {
-        socket.write(answer(conn, kind, body));
+        const reply = answer(conn, kind, body);
+        if (reply !== null) socket.write(reply);
       } catch (err) {
         if (!(err instanceof Refused)) throw err;
         const reply = errorFrame(err.code, err.message, err.extra);
@@ -286,11 +306,12 @@ function main() {
   const socketPath = option('--socket');
   const port = option('--port');
   const maxInstances = Number(option('--instances', '16'));
+  const paceMs = args.includes('--paced') ? Number(option('--pace-ms', '1')) : null;
   if (!socketPath && !port) {
-    console.error('usage: node server.js (--socket PATH | --port PORT [--host HOST]) [--instances N]');
+    console.error('usage: node server.js (--socket PATH | --port PORT [--host HOST]) [--instances N] [--paced [--pace-ms MS]]');
     process.exit(2);
   }
-  const server = net.createServer({ noDelay: true }, (socket) => serveConnection(socket, maxInstances));
+  const server = net.createServer({ noDelay: true }, (socket) => serveConnection(socket, maxInstances, paceMs));
   const stop = () => {
     server.close();
     if (socketPath) { try { fs.unlinkSync(socketPath); } catch (e) { /* already gone */ } }
@@ -300,7 +321,8 @@ function main() {
   process.on('SIGINT', stop);
   const listening = () => {
     const where = socketPath ? `unix://${socketPath}` : `tcp://${server.address().address}:${server.address().port}`;
-    console.error(`pzasync remote: serving tictactoe_js at ${where} (up to ${maxInstances} instances per connection)`);
+    const pace = paceMs === null ? '' : `; paced, each instance answered after (instance % 3) * ${paceMs} ms`;
+    console.error(`pzasync remote: serving tictactoe_js at ${where} (up to ${maxInstances} instances per connection${pace})`);
   };
   if (socketPath) {
     if (fs.existsSync(socketPath)) fs.unlinkSync(socketPath);

@@ -4,7 +4,9 @@ the same env stepped in process, and beside an HTTP/1.1 + JSON baseline of the s
 Every path drives its copies through the `EnvCopies` interface with the same trivial policy (the first legal
 action; action 0 without a mask), so what differs is only where the env runs: in this process (`LocalEnvs`),
 or in a server process reached over a Unix socket, TCP loopback, or HTTP+JSON over TCP loopback, at each
-number of instances on one connection (whose copies form two groups, so a frame carries half of them). For
+number of instances on one connection (whose copies form two groups, so a frame carries half of them); and,
+when asked for ("paced"), a paced server over a Unix socket, whose threads step the instances and answer them
+as they finish (its copies are one group, and a frame carries the instances of the replies come in). For
 each path the figures are wall time and CPU time per agent step, the client's (this process) and the
 server's (read from /proc, Linux only); the **CPU overhead** is client + server less the in-process CPU
 time, the figure that does not depend on a free core for the server. Then the actor itself (runtime/actor.py)
@@ -37,9 +39,14 @@ from pzasync.runtime.actor import ActingAgent, Actor
 from pzasync.runtime.copies.local import LocalEnvs
 from pzasync.runtime.copies.remote import RemoteEnvs
 
-#: The ways to reach the env a report may hold, in table order: "local" is the env in this process.
+#: The ways to reach the env a report may hold by default, in table order: "local" is the env in this process.
 PATHS = ("local", "unix", "tcp", "http")
-REMOTE_PATHS = PATHS[1:]
+#: The remote paths measured unless told otherwise.
+DEFAULT_PATHS = PATHS[1:]
+#: Every remote path: "paced" is a paced server over a Unix socket (`pzasync serve --workers PACED_WORKERS`),
+#: whose replies come per instance as its threads finish them.
+REMOTE_PATHS = (*DEFAULT_PATHS, "paced")
+PACED_WORKERS = 4
 
 
 @dataclass
@@ -47,7 +54,7 @@ class OverheadRow:
     """One path at one number of instances per connection: microseconds per agent step, medians."""
 
     instances: int
-    per_frame: int
+    per_frame: int | None  # None: as the server's pace brings the instances back (the "paced" path)
     path: str
     wall_us: float
     cpu_client_us: float
@@ -140,10 +147,11 @@ class _Server:
     """A server process for one path: `pzasync serve` (unix, tcp) or the HTTP+JSON baseline (http)."""
 
     def __init__(self, env_id: str, path: str, instances: int, folder: str) -> None:
-        address = f"unix://{folder}/{instances}.sock" if path == "unix" else "tcp://127.0.0.1:0"
+        address = f"unix://{folder}/{path}{instances}.sock" if path in ("unix", "paced") else "tcp://127.0.0.1:0"
         command = ([sys.executable, "-m", "pzasync.bench.remote_http"] if path == "http" else
                    [sys.executable, "-m", "pzasync.cli", "serve"])
-        self.proc = subprocess.Popen([*command, env_id, "--address", address, "--instances", str(instances)],
+        paced = ["--workers", str(PACED_WORKERS)] if path == "paced" else []
+        self.proc = subprocess.Popen([*command, env_id, "--address", address, "--instances", str(instances), *paced],
                                      stderr=subprocess.PIPE, text=True)
         line = self.proc.stderr.readline()
         found = re.search(r" at (\S+) ", line)
@@ -170,7 +178,7 @@ class _Server:
 
 
 def remote_overhead(env_id: str = "pettingzoo.classic.connect_four_v3", *, steps: int = 4000, repeats: int = 3,
-                    instances: tuple[int, ...] = (1, 8, 16, 32), paths: tuple[str, ...] = REMOTE_PATHS,
+                    instances: tuple[int, ...] = (1, 8, 16, 32), paths: tuple[str, ...] = DEFAULT_PATHS,
                     actor_copies: int = 16, on_row: Callable[[OverheadRow], None] | None = None) -> dict[str, Any]:
     """Measure (module docstring); a report: settings, `rows` (one per number of instances and path, the
     in-process one first), `actor` (None with `actor_copies` 0) and the load average before and after."""
@@ -204,7 +212,7 @@ def remote_overhead(env_id: str = "pettingzoo.classic.connect_four_v3", *, steps
             local_cpu = statistics.median(c for _, c, _ in runs["local"])
             for path, measured in runs.items():
                 remote = path != "local"
-                row = OverheadRow(n, per_frame(n), path, statistics.median(w for w, _, _ in measured) * 1e6,
+                row = OverheadRow(n, None if path == "paced" else per_frame(n), path, statistics.median(w for w, _, _ in measured) * 1e6,
                                   statistics.median(c for _, c, _ in measured) * 1e6,
                                   statistics.median(s for _, _, s in measured) * 1e6 if remote else None,
                                   (statistics.median(c + s for _, c, s in measured) - local_cpu) * 1e6 if remote
@@ -238,7 +246,8 @@ def report_lines(report: dict[str, Any]) -> list[str]:
     for row in report["rows"]:
         server = f"{row['cpu_server_us']:.1f}" if row["cpu_server_us"] is not None else "-"
         overhead = f"{row['cpu_overhead_us']:+.1f}" if row["cpu_overhead_us"] is not None else "-"
-        lines.append(f"{row['instances']:>9} {row['per_frame']:>9} {row['path']:>8} {row['wall_us']:>8.1f} "
+        frames = row["per_frame"] if row["per_frame"] is not None else "varies"
+        lines.append(f"{row['instances']:>9} {frames:>9} {row['path']:>8} {row['wall_us']:>8.1f} "
                      f"{row['cpu_client_us']:>10.1f} {server:>10} {overhead:>12}")
     actor = report.get("actor")
     if actor:

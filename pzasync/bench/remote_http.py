@@ -21,6 +21,7 @@ import json
 import signal
 import socket
 import struct
+from collections import deque
 from http.server import BaseHTTPRequestHandler, HTTPServer
 from typing import Any, Callable
 
@@ -200,6 +201,7 @@ class HttpConnection(Connection):
         self._queued, self._resets = [], []
         self._broken = None
         self.lost = False
+        self.paced, self.outstanding, self.answered = False, {}, deque()  # the baseline answers every request whole
         self.http = http.client.HTTPConnection(self.address.host, self.address.port, timeout=timeout_s)
         self.http.connect()
         self.sock = self.http.sock
@@ -217,8 +219,9 @@ class HttpConnection(Connection):
         response = self.http.getresponse()
         return response.status, json.loads(response.read())
 
-    def send(self, data: bytes) -> int:
-        """Send the request the binary frame `data` stands for, as JSON, and keep its reply as a frame."""
+    def send(self, data: bytes, instances: list[int] | None = None) -> int:
+        """Send the request the binary frame `data` stands for, as JSON, and keep its reply as a frame (the
+        baseline's server answers in full: `instances` changes nothing)."""
         if self._broken is not None:
             raise self._broken
         kind, body = data[4], memoryview(data)[5:]

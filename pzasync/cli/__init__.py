@@ -115,7 +115,10 @@ def rollout(env_id: str, steps: int, seed: int, max_episode_steps: int | None) -
 @click.option("--socket", "socket_path", default=None, help="Serve on this Unix socket path.")
 @click.option("--address", default=None, help="Serve at unix:///path or tcp://host:port (port 0: any free port).")
 @click.option("--instances", default=16, show_default=True, help="Env instances each connection may use.")
-def serve(env_id: str, socket_path: str | None, address: str | None, instances: int) -> None:
+@click.option("--workers", default=0, show_default=True,
+              help="Step each instance on one of this many threads and answer instances as they finish (a paced "
+                   "server: docs/remote.md); 0 answers each request whole.")
+def serve(env_id: str, socket_path: str | None, address: str | None, instances: int, workers: int) -> None:
     """Serve ENV_ID over the remote env protocol (docs/remote.md) until SIGTERM or Ctrl-C; train on it with
     the env id unix:///path (or tcp://host:port), or let pzasync launch it: "cmd:pzasync serve ENV --socket {socket}"."""
     from pzasync.core.environments import EnvSpec
@@ -124,7 +127,9 @@ def serve(env_id: str, socket_path: str | None, address: str | None, instances: 
     if (socket_path is None) == (address is None):
         raise UserInputError("pzasync serve: give exactly one of --socket PATH and --address ADDRESS")
     spec = EnvSpec.of(env_id)
-    serve_env(spec.make, address or f"unix://{socket_path}", instances, name=spec.name)
+    if workers < 0:
+        raise UserInputError(f"pzasync serve: --workers must be >= 0, got {workers}")
+    serve_env(spec.make, address or f"unix://{socket_path}", instances, name=spec.name, workers=workers)
 
 
 @main.command()

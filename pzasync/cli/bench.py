@@ -39,7 +39,8 @@ from pzasync.config.groups import parse_groups
 @click.option("--remote-instances", default="1,8,16,32", show_default=True, metavar="N[,N...]",
               help="With --remote: instances per connection (a frame carries half of them).")
 @click.option("--remote-paths", default="unix,tcp,http", show_default=True, metavar="P[,P...]",
-              help="With --remote: the remote paths to measure, among unix, tcp, http.")
+              help="With --remote: the remote paths to measure, among unix, tcp, http and paced (a paced server "
+                   "over a Unix socket: `pzasync serve --workers 4`).")
 @click.option("--remote-repeats", default=3, show_default=True, type=click.IntRange(min=1),
               help="With --remote: runs per figure (the median is reported).")
 @click.option("--remote-actor-copies", default=16, show_default=True, type=click.IntRange(min=0),

@@ -5,6 +5,11 @@ A `RemoteEnv` shows exactly what the served env shows after each step (agents, s
 cumulative reward, termination and truncation, the selected agent's observation and info), so anything that
 steps an AEC env in process steps it unchanged; `connect` returns one. Env copies (runtime/copies/remote.py)
 put many of them on one connection and send each round's steps as one frame (`Connection.flush`).
+
+A server that sets its own pace (`"paced": true` in its WELCOME) may answer a STEP or RESET with several STATE
+frames, each covering any subset of the instances awaiting an answer: on such a connection a STATE is applied
+as soon as it comes in and its instances are queued (`Connection.answered`), while the other replies keep
+their order by ticket.
 """
 
 from __future__ import annotations
@@ -30,11 +35,19 @@ from pzasync.remote.stream import FrameStream
 
 _ERRORS = {"malformed": RemoteProtocolError, "version": RemoteProtocolError, "space": RemoteSpaceError}
 
+#: What `Connection.send` returns and `collect` takes: a request's place in the reply order, or, for a STEP or
+#: RESET on a paced connection, the instances it names (answered per instance).
+Ticket = int | tuple[int, ...]
+
 
 class Connection:
     """One connection to a server: the handshake, requests answered in order (several may be in flight), and
     the instances (`RemoteEnv`s) it serves. Every failure is a `RemoteEnvError` naming the server, the
-    instances and, for a server we launched, its exit code and the tail of its stderr (`describe_end`)."""
+    instances and, for a server we launched, its exit code and the tail of its stderr (`describe_end`).
+
+    On a `paced` connection (module docstring) STATE frames answer instances, not requests: `outstanding`
+    holds the instances awaiting one, `answered` the instances of each STATE come in and not yet taken
+    (`poll`, `next_answered`)."""
 
     def __init__(self, address: str | Address, timeout_s: float = 60.0,
                  describe_end: Callable[[], str] | None = None, label: str | None = None) -> None:
@@ -49,6 +62,13 @@ class Connection:
         self._queued: list[tuple[int, int, bytes]] = []
         self._resets: list[tuple[int, int | None, dict | None]] = []
         self._broken: RemoteEnvError | None = None
+        #: Whether the server answers STEP and RESET per instance, in STATE frames of any subset (its WELCOME
+        #: says `"paced": true`); False until the handshake.
+        self.paced = False
+        #: Paced: instance -> when the STEP or RESET naming it was sent (oldest first), while unanswered.
+        self.outstanding: dict[int, float] = {}
+        #: Paced: the instances of each STATE come in (in their order), not yet taken.
+        self.answered: deque[list[int]] = deque()
         #: Whether the server was lost (closed the connection, died, did not answer in time), as opposed to
         #: answering with an ERROR (an env that raised, a refused request).
         self.lost = False
@@ -75,6 +95,7 @@ class Connection:
             self.layout = EnvLayout.from_description(self.description, self.label)
             self.name = str(self.description.get("name", self.address))
             self.max_instances = int(self.description.get("max_instances", 1))
+            self.paced = self.description.get("paced", False) is True
         except BaseException:
             self.close()
             raise
@@ -121,18 +142,50 @@ class Connection:
                                 f"the cause)", data.get("traceback", ""))
         return _ERRORS.get(code, RemoteEnvError)(f"{text}: {message}")
 
-    def send(self, data: bytes) -> int:
-        """Send a request; returns its ticket, for `receive`."""
+    def send(self, data: bytes, instances: list[int] | None = None) -> Ticket:
+        """Send a request; returns its ticket, for `receive` (or `collect`). `instances`: those a STEP or RESET
+        names; on a paced connection they are its ticket, each outstanding until a STATE answers it."""
         if self._broken is not None:
             raise self._broken
+        paced = instances is not None and self.paced
+        if paced:
+            outstanding, now = self.outstanding, time.monotonic()
+            for instance in instances:
+                if instance in outstanding:
+                    raise ValueError(f"{self.label}: instance {instance} is sent a request while its last STEP or "
+                                     f"RESET is not answered")
+                outstanding[instance] = now
         try:
             self.stream.send(data, time.monotonic() + self.timeout_s)
         except TimeoutError:
             raise self.failure(f"has not taken a request for {self.timeout_s:g}s", hung=True) from None
         except OSError as exc:
             raise self.failure(f"closed the connection ({type(exc).__name__}: {exc})") from None
+        if paced:
+            return tuple(instances)
         self._sent += 1
         return self._sent - 1
+
+    def _take(self, found: tuple[int, memoryview]) -> None:
+        """File a frame that came in: the reply to the next ticket; but on a paced connection a STATE is applied
+        at once and its instances queued in `answered`, and an ERROR ends the connection (it may stand for any
+        instance's answer)."""
+        kind, body = found
+        if self.paced:
+            if kind == Kind.STATE:
+                try:
+                    instances = self.apply_state(body)
+                except RemoteProtocolError as exc:
+                    self._broken = exc
+                    raise
+                if instances:
+                    self.answered.append(instances)
+                return
+            if kind == Kind.ERROR:
+                self._broken = self._refusal(body)
+                raise self._broken
+        self._stash[self._read] = found
+        self._read += 1
 
     def receive(self, ticket: int) -> tuple[int, memoryview]:
         """The reply to `ticket` (replies come in order; earlier ones are kept for their own `receive`). An
@@ -140,8 +193,7 @@ class Connection:
         while ticket not in self._stash:
             if self._broken is not None:
                 raise self._broken
-            self._stash[self._read] = self._read_frame()
-            self._read += 1
+            self._take(self._read_frame())
         kind, body = self._stash.pop(ticket)
         if kind == Kind.ERROR:
             self._broken = self._refusal(body)
@@ -154,9 +206,41 @@ class Connection:
             return True
         if self._broken is None and self.sock is not None:
             while ticket not in self._stash and (found := self.stream.next_frame()) is not None:
-                self._stash[self._read] = found
-                self._read += 1
+                self._take(found)
         return ticket in self._stash
+
+    def poll(self) -> bool:
+        """Paced: file the frames already received (no system call); whether a STATE's instances wait in
+        `answered`."""
+        if not self.answered and self._broken is None and self.sock is not None:
+            while not self.answered and (found := self.stream.next_frame()) is not None:
+                self._take(found)
+        return bool(self.answered)
+
+    def next_answered(self) -> list[int]:
+        """Paced: the instances of every STATE come in (applied already), in order, waiting for one until the
+        deadline; the STATE frames already received with it are taken too."""
+        while not self.answered:
+            if self._broken is not None:
+                raise self._broken
+            self._take(self._read_frame())
+        answered = self.answered
+        instances = answered.popleft()
+        while answered or self.poll():
+            instances += answered.popleft()
+        return instances
+
+    def wait_for(self, instances: tuple[int, ...] | list[int]) -> None:
+        """Paced: wait until a STATE has answered each of `instances`, and take them out of `answered` (the
+        other instances of those STATE frames stay there)."""
+        outstanding = self.outstanding
+        while any(i in outstanding for i in instances):
+            if self._broken is not None:
+                raise self._broken
+            self._take(self._read_frame())
+        wanted = set(instances)
+        rest = [kept for batch in self.answered if (kept := [i for i in batch if i not in wanted])]
+        self.answered = deque(rest)
 
     def request(self, data: bytes, expect: int) -> memoryview:
         kind, body = self.receive(self.send(data))
@@ -197,36 +281,48 @@ class Connection:
     def queue_reset(self, instance: int, seed: int | None, options: dict | None) -> None:
         self._resets.append((instance, seed, options))
 
-    def flush_resets(self) -> int | None:
+    def flush_resets(self) -> Ticket | None:
         """Send the queued resets as one RESET frame; its ticket (None when nothing was queued)."""
         if not self._resets:
             return None
         requests, self._resets = self._resets, []
+        if self.paced:
+            return self.send(_reset_frame(requests), [r[0] for r in requests])
         return self.send(_reset_frame(requests))
 
     def queue(self, instance: int, flags: int, action: bytes) -> None:
         self._queued.append((instance, flags, action))
 
-    def flush(self) -> int | None:
+    def flush(self) -> Ticket | None:
         """Send the queued steps as one STEP frame; its ticket (None when nothing was queued)."""
         if not self._queued:
             return None
         pack = self.layout.step_struct.pack  # zero-pads each action to action_bytes
-        records = [pack(*request) for request in self._queued]
-        self._queued.clear()
+        queued, self._queued = self._queued, []
+        records = [pack(*request) for request in queued]
+        if self.paced:
+            return self.send(packed_frame(Kind.STEP, records), [request[0] for request in queued])
         return self.send(packed_frame(Kind.STEP, records))
 
-    def collect(self, ticket: int) -> None:
-        """Receive a STATE reply and hand each instance its snapshots."""
+    def collect(self, ticket: Ticket) -> None:
+        """Receive a STEP's or RESET's STATE reply and hand each instance its snapshots (on a paced connection,
+        wait until every instance of the request was answered)."""
+        if type(ticket) is tuple:
+            self.wait_for(ticket)
+            return
         kind, body = self.receive(ticket)
         if kind != Kind.STATE:
             raise RemoteProtocolError(f"{self.label}: expected STATE, got message kind {kind}")
         self.apply_state(body)
 
-    def apply_state(self, body: memoryview) -> None:
+    def apply_state(self, body: memoryview) -> list[int]:
+        """Hand each instance of a STATE frame its snapshots. On a paced connection each must be outstanding,
+        and all its snapshots together (else RemoteProtocolError); returns the instances, in order (else [])."""
         rows, tail = unpack_records(body, self.layout.snapshot_struct, self.label)
         infos = read_infos(tail, sum(1 for row in rows if row[1] & INFO_JSON), self.label) if tail else []
         envs, previous, info_at = self.envs, None, 0
+        outstanding = self.outstanding if self.paced else None
+        covered = []
         for row in rows:
             info = None
             if row[1] & INFO_JSON:
@@ -236,14 +332,23 @@ class Connection:
                 raise RemoteProtocolError(f"{self.label}: a snapshot of instance {row[0]}, which was not asked for")
             if row[0] == previous:
                 env._later.append((row, info))  # a dead agent's turn, stepped with None by the server
-            else:
-                env._later.clear()
-                env._apply(row, info)
+                continue
+            if outstanding is not None:
+                if outstanding.pop(row[0], None) is None:
+                    raise RemoteProtocolError(
+                        f"{self.label}: a STATE names instance {row[0]}, which is not outstanding (no STEP or RESET "
+                        f"naming it awaits an answer, or its snapshots were split between STATE frames or records); "
+                        f"see docs/remote.md, \"Replies at the server's pace\"")
+                covered.append(row[0])
+            env._later.clear()
+            env._apply(row, info)
             previous = row[0]
+        return covered
 
     def reset_many(self, requests: list[tuple[int, int | None, dict | None]]) -> None:
         """Reset instances, `(instance, seed, options)` each, in one frame."""
-        self.apply_state(self.request(_reset_frame(requests), Kind.STATE))
+        data = _reset_frame(requests)
+        self.collect(self.send(data, [r[0] for r in requests]) if self.paced else self.send(data))
 
     def observe_many(self, requests: list[tuple[int, str]]) -> list[tuple[Any, dict]]:
         """(observation, info) of `(instance, agent)` pairs, in one frame."""

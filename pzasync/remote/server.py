@@ -4,6 +4,12 @@
 One thread, one `selectors` loop: a connection's frames are answered in order, one batch at a time. After
 every step (and reset) the server steps the dead agents whose turn it is with None, as PettingZoo's AEC loop
 does, and sends one snapshot per step, so the client replays those turns without a round trip each.
+
+With `workers=N` the server sets its own pace (docs/remote.md, "Replies at the server's pace"): each
+instance's step and reset runs on one of N threads (step_pool.py), and the loop answers with one STATE per
+connection of whatever instances have finished, so a slow instance holds up only itself. `pace(instance)`
+(seconds slept on the worker before each step of that instance) stands in for an env whose steps take their
+own time, for tests and benchmarks.
 """
 
 from __future__ import annotations
@@ -24,8 +30,9 @@ from pzasync.logs import logger
 from pzasync.remote.address import Address
 from pzasync.remote.protocol import (HAS_OPTIONS, HAS_SEED, MAGIC, NONE_ACTION, OBSERVE_RECORD, RESET_RECORD, VERSION,
                                      EnvLayout, Kind, SpaceCodec, error_frame, frame, info_tail, json_frame,
-                                     read_infos, records_frame, split_records, unpack_records)
+                                     packed_frame, read_infos, records_frame, split_records, unpack_records)
 from pzasync.remote.snapshots import EnvStates, Snapshots, UnfitValue, info_parts
+from pzasync.remote.step_pool import StepPool
 from pzasync.remote.stream import FrameStream
 
 _SEND_TIMEOUT_S = 60.0
@@ -50,17 +57,27 @@ class Session:
         self.stream = FrameStream(sock, f"client {peer}") if sock is not None else None
         self.greeted = False
         self.envs: dict[int, Any] = {}
+        #: Paced: instances being stepped or reset on a worker thread; whether the session still runs.
+        self.busy: set[int] = set()
+        self.open = True
 
 
 class EnvServer:
     """The server behind `serve`; `run` answers until `stop` is called (or SIGTERM/SIGINT under `serve`).
 
-    With `address` None it listens nowhere: another transport hands it frames (`session`, `answer`, `end`)."""
+    With `address` None it listens nowhere: another transport hands it frames (`session`, `answer`, `end`).
+    With `workers` >= 1 it is paced (module docstring): instances are stepped on that many threads and answered
+    as they finish; `pace(instance)`, if given, is slept on the worker before each step of `instance`."""
 
     def __init__(self, env_fn: Callable[[], Any], address: str | None, instances: int = 16,
-                 name: str | None = None) -> None:
+                 name: str | None = None, *, workers: int = 0, pace: Callable[[int], float] | None = None) -> None:
         if instances < 1:
             raise ValueError(f"instances must be >= 1, got {instances}")
+        if workers < 0 or (pace is not None and workers < 1):
+            raise ValueError(f"workers must be >= 0, and >= 1 with a pace (its steps run on the workers); got "
+                             f"workers={workers}")
+        if workers and address is None:
+            raise ValueError("a paced server (workers >= 1) sends its replies itself: give it an address")
         self.env_fn, self.max_instances = env_fn, instances
         probe = env_fn()
         self.spare: list[Any] = [probe]
@@ -69,8 +86,10 @@ class EnvServer:
         self.layout = EnvLayout(agents, {a: probe.observation_space(a) for a in agents},
                                 {a: probe.action_space(a) for a in agents})
         self.to_env = {a: _action_decoder(probe.action_space(a), self.layout.actions[a]) for a in agents}
+        self.pace = pace
         self.welcome = json_frame(Kind.WELCOME, {"protocol": VERSION, "name": self.name,
-                                                 "max_instances": instances, **self.layout.describe()},
+                                                 "max_instances": instances, **self.layout.describe(),
+                                                 **({"paced": True} if workers else {})},
                                   prefix=struct.pack("<H", VERSION))
         self.listener: socket.socket | None = None
         self.address: Address | str = f"of {self.name}"
@@ -81,6 +100,10 @@ class EnvServer:
         self.connections: list[Session] = []
         self.states = EnvStates()  # where each env's state attributes are read
         self._stopping = False
+        self.pool: StepPool | None = None
+        if workers:
+            self.pool = StepPool(workers)
+            self.selector.register(self.pool.wake, selectors.EVENT_READ, self.pool)
 
     # ------------------------------------------------------------------------------------------ the loop
     def run(self) -> None:
@@ -92,6 +115,8 @@ class EnvServer:
                 for key, _ in self.selector.select(0.25):
                     if key.data is None:
                         self._accept()
+                    elif key.data is self.pool:
+                        self._finished()
                     else:
                         self._readable(key.data)
         finally:
@@ -126,7 +151,7 @@ class EnvServer:
             if found is None:
                 return
             reply, close = self.answer(conn, *found)
-            if not self._reply(conn, reply):
+            if reply is not None and not self._reply(conn, reply):
                 return
             if close:
                 self._drop(conn)
@@ -152,13 +177,16 @@ class EnvServer:
         return Session(peer)
 
     def end(self, session: Session) -> None:
-        """Take back a session's envs (for later sessions)."""
-        self.spare.extend(session.envs.values())
-        session.envs.clear()
+        """Take back a session's envs (for later sessions; those on a worker thread once they are back)."""
+        session.open = False
+        self.spare.extend(env for instance, env in session.envs.items() if instance not in session.busy)
+        session.envs = {i: env for i, env in session.envs.items() if i in session.busy}
 
     def close(self) -> None:
         for conn in list(self.connections):
             self._drop(conn)
+        if self.pool is not None:
+            self.pool.close()
         for env in self.spare:
             try:
                 env.close()
@@ -176,9 +204,10 @@ class EnvServer:
                 pass
 
     # ------------------------------------------------------------------------------------------ messages
-    def answer(self, session: Session, kind: int, body: memoryview) -> tuple[bytes, bool]:
+    def answer(self, session: Session, kind: int, body: memoryview) -> tuple[bytes | None, bool]:
         """The reply frame to a `session`'s frame (`kind`, `body`: what follows the kind byte), an ERROR frame
-        where it is refused; and whether the session must end (a frame that breaks the protocol)."""
+        where it is refused; and whether the session must end (a frame that breaks the protocol). A paced
+        server answers a STEP or RESET later (None now): its instances go to the worker threads."""
         try:
             return self._answer(session, kind, body), False
         except _Refused as exc:
@@ -198,9 +227,12 @@ class EnvServer:
         source = f"client {conn.peer}"
         try:
             if kind == Kind.STEP:
-                return self._step(conn, unpack_records(body, self.layout.step_struct, source)[0])
+                records = unpack_records(body, self.layout.step_struct, source)[0]
+                return self._step(conn, records) if self.pool is None else self._dispatch_steps(conn, records)
             if kind == Kind.RESET:
-                return self._reset(conn, *split_records(body, RESET_RECORD, source))
+                records, tail = split_records(body, RESET_RECORD, source)
+                return (self._reset(conn, records, tail) if self.pool is None else
+                        self._dispatch_resets(conn, records, tail))
             if kind == Kind.OBSERVE:
                 return self._observe(conn, split_records(body, OBSERVE_RECORD, source)[0])
             if kind == Kind.PING:
@@ -210,6 +242,9 @@ class EnvServer:
         raise _Refused("malformed", f"server {self.address}: unknown message kind {kind}", close=True)
 
     def _env(self, conn: Session, instance: int, create: bool) -> Any:
+        if instance in conn.busy:
+            raise _Refused("instance", f"instance {instance} is named while a STEP or RESET naming it is not answered "
+                           f"yet", instance=instance)
         env = conn.envs.get(instance)
         if env is None:
             if instance >= self.max_instances:
@@ -224,10 +259,7 @@ class EnvServer:
     def _failed(self, conn: Session, instance: int, env: Any, exc: Exception) -> _Refused:
         """An env's exception as an ERROR reply; its instance must be reset again."""
         conn.envs.pop(instance, None)
-        code = "space" if isinstance(exc, RemoteSpaceError) else "env"
-        return _Refused(code, f"{type(exc).__name__}: {exc}", instance=instance,
-                        agent=getattr(env, "agent_selection", None), type=f"{type(exc).__module__}:{type(exc).__qualname__}",
-                        traceback=traceback.format_exc())
+        return _env_error(instance, env, exc)
 
     def _reset(self, conn: Session, records: np.ndarray, tail: memoryview) -> bytes:
         out = Snapshots(self.layout, self.states)
@@ -283,6 +315,97 @@ class EnvServer:
                 raise self._failed(conn, instance, env, exc) from None
         return records_frame(Kind.OBSERVATION, replies, info_tail(infos))
 
+    # ------------------------------------------------------------------------------------------ paced
+    def _dispatch_steps(self, conn: Session, records: list[tuple]) -> None:
+        """Hand each record's step to a worker thread (all checked first); its STATE follows when it is done."""
+        jobs, seen = [], set()
+        for instance, flags, data in records:
+            if instance in seen:
+                raise _Refused("instance", f"a STEP names instance {instance} twice", instance=instance)
+            seen.add(instance)
+            jobs.append((instance, self._env(conn, instance, create=False), flags, data))
+        for instance, env, flags, data in jobs:
+            conn.busy.add(instance)
+            self.pool.submit(lambda instance=instance, env=env, flags=flags, data=data:
+                             (conn, instance, env, *self._run_step(instance, env, flags, data)))
+
+    def _dispatch_resets(self, conn: Session, records: np.ndarray, tail: memoryview) -> None:
+        """Hand each record's reset to a worker thread (all checked first); its STATE follows when it is done."""
+        rows = records.tolist()
+        options = iter(read_infos(tail, sum(1 for _, flags, _ in rows if flags & HAS_OPTIONS), f"client {conn.peer}"))
+        jobs, seen = [], set()
+        for instance, flags, seed in rows:
+            if instance in seen:
+                raise _Refused("instance", f"a RESET names instance {instance} twice", instance=instance)
+            seen.add(instance)
+            jobs.append((instance, self._env(conn, instance, create=True), seed if flags & HAS_SEED else None,
+                         next(options) if flags & HAS_OPTIONS else None))
+        for instance, env, seed, opts in jobs:
+            conn.busy.add(instance)
+            self.pool.submit(lambda instance=instance, env=env, seed=seed, opts=opts:
+                             (conn, instance, env, *self._run_reset(instance, env, seed, opts)))
+
+    def _run_step(self, instance: int, env: Any, flags: int, data: bytes) -> tuple[Any, bool]:
+        """On a worker thread: one instance's step and its snapshots, as (Snapshots or _Refused, whether the
+        env raised)."""
+        if self.pace is not None:
+            delay = self.pace(instance)
+            if delay > 0:
+                time.sleep(delay)
+        out = Snapshots(self.layout, self.states)
+        try:
+            env.step(None if flags & NONE_ACTION else self.to_env[self.states.owner(env).agent_selection](data))
+            out.chain(env, instance)
+        except UnfitValue as exc:
+            return _Refused("space", str(exc), instance=exc.instance, agent=exc.agent), False
+        except Exception as exc:  # noqa: BLE001 - the client gets it with its instance
+            return _env_error(instance, env, exc), True
+        return out, False
+
+    def _run_reset(self, instance: int, env: Any, seed: int | None, options: dict | None) -> tuple[Any, bool]:
+        """On a worker thread: one instance's reset and its snapshots, as `_run_step` returns them."""
+        out = Snapshots(self.layout, self.states)
+        try:
+            env.reset(seed=seed, options=options)
+            out.chain(env, instance)
+        except UnfitValue as exc:
+            return _Refused("space", str(exc), instance=exc.instance, agent=exc.agent), False
+        except Exception as exc:  # noqa: BLE001 - the client gets it with its instance
+            return _env_error(instance, env, exc), True
+        return out, False
+
+    def _finished(self) -> None:
+        """Send what the worker threads finished: per connection one STATE of the instances done, then an ERROR
+        for each that failed."""
+        replies: dict[Session, tuple[list[bytes], list[dict], list[bytes]]] = {}
+        for conn, instance, env, outcome, raised in self.pool.finished():
+            conn.busy.discard(instance)
+            if not conn.open:  # the client left meanwhile: its env serves later sessions
+                conn.envs.pop(instance, None)
+                if not raised:
+                    self.spare.append(env)
+                continue
+            records, infos, errors = replies.setdefault(conn, ([], [], []))
+            if isinstance(outcome, _Refused):
+                if raised:
+                    conn.envs.pop(instance, None)  # it must be reset again
+                errors.append(error_frame(outcome.code, str(outcome), **outcome.context))
+            else:
+                records.extend(outcome.records)
+                infos.extend(outcome.infos)
+        for conn, (records, infos, errors) in replies.items():
+            data = packed_frame(Kind.STATE, records, info_tail(infos) if infos else b"") if records else b""
+            if conn.open and data + b"".join(errors):
+                self._reply(conn, data + b"".join(errors))
+
+
+def _env_error(instance: int, env: Any, exc: Exception) -> _Refused:
+    """An env's exception (being handled) as an ERROR reply naming the instance, the agent and the type."""
+    code = "space" if isinstance(exc, RemoteSpaceError) else "env"
+    return _Refused(code, f"{type(exc).__name__}: {exc}", instance=instance,
+                    agent=getattr(env, "agent_selection", None), type=f"{type(exc).__module__}:{type(exc).__qualname__}",
+                    traceback=traceback.format_exc())
+
 
 def _action_decoder(space: Any, codec: SpaceCodec) -> Callable[[bytes], Any]:
     """A step record's action bytes as `env.step` takes the action in process: a Python int for Discrete."""
@@ -293,17 +416,21 @@ def _action_decoder(space: Any, codec: SpaceCodec) -> Callable[[bytes], Any]:
     return codec.decode
 
 
-def serve(env_fn: Callable[[], Any], address: str, instances: int = 16, *, name: str | None = None) -> None:
+def serve(env_fn: Callable[[], Any], address: str, instances: int = 16, *, name: str | None = None,
+          workers: int = 0, pace: Callable[[int], float] | None = None) -> None:
     """Serve the AEC env `env_fn()` builds at `address` (unix:///path or tcp://host:port; port 0 picks one),
     up to `instances` instances per connection, until SIGTERM or SIGINT. Logs one line naming the address
-    (`pzasync: remote: serving NAME at ADDRESS ...` on stderr by default)."""
-    server = EnvServer(env_fn, address, instances, name)
+    (`pzasync: remote: serving NAME at ADDRESS ...` on stderr by default). `workers` >= 1: paced, each
+    instance stepped on one of that many threads and answered when it is done; `pace(instance)`: seconds
+    slept there before each of its steps (`EnvServer`)."""
+    server = EnvServer(env_fn, address, instances, name, workers=workers, pace=pace)
     previous = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)}
     for sig in previous:
         signal.signal(sig, lambda *_: server.stop())
     try:
+        paced = f"; paced, {workers} worker threads" if workers else ""
         logger.info(f"remote: serving {server.name} at {server.address} (up to {instances} instances per "
-                    f"connection)")
+                    f"connection{paced})")
         server.run()
     finally:
         for sig, handler in previous.items():

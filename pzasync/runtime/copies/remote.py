@@ -9,6 +9,13 @@ reset with one RESET frame. A connection's copies form two groups, so the server
 answers the other; with several servers (a `cmd:` id with `servers=N`) the actor answers whichever group
 comes back first.
 
+A server that sets its own pace (`"paced": true` in its WELCOME: docs/remote.md, "Replies at the server's
+pace") answers any subset of a connection's instances at a time: its copies are one group, each STATE that
+comes in hands the actor the next decisions of the copies it answers, and the actor's answers to them go out
+as one STEP frame while the other copies are still being stepped. Their resets go out the same way (one
+RESET frame for the copies of a reply whose episodes ended), and each copy's first decision follows its
+reset's answer.
+
 A server that fails (dies, hangs past `timeout_s`, answers with an error) ends the run with a
 `RemoteEnvError` naming the server, its instances and (for servers launched here) its exit code and the end
 of its stderr. Before it is raised, the copies on the other servers are cut (docs/transitions.md, rule 5:
@@ -79,6 +86,10 @@ class RemoteCopies:
         self.current = 0
         #: What the actor said last about starting episodes (for copies whose server was launched again).
         self.may_reset = True
+        #: Paced connections: copies whose RESET awaits its answer, and what the actor said about starting
+        #: episodes when it last answered each copy.
+        self.resetting: set[int] = set()
+        self.may_reset_of: dict[int, bool] = {}
         self.links = Links(env_id, kwargs, copies, timeout_s, connection)
         self.groups = self.links.groups
         try:
@@ -128,13 +139,56 @@ class RemoteCopies:
             self.steppers[k].after_reset()
             self.on_start(k)
 
+    def _advance_paced(self, g: Group, copies: list[int]) -> list[PendingDecision]:
+        """The next live decision of each of a paced group's copies that has one; the copies that need a reset
+        (and may start an episode) are sent one RESET frame, and their decisions come with its answers."""
+        found, resets = [], []
+        steppers, may_reset_of = self.steppers, self.may_reset_of
+        for k in copies:
+            stepper = steppers[k]
+            self.current = k
+            if stepper.in_episode and (decision := stepper.advance()) is not None:
+                found.append(decision)
+            elif may_reset_of[k]:
+                resets.append(k)
+        if resets:
+            for k in resets:
+                steppers[k].request_reset()
+            self.resetting.update(resets)
+            g.connection.flush_resets()
+        return found
+
+    def _answered_paced(self, g: Group, instances: list[int]) -> list[PendingDecision]:
+        """A paced group's STATE applied: each answered copy's step (or reset) completed, and the next decisions
+        of those copies."""
+        copies = []
+        for instance in instances:
+            k = g.copy_of[instance]
+            self.current = k
+            if k in self.resetting:
+                self.resetting.discard(k)
+                self.steppers[k].after_reset()
+                self.on_start(k)
+            else:
+                self.steppers[k].stepped()
+            copies.append(k)
+        return self._advance_paced(g, copies)
+
+    def _begin(self, g: Group, may_reset: bool) -> None:
+        """A group's first decisions (at the start, or on a server launched again)."""
+        if g.paced:
+            self.may_reset_of.update((k, may_reset) for k in g.copies)
+            g.ready = self._advance_paced(g, g.copies) or None
+        else:
+            g.ready = self._advance(g.copies, may_reset)
+
     def start(self, may_reset: bool) -> None:
         """Bring every copy to its first pending decision (the resets of a connection in one frame)."""
         self.may_reset = may_reset
         for g in self.groups:
             if g.ready is None:
                 try:
-                    g.ready = self._advance(g.copies, may_reset)
+                    self._begin(g, may_reset)
                 except RemoteEnvError as exc:
                     self._recover(exc, may_reset)
 
@@ -152,11 +206,16 @@ class RemoteCopies:
             for decision, action, extras in answered:
                 self.current = decision.copy
                 self.steppers[decision.copy].act(action, extras)
-            g.answered = [d.copy for d, _, _ in answered]
             g.may_reset = may_reset
+            g.since = time.monotonic()
+            if g.paced:
+                self.may_reset_of.update((d.copy, may_reset) for d, _, _ in answered)
+                g.ready = None
+                g.connection.flush()
+                return
+            g.answered = [d.copy for d, _, _ in answered]
             g.ticket = g.connection.flush()
             g.ready = None if g.ticket is not None else []
-            g.since = time.monotonic()
         except RemoteEnvError as exc:
             self._recover(exc, may_reset)
 
@@ -178,7 +237,7 @@ class RemoteCopies:
             outstanding.sort(key=lambda i: self.groups[i].since)
             for i in outstanding:
                 g = self.groups[i]
-                if g.ready is not None or g.connection.has_reply(g.ticket):
+                if g.ready is not None or (g.connection.poll() if g.paced else g.connection.has_reply(g.ticket)):
                     return i, self._complete(g)
             waiting: dict[Any, int] = {}
             for i in outstanding:  # a connection's replies come in order: its oldest ticket is read next
@@ -196,7 +255,11 @@ class RemoteCopies:
         now = time.monotonic()
         for i in outstanding:
             g = self.groups[i]
-            if g.ticket is None or now - g.since <= self.timeout_s or g.connection.has_reply(g.ticket):
+            if g.paced:  # the oldest instance awaiting an answer
+                waiting = g.connection.outstanding
+                if not waiting or now - next(iter(waiting.values())) <= self.timeout_s or g.connection.poll():
+                    continue
+            elif g.ticket is None or now - g.since <= self.timeout_s or g.connection.has_reply(g.ticket):
                 continue
             if not select.select([g.connection.sock], [], [], 0)[0]:
                 raise g.connection.failure(f"has not answered for {self.timeout_s:g}s (an env step that never "
@@ -207,6 +270,8 @@ class RemoteCopies:
         if g.ready is not None:
             ready, g.ready = g.ready, None
             return ready
+        if g.paced:
+            return self._answered_paced(g, g.connection.next_answered())
         ticket, g.ticket = g.ticket, None
         g.connection.collect(ticket)
         for k in g.answered:
@@ -243,13 +308,15 @@ class RemoteCopies:
                                    f"{dropped} pending decisions of its episodes in flight dropped; launching it "
                                    f"again ({self.restarts_left} restarts left)")
                     for g in self.links.relaunch(server):
-                        g.may_reset, g.ready = may_reset, self._advance(g.copies, may_reset)
+                        g.may_reset = may_reset
+                        self._begin(g, may_reset)
                 return
             except RemoteEnvError as again:
                 error = again
 
     def _drop(self, copies: list[int]) -> int:
         """Abandon the episodes in flight of copies whose server was lost; the decisions dropped."""
+        self.resetting.difference_update(copies)
         return sum(self.steppers[k].abandon() for k in copies)
 
     def _wind_down(self) -> None:
@@ -257,7 +324,10 @@ class RemoteCopies:
         copies (rule 5), and drop the episodes of copies on failed connections. A healthy connection that fails
         meanwhile has its copies dropped too."""
         for g in self.groups:
-            if g.connection.broken is None and g.ticket is not None:
+            if g.connection.broken is None and g.paced:
+                g.ready = None
+                self._quietly(g.connection, lambda g=g: self._drain_paced(g))
+            elif g.connection.broken is None and g.ticket is not None:
                 g.may_reset, g.ready = False, None
                 self._quietly(g.connection, lambda g=g: self._complete(g))
             g.clear()
@@ -267,6 +337,20 @@ class RemoteCopies:
         for connection in self.links.connections:
             if connection.broken is not None:
                 self._drop(self.links.copies_of(None, connection))
+
+    def _drain_paced(self, g: Group) -> None:
+        """Read every answer a paced group still awaits, starting no episode: the steps are completed (and their
+        dead agents' turns played), the copies whose reset was answered stay between episodes."""
+        connection = g.connection
+        while connection.outstanding or connection.answered:
+            for instance in connection.next_answered():
+                k = g.copy_of[instance]
+                self.current = k
+                if k in self.resetting:
+                    self.resetting.discard(k)
+                    continue
+                self.steppers[k].stepped()
+                self.steppers[k].advance()
 
     def _quietly(self, connection: Connection, work: Callable[[], Any]) -> None:
         """Run `work` on a healthy connection; a failure there is logged, never raised over the first error."""

@@ -1,6 +1,7 @@
 """Where one run's remote env copies are served (docs/remote.md): the servers launched from a `cmd:` id (or
-the one at an address), the connections to them, and the copies' groups (two per connection). `relaunch`
-replaces a launched server that was lost, and its connections, keeping each copy's `RemoteEnv`."""
+the one at an address), the connections to them, and the copies' groups (two per connection; one per paced
+connection, whose replies come per instance). `relaunch` replaces a launched server that was lost, and its
+connections, keeping each copy's `RemoteEnv`."""
 
 from __future__ import annotations
 
@@ -16,10 +17,14 @@ from pzasync.remote.launch import ServerProcess, launch
 
 
 class Group:
-    """Copies of one connection answered together: their outstanding STEP frame, if any."""
+    """Copies of one connection answered together: their outstanding STEP frame, if any. On a paced connection
+    (its server answers any subset of instances at a time) the group is all the connection's copies, and each
+    STATE that comes in makes the copies it answers ready together."""
 
-    def __init__(self, connection: Connection, copies: list[int]) -> None:
+    def __init__(self, connection: Connection, copies: list[int], copy_of: dict[int, int]) -> None:
         self.connection, self.copies = connection, copies
+        #: Instance on the connection -> copy.
+        self.copy_of = copy_of
         self.clear()
 
     def clear(self) -> None:
@@ -31,8 +36,16 @@ class Group:
         self.ready: list[PendingDecision] | None = None  # decisions known without a reply (after `start`)
 
     @property
+    def paced(self) -> bool:
+        return self.connection.paced
+
+    @property
     def outstanding(self) -> bool:
-        return self.ready is not None or self.ticket is not None
+        """Whether the group has decisions ready or answers to come."""
+        if self.ready is not None or self.ticket is not None:
+            return True
+        connection = self.connection
+        return connection.paced and (bool(connection.outstanding) or bool(connection.answered))
 
 
 class Links:
@@ -73,8 +86,12 @@ class Links:
                 mine, share = share[:connection.max_instances], share[connection.max_instances:]
                 for instance, k in enumerate(mine):
                     self.envs[k] = connection.env(instance, deferred=True)
+                copy_of = {instance: k for instance, k in enumerate(mine)}
+                if connection.paced:  # the server's pace groups the copies, reply by reply
+                    self.groups.append(Group(connection, mine, copy_of))
+                    continue
                 halves = np.array_split(np.array(mine), 2 if len(mine) > 1 else 1)
-                self.groups.extend(Group(connection, [int(k) for k in h]) for h in halves)
+                self.groups.extend(Group(connection, [int(k) for k in h], copy_of) for h in halves)
 
     def _open(self, address: Address, server: int | None) -> Connection:
         """A new connection (the server's n-th is labelled so)."""
