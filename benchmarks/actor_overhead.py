@@ -131,16 +131,16 @@ def timed_run(actor, steps: int, seed: int) -> dict:
     for policy in policies.values():
         policy.act = clock.wrap("forward", type(policy).act.__get__(policy))
     try:
-        start = time.perf_counter()
+        start, start_cpu = time.perf_counter(), time.process_time()
         done = actor.run(agent_steps=steps, seed=seed, keep_going=lambda: True, on_episode=lambda s: None)
-        total = time.perf_counter() - start
+        total, cpu = time.perf_counter() - start, time.process_time() - start_cpu
     finally:
         stepper_module.last_reader = original_reader
         for env in envs:
             del env.step, env.reset, env.agent_iter
         for policy in policies.values():
             del policy.act
-    return {"total": total / done, "calls": clock.calls / done,
+    return {"total": total / done, "cpu": cpu / done, "calls": clock.calls / done,
             **{kind: seconds / done for kind, seconds in clock.seconds.items()}}
 
 
@@ -267,6 +267,11 @@ def paired(args) -> None:
             "median_own_b_minus_a_us": round(statistics.median(
                 (b["own"] - a["own"]) * 1e6 for a, b in zip(*runs)), 2),
             "median_total_b_over_a": round(statistics.median(b["total"] / a["total"] for a, b in zip(*runs)), 3),
+            # CPU time per decision (this process, every thread): steadier than the wall clock on a shared core,
+            # and env and forward cost both checkouts alike, so the difference is their own work's
+            "median_cpu_b_minus_a_us": round(statistics.median(
+                (b["cpu"] - a["cpu"]) * 1e6 for a, b in zip(*runs)), 2),
+            "cpu_a_b_us": [med(0, "cpu"), med(1, "cpu")],
         }), flush=True)
 
 

@@ -135,7 +135,7 @@ class EpisodeStepper:
             raise RuntimeError(f"env copy {self.copy}: step() called with no pending decision")
         agent, reward, info, obs, mask = self._pending
         self._pending = None
-        done, _, _ = self.assembler.turn(agent, None, reward, False, False, info, split=(obs, mask))
+        done = self.assembler.completed(agent, reward, obs, mask)
         if done is not None:
             self.emit(done)
         self.assembler.decide(agent, obs, mask, action, extras)

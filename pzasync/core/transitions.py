@@ -241,25 +241,25 @@ class TransitionAssembler:
 
     def turn(
         self, agent: str, observation: Any, reward: float, terminated: bool, truncated: bool, info: dict,
-        split: tuple[Any, np.ndarray | None] | None = None,
     ) -> tuple[Transition | None, Any, np.ndarray | None]:
-        """Record a turn; return the transition it completes (if any), the stored obs and the mask.
+        """Record a turn; return the transition it completes (if any), the stored obs and the mask."""
+        obs, mask = self.layouts.get(agent, info).split(observation, info)
+        return self.completed(agent, reward, obs, mask, bool(terminated), bool(truncated)), obs, mask
 
-        `split`: the turn's (stored obs, mask) where the caller already split the observation."""
-        obs, mask = split if split is not None else self.layouts.get(agent, info).split(observation, info)
+    def completed(self, agent: str, reward: float, obs: Any, mask: np.ndarray | None, terminated: bool = False,
+                  truncated: bool = False) -> Transition | None:
+        """`turn` for an observation already split (a live turn, where the stepper split it to decide): the
+        transition the turn completes, if any."""
         reward = float(reward)
         self.returns[agent] += reward
         pending = self._pending.pop(agent, None)
         if pending is None:
             # docs/transitions.md, rule 4: a reward before the agent's first decision belongs to no transition.
             self.before_first_decision[agent] += reward
-            return None, obs, mask
+            return None
         self.in_transitions[agent] += reward
-        done = Transition(
-            agent, pending.obs, pending.action, reward, obs, bool(terminated), bool(truncated),
-            pending.mask, mask, pending.extras,
-        )
-        return done, obs, mask
+        return Transition(agent, pending.obs, pending.action, reward, obs, terminated, truncated, pending.mask, mask,
+                          pending.extras)
 
     def decide(self, agent: str, obs: Any, mask: np.ndarray | None, action: Any, extras: dict | None = None) -> None:
         """Record the decision taken at the agent's current turn; it stays pending until its next turn."""

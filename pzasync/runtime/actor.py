@@ -174,10 +174,13 @@ class Actor:
         """Actions (and extras to store) for a round of pending decisions: one batched forward per acting
         policy, i.e. per learner unit (an agent group's members share their policy module here), and per
         league opponent standing in for one."""
+        out: list[Any] = [None] * len(pending)
+        if len(pending) == 1 and not self.overrides[pending[0].copy]:
+            self._act_as_self(pending, [0], out)  # one decision, the seat's own policy: no grouping to do
+            return out
         groups: dict[tuple[int, int], list[int]] = {}
         for i, d in enumerate(pending):
             groups.setdefault(self._acting_policy(d), []).append(i)
-        out: list[Any] = [None] * len(pending)
         for (_own, opponent), rows in groups.items():
             decisions = [pending[i] for i in rows]
             if opponent:
@@ -219,13 +222,12 @@ class Actor:
     def _act_as_self(self, decisions: list[PendingDecision], rows: list[int], out: list) -> None:
         """Decisions of agents that act with one policy module (an agent, or members of its group)."""
         agents = self.agents
-        if len(decisions) == 1:
-            lead = agents[decisions[0].agent]
-            acting = {lead.agent: lead}
-        else:
-            acting = {d.agent: agents[d.agent] for d in decisions}
-            lead = next(iter(acting.values()))
-        for a in acting.values():
+        lead = agents[decisions[0].agent]
+        n = len(decisions)
+        alone = n == 1 or all(d.agent == lead.agent for d in decisions)
+        acting: tuple[ActingAgent, ...] = (
+            (lead,) if alone else tuple({d.agent: agents[d.agent] for d in decisions}.values()))
+        for a in acting:
             if a.checks_first:
                 if self.before_decision is not None:
                     self.before_decision(a.agent)
@@ -233,24 +235,30 @@ class Actor:
                     self._wait_if_ahead(a)
         if lead.slot is not None and lead.slot.version != lead.version:
             self.refresh(lead)
-        if lead.policy.memory_size:
-            actions, extras = self._act_with_memory(lead.policy, lead.layout, decisions)
+        policy = lead.policy
+        if policy.memory_size:
+            actions, extras = self._act_with_memory(policy, lead.layout, decisions)
         else:
-            actions, extras = lead.policy.act(lead.layout.batch([d.obs for d in decisions]), _masks(decisions), True)
-        if len(acting) == 1:
-            lead.steps += len(decisions)
+            actions, extras = policy.act(lead.layout.batch([d.obs for d in decisions]), _masks(decisions), True)
+        if alone:
+            lead.steps += n
         else:
             for d in decisions:
-                acting[d.agent].steps += 1
-        self.total_steps += len(decisions)
-        sharing = self._sharing[id(lead.policy)]
-        lead.policy.on_actor_steps(lead.steps if len(sharing) == 1 else
-                                   round(sum(m.steps for m in sharing) / len(sharing)))
-        for a in acting.values():
+                agents[d.agent].steps += 1
+        self.total_steps += n
+        sharing = self._sharing[id(policy)]
+        policy.on_actor_steps(lead.steps if len(sharing) == 1 else
+                              round(sum(m.steps for m in sharing) / len(sharing)))
+        for a in acting:
             self.stats.record_steps(a.agent, a.steps - a.steps_offset, self.total_steps)
-        version, track_of, members = lead.version, self._track_base, lead.tracks // self.n_copies
+        version, track_of = lead.version, self._track_base
+        if not extras and track_of is None and len(acting) == 1 and lead.member is None:
+            for j, i in enumerate(rows):  # the usual case: nothing stored beyond the policy version
+                out[i] = (actions[j], {"policy_version": version})
+            return
+        members = lead.tracks // self.n_copies
         for j, (i, d) in enumerate(zip(rows, decisions)):
-            a = acting[d.agent]
+            a = agents[d.agent]
             stored = {k: v[j] for k, v in extras.items()} if extras else {}
             stored["policy_version"] = version
             if a.member is not None:
@@ -349,10 +357,11 @@ class Actor:
                     cut, pending = [d.copy for d in pending], []
                 elif agent_steps is not None:  # a round never takes more decisions than the budget has left
                     left = agent_steps - (self.total_steps - start_steps)
-                    cut, pending = [d.copy for d in pending[left:]], pending[:left]
+                    if left < len(pending):
+                        cut, pending = [d.copy for d in pending[left:]], pending[:left]
                 pending, held = self.align(pending) if aligning and pending else (pending, [])
-                answers = self.decide(pending) if pending else []
-                answered = [(d, action, extras) for d, (action, extras) in zip(pending, answers)]
+                answered = ([(d, action, extras) for d, (action, extras) in zip(pending, self.decide(pending))]
+                            if pending else [])
                 copies.submit(group, answered, cut, not out_of_budget(), held)
             copies.finish()
             return self.total_steps - start_steps

@@ -95,7 +95,10 @@ class LocalCopies:
             stepper = self.steppers[decision.copy]
             self.current = decision.copy
             stepper.step(action, extras)
-            if (nxt := self._next(stepper, may_reset)) is not None:
+            # The episode goes on (advance's usual answer), else it ended and `_next` starts the next one.
+            if (nxt := stepper.advance() if stepper.in_episode else None) is None:
+                nxt = self._next(stepper, may_reset)
+            if nxt is not None:
                 following.append(nxt)
         return following
 
