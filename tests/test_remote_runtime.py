@@ -75,13 +75,17 @@ def test_each_of_two_actors_launches_its_own_servers_and_all_are_stopped(tmp_pat
 
 def test_the_evaluator_while_training_and_pzasync_eval_afterwards_build_the_remote_env(tmp_path):
     env_id = python_server(C4)
+    # Every evaluation connects to `min(episodes, copies)` env copies per scored seat, and each copy of a `cmd:` id
+    # launches a server process of its own (about a second on 2 cores): 2 episodes in training and one copy in
+    # `pzasync eval` launch a few servers instead of 33, and still build the remote env in both places.
     result = pzasync.AsyncRunner(env_id, DQN, pzasync.RunConfig(
-        seed=0, envs_per_actor=2, eval_vs="random", eval_every_s=1.0, eval_episodes=4,
+        seed=0, envs_per_actor=2, eval_vs="random", eval_every_s=1.0, eval_episodes=2,
         out_dir=str(tmp_path))).run(seconds=8)
     assert result.evaluations, "the evaluator evaluated while training"
     (run_dir,) = [p for p in tmp_path.iterdir() if p.is_dir()]
     assert json.loads((run_dir / "run.json").read_text())["env"] == env_id
-    evaluated = CliRunner().invoke(main, ["eval", str(run_dir), "--episodes", "6"], env={"COLUMNS": "250"})
+    evaluated = CliRunner().invoke(main, ["eval", str(run_dir), "--episodes", "6", "--copies", "1"],
+                                   env={"COLUMNS": "250"})
     assert evaluated.exit_code == 0, evaluated.output
     # `pzasync eval` scores the trained seats and, beside them, the untrained baseline (one row each per seat)
     rows = [line for line in evaluated.output.splitlines() if "player_" in line and " trained " in line]
