@@ -47,7 +47,9 @@ def _gone(pid: int) -> bool:
         return True
 
 
-@pytest.mark.parametrize("kind", ["unix", "cmd"])
+# The `cmd:` case with `-m slow`: the default run trains the async runner on `cmd:` ids with two actor processes
+# (test_each_of_two_actors_launches_its_own_servers_and_all_are_stopped).
+@pytest.mark.parametrize("kind", ["unix", pytest.param("cmd", marks=pytest.mark.slow)])
 def test_the_async_runner_trains_on_a_remote_env_id(kind, request):
     env_id = request.getfixturevalue("unix_server") if kind == "unix" else python_server(C4)
     result = pzasync.AsyncRunner(env_id, DQN, pzasync.RunConfig(seed=0, envs_per_actor=4)).run(agent_steps=600)
