@@ -29,8 +29,10 @@ def _run_one_host(pid_dir: Path, seconds: float, **misbehave):
     return result, _lives(pid_dir)
 
 
-@pytest.mark.slow  # 6-7 s on 2 cores; in the default run, on 2 cores, both learners of test_crashed_learner_is_
-# reported_restarted_and_the_actor_carries_on share one host: the one that raises restarts, its host-mate goes on
+# Slow (6-7 s on 2 cores): in the default run on 2 cores, both learners of test_runners.py's
+# test_crashed_learner_is_reported_restarted_and_the_actor_carries_on share one host; the one that raises restarts
+# and its host-mate goes on.
+@pytest.mark.slow
 @pytest.mark.timeout(120)
 def test_in_a_host_of_three_only_the_learner_that_raises_restarts(tmp_path, capfd):
     # 6 s: a learner that raises is rebuilt inside its running host, no new process (the restarted one made about
