@@ -197,6 +197,8 @@ def test_bad_auto_options_are_named(options, message):
         RunConfig(**options).validate()
 
 
+@pytest.mark.slow  # 6-7 s on 2 cores; the default run resolves "auto" in the plan (above) and runs two actor
+# processes (test_two_actors_write_their_own_shards_and_the_results_add_up)
 @pytest.mark.timeout(180)
 def test_an_auto_actor_count_runs_that_many_actors(monkeypatch, tmp_path):
     from pzasync.runtime import plan as plan_module

@@ -260,7 +260,13 @@ def freeze_in_evaluator(obs, mask):
 
 
 @pytest.mark.timeout(120)
-def test_a_frozen_evaluator_never_holds_the_actor_up(tmp_path):
+def test_a_frozen_evaluator_never_holds_the_actor_up(tmp_path, monkeypatch):
+    from pzasync.evaluation.evaluator import Evaluator
+
+    # The stop kills a frozen evaluator past a deadline (5 s); 1 s here: the claim is that acting never waits
+    # for it and the stop ends it, not when.
+    stop = Evaluator.stop
+    monkeypatch.setattr(Evaluator, "stop", lambda self, timeout=1.0: stop(self, timeout))
     config = RunConfig(seed=1, eval_vs="test_league:freeze_in_evaluator", eval_every_s=0.2, eval_episodes=5)
     result = AsyncRunner(TTT, {"player_1": SMALL_DQN, "player_2": "random"}, config).run(agent_steps=4000)
     assert result.agent_steps == 4000 and result.stopped_because == "agent-step budget reached"

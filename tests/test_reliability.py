@@ -88,8 +88,11 @@ def _wait_until_acting(proc, tmp_path, timeout=60.0) -> None:
 
 
 @pytest.mark.timeout(180)
-@pytest.mark.parametrize("signals", [[signal.SIGINT], pytest.param([signal.SIGTERM], marks=pytest.mark.slow),
-                                     pytest.param([signal.SIGINT, signal.SIGINT], marks=pytest.mark.slow)],
+# All slow (13-17 s each on 2 cores). The default run stops runs by signal in test_stopping.py (SIGTERM, which goes
+# through the same handler as a first SIGINT, to a whole `pzasync train` group, during start-up and while training)
+# and stops a run of 2 actor processes with env workers, children killed meanwhile (its "all at once" case).
+@pytest.mark.slow
+@pytest.mark.parametrize("signals", [[signal.SIGINT], [signal.SIGTERM], [signal.SIGINT, signal.SIGINT]],
                          ids=["SIGINT with 2 actors and env workers", "SIGTERM", "SIGINT-twice"])
 def test_signals_stop_the_run_gracefully_and_leave_nothing(tmp_path, signals):
     """SIGTERM and a first SIGINT go through the same handler; the SIGINT run has 2 actors, each stepping 4

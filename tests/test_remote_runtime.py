@@ -1,6 +1,6 @@
 """Remote env ids through the rest of the runtime (docs/remote.md): the async runner on an address and on a
-`cmd:` id, several actors each with servers of their own, the evaluator while training and `pzasync eval` on
-the run afterwards, `pzasync bench`, and env_workers (ignored, with a log line)."""
+`cmd:` id, several actors each with servers of their own, the evaluator while training, `pzasync eval` on a
+run, `pzasync bench`, and env_workers (ignored, with a log line)."""
 
 from __future__ import annotations
 
@@ -47,7 +47,9 @@ def _gone(pid: int) -> bool:
         return True
 
 
-@pytest.mark.parametrize("kind", ["unix", "cmd"])
+# The `cmd:` case with `-m slow`: the default run trains the async runner on `cmd:` ids with two actor processes
+# (test_each_of_two_actors_launches_its_own_servers_and_all_are_stopped).
+@pytest.mark.parametrize("kind", ["unix", pytest.param("cmd", marks=pytest.mark.slow)])
 def test_the_async_runner_trains_on_a_remote_env_id(kind, request):
     env_id = request.getfixturevalue("unix_server") if kind == "unix" else python_server(C4)
     result = pzasync.AsyncRunner(env_id, DQN, pzasync.RunConfig(seed=0, envs_per_actor=4)).run(agent_steps=600)
@@ -73,21 +75,36 @@ def test_each_of_two_actors_launches_its_own_servers_and_all_are_stopped(tmp_pat
     assert len(steps) >= 4 and steps[-2] > 100, steps
 
 
-def test_the_evaluator_while_training_and_pzasync_eval_afterwards_build_the_remote_env(tmp_path):
-    env_id = python_server(C4)
-    result = pzasync.AsyncRunner(env_id, DQN, pzasync.RunConfig(
-        seed=0, envs_per_actor=2, eval_vs="random", eval_every_s=1.0, eval_episodes=4,
+@pytest.mark.slow  # 15-20 s on 2 cores; the default run has the evaluator while training (test_league.py), `cmd:`
+# servers launched from spawned processes (the two-actors test above) and `pzasync eval` on a remote run (below)
+def test_the_evaluator_while_training_builds_the_remote_env(tmp_path):
+    # Every evaluation connects to `min(episodes, copies)` env copies per scored seat, and each copy of a `cmd:` id
+    # launches a server process of its own (about a second on 2 cores): 2 episodes per evaluation.
+    result = pzasync.AsyncRunner(python_server(C4), DQN, pzasync.RunConfig(
+        seed=0, envs_per_actor=2, eval_vs="random", eval_every_s=1.0, eval_episodes=2,
         out_dir=str(tmp_path))).run(seconds=8)
     assert result.evaluations, "the evaluator evaluated while training"
+
+
+def test_pzasync_eval_on_a_run_of_a_remote_env_id_builds_the_remote_env(tmp_path):
+    env_id = python_server(C4)
+    pzasync.SequentialRunner(env_id, DQN, pzasync.RunConfig(seed=0, envs_per_actor=2, out_dir=str(tmp_path))).run(
+        agent_steps=300)
     (run_dir,) = [p for p in tmp_path.iterdir() if p.is_dir()]
     assert json.loads((run_dir / "run.json").read_text())["env"] == env_id
-    evaluated = CliRunner().invoke(main, ["eval", str(run_dir), "--episodes", "6"], env={"COLUMNS": "250"})
+    # One env copy: each copy of a `cmd:` id launches a server process of its own (about a second on 2 cores).
+    evaluated = CliRunner().invoke(main, ["eval", str(run_dir), "--episodes", "6", "--copies", "1"],
+                                   env={"COLUMNS": "250"})
     assert evaluated.exit_code == 0, evaluated.output
     # `pzasync eval` scores the trained seats and, beside them, the untrained baseline (one row each per seat)
-    rows = [line for line in evaluated.output.splitlines() if "player_" in line and " trained " in line]
-    assert len(rows) == 2 and all(sum(map(int, row.split()[-2].split("/"))) == 6 for row in rows), evaluated.output
+    for policy in ("trained", "untrained"):
+        rows = [line for line in evaluated.output.splitlines() if "player_" in line and f" {policy} " in line]
+        assert len(rows) == 2 and all(sum(map(int, row.split()[-2].split("/"))) == 6 for row in rows), \
+            evaluated.output
 
 
+@pytest.mark.slow  # 9-15 s on 2 cores (the CLI, then a fresh process per trial); the default run has run_bench's
+# trials (test_bench.py) and remote env ids in both runners (above)
 def test_pzasync_bench_runs_on_a_remote_env_id(tmp_path):
     out = tmp_path / "bench.json"
     proc = subprocess.run(
