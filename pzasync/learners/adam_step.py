@@ -3,9 +3,10 @@
 For the DQN update by hand (dqn.py): on the connect four network one torch thread spends about as long in
 `Optimizer.step`'s Python (hooks, profiler records, gathering each parameter's state into lists, grouping the
 tensors by device) as in the fused kernel itself. `FusedAdamStep` gathers those lists once and then calls
-the same two ops `torch.optim.Adam` calls for `fused=True` (`_foreach_add_` on the step counts, then
-`_fused_adam_`), with the group's current hyperparameters, so the arithmetic and the optimiser's state (and
-its `state_dict`) are exactly those of `optimizer.step()`. Whenever that shortcut would not be the same step
+the op `torch.optim.Adam` calls for `fused=True` (`_fused_adam_`), with the group's current hyperparameters,
+after adding one to the step counts (kept as views of one tensor, so that is one add instead of one per
+parameter): the arithmetic and the optimiser's state (and its `state_dict`) are exactly those of
+`optimizer.step()`. Whenever that shortcut would not be the same step
 (several parameter groups, options the fused kernel call here does not pass, hooks, a parameter without a
 gradient or state, or a state loaded since), it calls `optimizer.step()` instead.
 """
@@ -27,6 +28,8 @@ class FusedAdamStep:
         self._exp_avgs: list[torch.Tensor] = []
         self._exp_avg_sqs: list[torch.Tensor] = []
         self._steps: list[torch.Tensor] = []
+        #: The parameters' step counts, of which their states' "step" tensors are views (one add for all).
+        self._step_counts = torch.zeros(0)
 
     def __call__(self) -> None:
         if not self._ready():
@@ -35,7 +38,7 @@ class FusedAdamStep:
             return
         group = self.optimizer.param_groups[0]
         beta1, beta2 = group["betas"]
-        torch._foreach_add_(self._steps, 1)
+        self._step_counts.add_(1)
         torch._fused_adam_(self._params, self._grads, self._exp_avgs, self._exp_avg_sqs, [], self._steps,
                            lr=group["lr"], beta1=beta1, beta2=beta2, weight_decay=group["weight_decay"],
                            eps=group["eps"], amsgrad=False, maximize=False, grad_scale=None, found_inf=None)
@@ -70,5 +73,9 @@ class FusedAdamStep:
         self._params, self._grads = list(params), [p.grad for p in params]
         self._exp_avgs = [s["exp_avg"] for s in states]
         self._exp_avg_sqs = [s["exp_avg_sq"] for s in states]
+        # One tensor of step counts, each parameter's "step" a view of it: the same values, one add per step.
+        self._step_counts = torch.stack([s["step"] for s in states])
+        for i, s in enumerate(states):
+            s["step"] = self._step_counts[i]
         self._steps = [s["step"] for s in states]
         self._state = opt.state
