@@ -301,6 +301,8 @@ class ManualNet:
             self.filters = int(self.conv.weight.shape[0])
             self.in_dim -= self.filters * self.places  # the board's cells: what follows the lines
         self.linears = [m for m in head if isinstance(m, nn.Linear)]
+        #: The layers' parameters (looked up once: a module's attribute lookup costs as much as a small op).
+        self.weights = [(m.weight, m.bias) for m in self.linears]
         self.tanh = any(isinstance(m, nn.Tanh) for m in head)
         self._work: dict[int, _Work] = {}
 
@@ -357,16 +359,17 @@ class ManualNet:
             # ReLU, written in the BoardEncoder's order (filter-major lines, then the raw cells already there).
             torch.clamp_min(work.lines_by_filter, 0, out=work.features_by_filter)
             h = work.features
-            saved = [work.placed_patches[:keep * self.places], h[:keep]]
+            saved = [work.placed_patches[:keep * self.places], h[:keep]] if keep else []
         else:
             h = x
-            saved = [h[:keep]]
+            saved = [h[:keep]] if keep else []
         last = len(self.linears) - 1
-        for i, layer in enumerate(self.linears):
-            h = torch.addmm(layer.bias, h, layer.weight.t(), out=work.layers[i])
+        for i, (weight, bias) in enumerate(self.weights):
+            h = torch.addmm(bias, h, weight.t(), out=work.layers[i])
             if i < last:
                 h = h.tanh_() if self.tanh else h.relu_()
-                saved.append(h[:keep])
+                if keep:
+                    saved.append(h[:keep])
         return h, saved
 
     def backward(self, saved: list[torch.Tensor], grad_out: torch.Tensor) -> None:
@@ -376,18 +379,18 @@ class ManualNet:
         acts = saved[-len(self.linears):]
         grad = grad_out
         work = self.work(grad.shape[0])
-        for i in range(len(self.linears) - 1, -1, -1):
-            layer, a = self.linears[i], acts[i]
-            torch.mm(grad.t(), a, out=layer.weight.grad)
-            torch.sum(grad, 0, out=layer.bias.grad)
+        for i in range(len(self.weights) - 1, -1, -1):
+            (weight, bias), a = self.weights[i], acts[i]
+            torch.mm(grad.t(), a, out=weight.grad)
+            torch.sum(grad, 0, out=bias.grad)
             if i > 0:
-                back = torch.mm(grad, layer.weight, out=work.grads[i])
+                back = torch.mm(grad, weight, out=work.grads[i])
                 grad = (aten.tanh_backward.grad_input(back, a, grad_input=back) if self.tanh
                         else aten.threshold_backward.grad_input(back, a, 0, grad_input=back))
         if self.board:
             patches, features = saved[0], saved[1]
             lines = self.filters * self.places
-            back = torch.mm(grad, self.linears[0].weight[:, :lines], out=work.grad_lines)
+            back = torch.mm(grad, self.weights[0][0][:, :lines], out=work.grad_lines)
             # ReLU's gradient: where the line (so its ReLU, saved in the features) is positive.
             aten.threshold_backward.grad_input(back, features[:, :lines], 0, grad_input=back)
             work.grad_by_place.copy_(work.grad_lines_by_place)
