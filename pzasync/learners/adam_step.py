@@ -14,7 +14,7 @@ gradient or state, or a state loaded since), it calls `optimizer.step()` instead
 from __future__ import annotations
 
 import torch
-from torch.optim.optimizer import _global_optimizer_post_hooks, _global_optimizer_pre_hooks
+import torch.optim.optimizer as optimizer_module
 
 
 class FusedAdamStep:
@@ -48,8 +48,11 @@ class FusedAdamStep:
         opt = self.optimizer
         if opt.state is not self._state or len(opt.state) != len(self._params):
             return False
-        if opt._optimizer_step_pre_hooks or opt._optimizer_step_post_hooks \
-                or _global_optimizer_pre_hooks or _global_optimizer_post_hooks:
+        # Any step hook (or a torch that keeps them elsewhere, so none can be seen): the optimiser's own step.
+        hooks = (getattr(opt, "_optimizer_step_pre_hooks", None), getattr(opt, "_optimizer_step_post_hooks", None),
+                 getattr(optimizer_module, "_global_optimizer_pre_hooks", None),
+                 getattr(optimizer_module, "_global_optimizer_post_hooks", None))
+        if any(h is None or len(h) for h in hooks):
             return False
         return all(p.grad is g for p, g in zip(self._params, self._grads))
 

@@ -328,6 +328,8 @@ class ManualNet:
         """The work tensors for `rows` rows (made at the first call with that many)."""
         work = self._work.get(rows)
         if work is None:
+            if len(self._work) >= 8:  # batches of ever new sizes: keep the memory bounded
+                self._work.clear()
             work = self._work[rows] = _Work(self, rows)
         return work
 
