@@ -2,8 +2,9 @@
 process runs them (`LearnerDriver.try_update`, without its publishing and bookkeeping).
 
     taskset -c 1 python benchmarks/learner_updates.py [--learner SPEC] [--updates 1000] [--repeats 7]
-    taskset -c 1 python benchmarks/learner_updates.py --profile cprofile|torch
+    taskset -c 1 python benchmarks/learner_updates.py --profile cprofile|torch|parts
     taskset -c 1 python benchmarks/learner_updates.py --paired /path/to/checkout_a /path/to/checkout_b
+    taskset -c 1 python benchmarks/learner_updates.py --paired OLD NEW --learner dqn --learner-b SPEC
 
 The buffer is the one `pzasync train` gives the default learner: both seats in one agent group, 8 env copies
 (columns `member` and `track`), 100,000 rows, filled with `--fill` transitions of random legal play on
@@ -12,13 +13,16 @@ connect_four (both seats, through the same `Transition`s the actor writes). Each
 prints updates/s, by the wall clock and by the process's CPU time (the second is the steadier one where the
 core is shared with other work); the summary line gives the medians (and the wall clock's min-max) over
 `--repeats` repetitions, and, on the side, the median time of `sample` and of `update` alone. Prints JSON
-lines.
+lines. `--profile parts` gives the CPU time per update of each part (sample; with DQN's update by hand the
+online and target forwards, the backward, the Adam step and the rest of the update).
 
 `--paired A B` compares two checkouts of pzasync on a machine shared with other work, where back-to-back runs
 drift with the load: it starts one worker process per checkout (each importing pzasync from its own
 directory, each with its own buffer filled alike), then for `--rounds` rounds asks each in turn, in
 alternating order, for `--updates` timed updates. Each round gives a ratio B/A of updates per second taken
-within seconds of each other; the summary gives every round's rates and the median ratio.
+within seconds of each other; the summary gives every round's rates and the median ratio. A checkout from
+before pzasync's modules moved into packages (758f8ed, whose default connect_four learner was plain `dqn`,
+one per seat) runs too; `--learner-b` gives checkout B another learner.
 """
 
 from __future__ import annotations
@@ -34,16 +38,33 @@ ENV = "pettingzoo.classic.connect_four_v3"
 DEFAULT_LEARNER = "dqn,gamma=0.9,epsilon_end=0.2,mirror=True"
 
 
+def old_layout() -> bool:
+    """Whether the pzasync imported is one from before its modules moved into packages (such as 758f8ed, the
+    code of 2026-11-23): `--paired` can then still time it, with its own module paths."""
+    import pathlib
+
+    import pzasync
+
+    return not (pathlib.Path(pzasync.__file__).parent / "core").is_dir()
+
+
 def filled_buffer(fill: int, seed: int = 0, copies: int = 8):
     """A group buffer with `fill` transitions of random legal connect_four play, `member` and `track` set as
     the actor sets them (`copies` env copies interleaved, each with both seats)."""
     from pzasync import SharedRingBuffer, env_layouts, make_env
-    from pzasync.core.collect import run_episodes
-    from pzasync.core.spaces import probe_info_masks
+
+    if old_layout():
+        from pzasync.collect import run_episodes
+        from pzasync.spaces import probe_info_masks
+        tracks = {}
+    else:
+        from pzasync.core.collect import run_episodes
+        from pzasync.core.spaces import probe_info_masks
+        tracks = {"tracks": 2 * copies}
 
     env = make_env(ENV)
     layout = env_layouts(env, probe_info_masks(env))["player_0"]
-    buffer = SharedRingBuffer.create(layout, 100_000, {"member": "int16", "track": "int32"}, tracks=2 * copies)
+    buffer = SharedRingBuffer.create(layout, 100_000, {"member": "int16", "track": "int32"}, **tracks)
     members = {"player_0": 0, "player_1": 1}
     rng = np.random.default_rng(seed)
     per_copy: list[list] = []
@@ -66,12 +87,19 @@ def filled_buffer(fill: int, seed: int = 0, copies: int = 8):
 
 
 def make_learner(spec: str, layout, seed: int = 0):
-    from pzasync.specs import parse_learner_spec
     from pzasync.learners import LearnerContext, resolve_learner
 
+    if old_layout():
+        from pzasync.cli import parse_learner_spec
+        tracks = {}
+    else:
+        from pzasync.specs import parse_learner_spec
+        tracks = {"tracks": 16}
     cls, options = resolve_learner(parse_learner_spec(spec), "players")
-    return cls(LearnerContext("players", layout, options, "cpu", seed, members=["player_0", "player_1"],
-                              tracks=16))
+    learner = cls(LearnerContext("players", layout, options, "cpu", seed, members=["player_0", "player_1"], **tracks))
+    if not hasattr(learner, "sample"):  # before learners sampled for themselves, the learner loop did this
+        learner.sample = lambda buffer, rng: buffer.sample(learner.batch_size, rng)
+    return learner
 
 
 def main() -> None:
@@ -84,7 +112,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument("--fill", type=int, default=50_000, help="transitions in the buffer")
     parser.add_argument("--threads", type=int, default=1)
-    parser.add_argument("--profile", choices=("cprofile", "torch"), default=None)
+    parser.add_argument("--profile", choices=("cprofile", "torch", "parts"), default=None)
     parser.add_argument("--paired", nargs=2, metavar=("CHECKOUT_A", "CHECKOUT_B"), default=None)
     parser.add_argument("--rounds", type=int, default=10, help="with --paired")
     parser.add_argument("--learner-b", default=None, help="with --paired: checkout B's learner (default --learner)")
@@ -202,7 +230,50 @@ def paired(args) -> None:
     }), flush=True)
 
 
+def profile_parts(learner, buffer, rng, updates: int) -> None:
+    """CPU time per update of each part of sample + update, timed in place (each part wrapped, so the parts
+    run with each other's caches, as they do in a run): with DQN's update by hand, the two forwards, the
+    backward and the Adam step; the rest of `update` is its numpy and bookkeeping."""
+    import collections
+
+    spent: dict[str, float] = collections.defaultdict(float)
+
+    def timed(name, f):
+        def call(*args, **kwargs):
+            start = time.process_time()
+            try:
+                return f(*args, **kwargs)
+            finally:
+                spent[name] += time.process_time() - start
+        return call
+
+    manual = getattr(learner, "manual", None)
+    if manual is not None:
+        online, target = manual
+        online.forward = timed("online forward", online.forward)
+        target.forward = timed("target forward", target.forward)
+        online.backward = timed("backward", online.backward)
+        if hasattr(learner, "_adam_step"):
+            learner._adam_step = timed("adam", learner._adam_step)
+        else:
+            learner.optimizer.step = timed("adam", learner.optimizer.step)
+    learner.sample = timed("sample", learner.sample)
+    learner.update = timed("update (all)", learner.update)
+    start = time.process_time()
+    for _ in range(updates):
+        learner.update(learner.sample(buffer, rng))
+    total = time.process_time() - start
+    parts = {name: round(seconds / updates * 1e3, 3) for name, seconds in spent.items()}
+    inside = sum(v for k, v in parts.items() if k not in ("sample", "update (all)"))
+    parts["update, rest"] = round(parts["update (all)"] - inside, 3)
+    print(json.dumps({"ms_per_update_cpu": parts, "total_ms": round(total / updates * 1e3, 3),
+                      "pzasync": __import__("pzasync").__file__}), flush=True)
+
+
 def profile(kind: str, learner, buffer, rng, updates: int) -> None:
+    if kind == "parts":
+        profile_parts(learner, buffer, rng, updates)
+        return
     if kind == "cprofile":
         import cProfile
         import pstats

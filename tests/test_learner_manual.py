@@ -3,6 +3,8 @@ targets, losses, gradients and parameters, option by option; and the networks it
 
 from __future__ import annotations
 
+import io
+
 import numpy as np
 import pytest
 import torch
@@ -150,3 +152,28 @@ def test_board_channels_sets_the_board_filters_and_old_configs_keep_sixty_four()
     for bad in (0, True, 2.5):
         with pytest.raises(ConfigError, match="board_channels"):
             dqn(BOARD, board_channels=bad)
+
+
+def test_the_update_by_hand_leaves_adams_state_and_its_checkpoint_continues_alike():
+    by_hand, autograd = dqn(BOARD, mirror=True), dqn(BOARD, mirror=True)
+    autograd.manual = None
+    rng = np.random.default_rng(4)
+    for _ in range(4):
+        batch = random_batch(BOARD, 20, rng)
+        by_hand.update(batch)
+        autograd.update(batch)
+    mine, theirs = by_hand.optimizer.state_dict()["state"], autograd.optimizer.state_dict()["state"]
+    assert mine.keys() == theirs.keys()
+    for key in theirs:
+        assert mine[key]["step"] == theirs[key]["step"] == 4
+        for name in ("exp_avg", "exp_avg_sq"):
+            torch.testing.assert_close(mine[key][name], theirs[key][name], rtol=1e-4, atol=1e-7)
+    saved = io.BytesIO()
+    torch.save(by_hand.state_dict(), saved)
+    saved.seek(0)
+    resumed = dqn(BOARD, mirror=True)
+    resumed.load_state_dict(torch.load(saved))
+    batch = random_batch(BOARD, 20, rng)
+    assert resumed.update(batch) == by_hand.update(batch)
+    for a, b in zip(resumed.q.parameters(), by_hand.q.parameters()):
+        assert torch.equal(a, b)

@@ -14,6 +14,7 @@ images of sampled transitions, for board games whose actions are the board's col
 from __future__ import annotations
 
 import copy
+import functools
 from typing import Any
 
 import numpy as np
@@ -23,6 +24,7 @@ from torch import nn
 
 from pzasync.errors import UnsupportedSpaceError
 from pzasync.core.spaces import AgentLayout
+from pzasync.learners.adam_step import FusedAdamStep
 from pzasync.learners.base import Batch, Learner, LearnerContext, Option, Policy, trajectory_ids
 from pzasync.learners.networks import (ACTIVATIONS, BOARD_CHANNELS, TORSOS, Encoder, ManualNet, adam,
                                        explore_uniformly, masked_logits, mlp, obs_keys, obs_tensors)
@@ -82,9 +84,11 @@ def mirror_batch(batch: Batch, rng: np.random.Generator, start: int = 0) -> Batc
         return batch
     out = dict(batch)
     for key in ("obs", "next_obs"):
-        boards = np.array(batch[key])
-        boards[rows] = boards[rows][:, :, ::-1]
-        out[key] = boards
+        boards = np.asarray(batch[key])
+        flat = boards.reshape(len(boards), -1)
+        mirrored = flat.copy()
+        mirrored[rows] = flat[rows][:, _mirror_cells(boards.shape[1:])]  # one gather, cheaper than a flipped view
+        out[key] = mirrored.reshape(boards.shape)
     width = out["obs"].shape[2]
     action = np.array(batch["action"])
     action[rows] = (width - 1) - (action[rows] - start) + start
@@ -95,6 +99,12 @@ def mirror_batch(batch: Batch, rng: np.random.Generator, start: int = 0) -> Batc
             masks[rows] = masks[rows][:, ::-1]
             out[key] = masks
     return out
+
+
+@functools.lru_cache(maxsize=8)
+def _mirror_cells(shape: tuple[int, ...]) -> np.ndarray:
+    """For a (height, width, channels) board flattened, the cell each cell of its mirror image comes from."""
+    return np.arange(int(np.prod(shape))).reshape(shape)[:, ::-1].reshape(-1)
 
 
 def nstep_window(n_step: int, tracks: int = 0) -> int:
@@ -290,6 +300,8 @@ class DQNLearner(Learner):
         #: network is one it computes and the learner runs on the CPU; None: autograd (see `_update_by_hand`).
         self.manual = self._manual_nets()
         self._params = list(self.q.parameters())
+        self._adam_step = FusedAdamStep(self.optimizer)
+        self._obs_key, self._next_obs_key = obs_keys(ctx.layout)[0], obs_keys(ctx.layout, "next_obs")[0]
         self._flat_grad: torch.Tensor | None = None
         self._grad_views: list[torch.Tensor] = []
 
@@ -366,7 +378,8 @@ class DQNLearner(Learner):
 
     def update(self, batch: Batch) -> dict[str, float]:
         if self.manual is not None and len(batch["action"]):
-            return self._update_by_hand(batch)
+            with torch.no_grad():
+                return self._update_by_hand(batch)
         target = self.compute_targets(batch)
         index = self._action_index(batch)
         q = self.q(obs_tensors(batch, self.ctx.layout, "obs", self.device)).gather(1, index).squeeze(1)
@@ -429,15 +442,14 @@ class DQNLearner(Learner):
         computed in numpy on those outputs (`_targets_numpy`): on a batch of a few dozen rows, torch's
         per-op overhead is most of their cost. The gradient of the mean Huber loss (smooth L1, beta 1) with
         respect to the chosen Q-value is clamp(q - target, -1, 1) / rows (times the row's weight with
-        `prioritized`), autograd's own arithmetic."""
+        `prioritized`), autograd's own arithmetic. Adam steps through `FusedAdamStep` (the same step)."""
         online, target_net = self.manual
         n = len(batch["action"])
-        double = bool(self.config["double"])
-        layout = self.ctx.layout
-        x = online.inputs([batch[obs_keys(layout)[0]], batch[obs_keys(layout, "next_obs")[0]]])
-        with torch.no_grad():
-            q_rows, saved = online.forward(x if double else x[:n], keep=n)
-            target_q, _ = target_net.forward(x[n:])
+        config = self.config
+        double = bool(config["double"])
+        x = online.inputs([batch[self._obs_key], batch[self._next_obs_key]])
+        q_rows, saved = online.forward(x if double else x[:n], keep=n)
+        target_q, _ = target_net.forward(x[n:])
         values, target_values = q_rows.numpy(), target_q.numpy()
         target = self._targets_numpy(target_values, values[n:] if double else target_values, batch)
         rows = np.arange(n)
@@ -455,21 +467,23 @@ class DQNLearner(Learner):
         grad_q = np.zeros((n, values.shape[1]), dtype=np.float32)
         grad_q[rows, index] = slope
         grads = self._grad_buffer()
-        with torch.no_grad():
-            online.backward(saved, torch.from_numpy(grad_q))
-            # nn.utils.clip_grad_norm_'s arithmetic, on the one flat gradient (its product with 1.0, where the
-            # norm is within the bound, changes nothing and is skipped).
-            grad_norm = torch.linalg.vector_norm(grads)
-            scale = (float(self.config["max_grad_norm"]) / (grad_norm + 1e-6)).clamp_(max=1.0)
+        online.backward(saved, torch.from_numpy(grad_q))
+        grad_norm = torch.linalg.vector_norm(grads)
+        norm, max_norm = grad_norm.item(), float(config["max_grad_norm"])
+        if norm > 0.999 * max_norm:
+            # nn.utils.clip_grad_norm_'s arithmetic, on the one flat gradient (well inside the bound its
+            # product with 1.0 changes nothing and is skipped).
+            scale = (max_norm / (grad_norm + 1e-6)).clamp_(max=1.0)
             if scale.item() < 1.0:
                 grads.mul_(scale)
-        self.optimizer.step()
+        self._adam_step()
         self.updates += 1
         self.update_target()
         if self.replay is not None and "logical" in batch:
             self.replay.update(batch["logical"], target - q)
-        return self._metrics(batch, loss=losses.mean(), q_mean=q.mean(), target_mean=target.mean(),
-                             grad_norm=grad_norm)
+        # Sums over n: np.mean's arithmetic without its Python overhead.
+        return self._metrics(batch, loss=losses.sum() / n, q_mean=q.sum() / n, target_mean=target.sum() / n,
+                             grad_norm=norm)
 
     def _targets_numpy(self, target_q: np.ndarray, chooser: np.ndarray, batch: Batch) -> np.ndarray:
         """`_bootstrap` in numpy, for `_update_by_hand`: the same float32 arithmetic, row by row (keep the two

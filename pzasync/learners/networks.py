@@ -281,10 +281,11 @@ class ManualNet:
     per-op overhead, and in allocating (and page-faulting) fresh activation tensors, than in its matrix
     products. By hand, `forward` keeps only the activations the gradient needs, for the first `keep` rows (so
     one forward serves rows that are trained on and rows that are only evaluated), `backward` writes each
-    parameter's gradient straight into its `.grad`, and both write into work tensors kept from call to call.
-    The arithmetic is that of the modules' forward and autograd's backward (a test checks both against
-    autograd); the parameters stay the modules' own, so checkpoints, policy vectors and optimisers are
-    unchanged. What `forward` returns lives in those work tensors: it is overwritten by the next call.
+    parameter's gradient straight into its `.grad`, and both write into work tensors made once per row count
+    (`_Work`), which `inputs` fills directly. The arithmetic is that of the modules' forward and autograd's
+    backward (a test checks both against autograd); the parameters stay the modules' own, so checkpoints,
+    policy vectors and optimisers are unchanged. What `forward` returns lives in those work tensors: it is
+    overwritten by the next call with as many rows.
     """
 
     def __init__(self, encoder: nn.Module, head: nn.Sequential) -> None:
@@ -292,6 +293,7 @@ class ManualNet:
         self.board = isinstance(leaf, BoardEncoder)
         self.scale = float(getattr(leaf, "scale", 1.0))
         self.in_dim = int(leaf.out_dim)  # a flat leaf's cells
+        self.places = self.kernel = self.filters = 0
         if self.board:
             self.conv = leaf.conv[0]
             self.cells = leaf.patch_cells
@@ -299,8 +301,10 @@ class ManualNet:
             self.filters = int(self.conv.weight.shape[0])
             self.in_dim -= self.filters * self.places  # the board's cells: what follows the lines
         self.linears = [m for m in head if isinstance(m, nn.Linear)]
+        #: The layers' parameters (looked up once: a module's attribute lookup costs as much as a small op).
+        self.weights = [(m.weight, m.bias) for m in self.linears]
         self.tanh = any(isinstance(m, nn.Tanh) for m in head)
-        self._work: dict[str, torch.Tensor] = {}
+        self._work: dict[int, _Work] = {}
 
     @staticmethod
     def supports(encoder: nn.Module, head: nn.Module) -> bool:
@@ -320,46 +324,54 @@ class ManualNet:
         tensors = [*encoder.parameters(), *head.parameters()]
         return all(t.dtype == torch.float32 and t.device.type == "cpu" for t in tensors)
 
-    def _space(self, name: str, *shape: int) -> torch.Tensor:
-        """The work tensor `name`, of this shape (made again when the shape changes)."""
-        tensor = self._work.get(name)
-        if tensor is None or tensor.shape != shape:
-            tensor = self._work[name] = torch.empty(shape, dtype=torch.float32)
-        return tensor
+    def work(self, rows: int) -> _Work:
+        """The work tensors for `rows` rows (made at the first call with that many)."""
+        work = self._work.get(rows)
+        if work is None:
+            if len(self._work) >= 8:  # batches of ever new sizes: keep the memory bounded
+                self._work.clear()
+            work = self._work[rows] = _Work(self, rows)
+        return work
 
     def inputs(self, arrays: Sequence[np.ndarray]) -> torch.Tensor:
         """The observation arrays (each `(rows, *leaf shape)`), one after the other, as one float32 tensor of
-        flattened, scaled rows: what the encoder's forward starts from."""
-        rows = np.concatenate(arrays) if len(arrays) > 1 else np.asarray(arrays[0])
-        x = torch.as_tensor(rows).reshape(len(rows), -1).to(torch.float32)
+        flattened, scaled rows: what the encoder's forward starts from. It is this net's work tensor for that
+        many rows (for a board, the cells beside the line features), so `forward` copies nothing."""
+        rows = sum(len(a) for a in arrays)
+        x = self.work(rows).x
+        start = 0
+        for a in arrays:
+            x[start:start + len(a)].copy_(torch.as_tensor(a).reshape(len(a), -1))
+            start += len(a)
         if self.scale != 1.0:
-            x = x * self.scale
+            x.mul_(self.scale)
         return x
 
     def forward(self, x: torch.Tensor, keep: int = 0) -> tuple[torch.Tensor, list[torch.Tensor]]:
         """Outputs for the rows of `x` (from `inputs`), and what `backward` needs for the first `keep` rows."""
         n = x.shape[0]
+        work = self.work(n)
         if self.board:
-            places, kernel, filters = self.places, self.kernel, self.filters
-            patches = torch.index_select(x, 1, self.cells, out=self._space("patches", n, places * kernel))
-            patches = patches.view(n * places, kernel)
+            if x is not work.x:
+                work.x.copy_(x)
             conv = self.conv
-            lines = torch.addmm(conv.bias, patches, conv.weight.view(filters, kernel).t(),
-                                out=self._space("lines", n * places, filters)).relu_()
-            h = self._space("features", n, filters * places + x.shape[1])
-            # The BoardEncoder's order: filter-major lines, then the raw cells.
-            h[:, :filters * places].view(n, filters, places).copy_(lines.view(n, places, filters).transpose(1, 2))
-            h[:, filters * places:] = x
-            saved = [patches[:keep * places], lines[:keep * places], h[:keep]]
+            torch.index_select(work.x, 1, self.cells, out=work.patches)
+            torch.addmm(conv.bias, work.placed_patches, conv.weight.view(self.filters, self.kernel).t(),
+                        out=work.lines)
+            # ReLU, written in the BoardEncoder's order (filter-major lines, then the raw cells already there).
+            torch.clamp_min(work.lines_by_filter, 0, out=work.features_by_filter)
+            h = work.features
+            saved = [work.placed_patches[:keep * self.places], h[:keep]] if keep else []
         else:
             h = x
-            saved = [h[:keep]]
+            saved = [h[:keep]] if keep else []
         last = len(self.linears) - 1
-        for i, layer in enumerate(self.linears):
-            h = torch.addmm(layer.bias, h, layer.weight.t(), out=self._space(f"layer{i}", n, layer.out_features))
+        for i, (weight, bias) in enumerate(self.weights):
+            h = torch.addmm(bias, h, weight.t(), out=work.layers[i])
             if i < last:
                 h = h.tanh_() if self.tanh else h.relu_()
-                saved.append(h[:keep])
+                if keep:
+                    saved.append(h[:keep])
         return h, saved
 
     def backward(self, saved: list[torch.Tensor], grad_out: torch.Tensor) -> None:
@@ -368,25 +380,49 @@ class ManualNet:
         aten = torch.ops.aten
         acts = saved[-len(self.linears):]
         grad = grad_out
-        n = grad.shape[0]
-        for i in range(len(self.linears) - 1, -1, -1):
-            layer, a = self.linears[i], acts[i]
-            torch.mm(grad.t(), a, out=layer.weight.grad)
-            torch.sum(grad, 0, out=layer.bias.grad)
+        work = self.work(grad.shape[0])
+        for i in range(len(self.weights) - 1, -1, -1):
+            (weight, bias), a = self.weights[i], acts[i]
+            torch.mm(grad.t(), a, out=weight.grad)
+            torch.sum(grad, 0, out=bias.grad)
             if i > 0:
-                back = torch.mm(grad, layer.weight, out=self._space(f"grad{i}", n, layer.in_features))
+                back = torch.mm(grad, weight, out=work.grads[i])
                 grad = (aten.tanh_backward.grad_input(back, a, grad_input=back) if self.tanh
                         else aten.threshold_backward.grad_input(back, a, 0, grad_input=back))
         if self.board:
-            patches, lines = saved[0], saved[1]
-            places, filters = self.places, self.filters
-            first = self.linears[0].weight
-            back = torch.mm(grad, first[:, :filters * places], out=self._space("grad_lines", n, filters * places))
-            lined = self._space("grad_placed", n * places, filters)
-            lined.view(n, places, filters).copy_(back.view(n, filters, places).transpose(1, 2))
-            grad = aten.threshold_backward.grad_input(lined, lines, 0, grad_input=lined)
-            torch.mm(grad.t(), patches, out=self.conv.weight.grad.view(filters, self.kernel))
-            torch.sum(grad, 0, out=self.conv.bias.grad)
+            patches, features = saved[0], saved[1]
+            lines = self.filters * self.places
+            back = torch.mm(grad, self.weights[0][0][:, :lines], out=work.grad_lines)
+            # ReLU's gradient: where the line (so its ReLU, saved in the features) is positive.
+            aten.threshold_backward.grad_input(back, features[:, :lines], 0, grad_input=back)
+            work.grad_by_place.copy_(work.grad_lines_by_place)
+            torch.mm(work.grad_placed.t(), patches, out=self.conv.weight.grad.view(self.filters, self.kernel))
+            torch.sum(work.grad_placed, 0, out=self.conv.bias.grad)
+
+
+class _Work:
+    """`ManualNet`'s work tensors for one row count, and the views of them its forward and backward use (made
+    once: on batches of a few dozen rows, making views costs as much as some of the arithmetic)."""
+
+    def __init__(self, net: ManualNet, rows: int) -> None:
+        empty = torch.empty
+        places, kernel, filters = net.places, net.kernel, net.filters
+        lines = filters * places
+        #: Forward: the line features and raw cells side by side, the patches, the lines per placement.
+        self.features = empty(rows, lines + net.in_dim)
+        self.x = self.features[:, lines:]
+        self.patches = empty(rows, places * kernel)
+        self.placed_patches = self.patches.view(rows * places, kernel)
+        self.lines = empty(rows * places, filters)
+        self.lines_by_filter = self.lines.view(rows, places, filters).transpose(1, 2)
+        self.features_by_filter = self.features[:, :lines].view(rows, filters, places)
+        self.layers = [empty(rows, layer.out_features) for layer in net.linears]
+        #: Backward (with `rows` the rows kept): each layer's input gradient, then the lines' two orders.
+        self.grads = [empty(rows, layer.in_features) for layer in net.linears]
+        self.grad_lines = empty(rows, lines)
+        self.grad_lines_by_place = self.grad_lines.view(rows, filters, places).transpose(1, 2)
+        self.grad_placed = empty(rows * places, filters)
+        self.grad_by_place = self.grad_placed.view(rows, places, filters)
 
 
 def check_activation(agent: str, name: Any) -> None:
