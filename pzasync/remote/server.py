@@ -352,21 +352,19 @@ class EnvServer:
             delay = self.pace(instance)
             if delay > 0:
                 time.sleep(delay)
-        out = Snapshots(self.layout, self.states)
-        try:
-            env.step(None if flags & NONE_ACTION else self.to_env[self.states.owner(env).agent_selection](data))
-            out.chain(env, instance)
-        except UnfitValue as exc:
-            return _Refused("space", str(exc), instance=exc.instance, agent=exc.agent), False
-        except Exception as exc:  # noqa: BLE001 - the client gets it with its instance
-            return _env_error(instance, env, exc), True
-        return out, False
+        action = None if flags & NONE_ACTION else data
+        return self._snapshots_after(instance, env, lambda: env.step(
+            None if action is None else self.to_env[self.states.owner(env).agent_selection](action)))
 
     def _run_reset(self, instance: int, env: Any, seed: int | None, options: dict | None) -> tuple[Any, bool]:
         """On a worker thread: one instance's reset and its snapshots, as `_run_step` returns them."""
+        return self._snapshots_after(instance, env, lambda: env.reset(seed=seed, options=options))
+
+    def _snapshots_after(self, instance: int, env: Any, work: Callable[[], Any]) -> tuple[Any, bool]:
+        """`work` (a step or a reset of `env`) and the snapshots that follow it, or what refused it."""
         out = Snapshots(self.layout, self.states)
         try:
-            env.reset(seed=seed, options=options)
+            work()
             out.chain(env, instance)
         except UnfitValue as exc:
             return _Refused("space", str(exc), instance=exc.instance, agent=exc.agent), False
