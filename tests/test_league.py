@@ -255,6 +255,9 @@ def freeze_in_evaluator(obs, mask):
     import signal
 
     if multiprocessing.current_process().name == "pzasync-evaluator":
+        marker = os.environ.get("PZASYNC_TEST_FROZE")
+        if marker:  # say that the evaluator got as far as a game before it stops itself
+            open(marker, "w").close()
         os.kill(os.getpid(), signal.SIGSTOP)
     return int(np.flatnonzero(mask)[0])
 
@@ -267,9 +270,13 @@ def test_a_frozen_evaluator_never_holds_the_actor_up(tmp_path, monkeypatch):
     # for it and the stop ends it, not when.
     stop = Evaluator.stop
     monkeypatch.setattr(Evaluator, "stop", lambda self, timeout=1.0: stop(self, timeout))
+    froze = tmp_path / "froze"
+    monkeypatch.setenv("PZASYNC_TEST_FROZE", str(froze))  # inherited by the spawned evaluator
     config = RunConfig(seed=1, eval_vs="test_league:freeze_in_evaluator", eval_every_s=0.2, eval_episodes=5)
-    result = AsyncRunner(TTT, {"player_1": SMALL_DQN, "player_2": "random"}, config).run(agent_steps=4000)
-    assert result.agent_steps == 4000 and result.stopped_because == "agent-step budget reached"
+    result = AsyncRunner(TTT, {"player_1": SMALL_DQN, "player_2": "random"}, config).run(agent_steps=20_000)
+    assert result.agent_steps == 20_000 and result.stopped_because == "agent-step budget reached"
+    # The evaluator reaches its first game about 1.2 s into acting here; 4,000 steps (0.7 s) used to end first.
+    assert froze.exists(), "the evaluator reached a game and froze there"
     assert result.evaluations == []  # it froze in its first game, and was killed at the end of the run
 
 
