@@ -1,0 +1,106 @@
+"""A peer's exported policy as a pzasync player: one TorchScript module acting greedily for every agent.
+
+The peers (benchmarks/peers/sb3_ppo.py) export their trained actor as TorchScript: a batch of observations, as
+the env gives them, -> action logits, with an extra file `peer.json` naming the observation shape and action
+count it was made for. Here it becomes a `pzasync.Policy`, so pzasync's evaluator scores the peer exactly as it
+scores pzasync's own trained policies (greedy, batched over env copies, the same seeds and scoring mode):
+
+    policies = peer_policies("policy.pt", "mpe2.simple_spread_v3")   # agent -> (one shared policy, layout)
+    report = pzasync.evaluate(policies, env="mpe2.simple_spread_v3", episodes=50, seed=10_007)
+
+`PeerPolicy` is the same as a `module:callable` player spec, built per agent from its layout, the file named by
+the environment variable PZASYNC_PEER_POLICY (`PYTHONPATH=benchmarks/peers pzasync eval RUN --vs
+player:PeerPolicy`). Observations are taken as the env (with its wrappers) gives them: whatever preprocessing
+the peer trained with must be in the env spec's wrappers or in the exported module.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any
+
+import numpy as np
+import torch
+
+from pzasync import AgentLayout, EnvSpec, Policy, env_layouts
+from pzasync.core.spaces import probe_info_masks
+from pzasync.errors import ConfigError
+
+#: The environment variable that names the TorchScript file of `PeerPolicy`.
+POLICY_VARIABLE = "PZASYNC_PEER_POLICY"
+
+
+class TorchScriptPolicy(Policy):
+    """A TorchScript module (observation batch -> action logits) acting for any number of agents at once.
+
+    `explore=False` takes the argmax of the legal actions' logits, `explore=True` samples from them."""
+
+    def __init__(self, path: str | os.PathLike) -> None:
+        super().__init__()
+        extra = {"peer.json": ""}
+        try:
+            self.module = torch.jit.load(str(path), map_location="cpu", _extra_files=extra)
+        except (RuntimeError, ValueError, OSError) as exc:
+            raise ConfigError(f"peer policy {str(path)!r}: cannot load it as TorchScript ({exc})") from exc
+        self.module.eval()
+        self.path = str(path)
+        self.meta: dict[str, Any] = json.loads(extra["peer.json"]) if extra["peer.json"] else {}
+        self.generator = torch.Generator().manual_seed(0)
+
+    def check_layout(self, layout: AgentLayout) -> None:
+        """Refuse an agent whose spaces differ from those the module was exported for (as far as peer.json says)."""
+        if layout.nested_obs:
+            raise ConfigError(f"agent {layout.agent!r}: nested observation space {layout.obs_space}; the peer "
+                              f"policy {self.path!r} takes one array")
+        shape, actions = self.meta.get("obs_shape"), self.meta.get("actions")
+        if shape is not None and tuple(shape) != tuple(layout.obs_space.shape):
+            raise ConfigError(f"agent {layout.agent!r}: observation shape {tuple(layout.obs_space.shape)}, but the "
+                              f"peer policy {self.path!r} was exported for {tuple(shape)}")
+        n = getattr(layout.action_space, "n", None)
+        if n is None or (actions is not None and int(actions) != int(n)):
+            raise ConfigError(f"agent {layout.agent!r}: action space {layout.action_space}, but the peer policy "
+                              f"{self.path!r} picks one of {actions} discrete actions")
+
+    def act(self, obs: dict[str, np.ndarray], mask: np.ndarray | None, explore: bool) -> tuple[np.ndarray, dict]:
+        """Actions of a batch of observations (`{"obs": array[B, ...]}`), illegal ones masked out."""
+        with torch.inference_mode():
+            logits = self.module(torch.as_tensor(np.asarray(obs["obs"]), dtype=torch.float32))
+            if mask is not None:
+                logits = logits.masked_fill(~torch.as_tensor(np.asarray(mask, bool)), float("-inf"))
+            if explore:
+                actions = torch.multinomial(torch.softmax(logits, dim=1), 1, generator=self.generator)[:, 0]
+            else:
+                actions = logits.argmax(dim=1)
+        return actions.numpy().astype(np.int64), {}
+
+    def seed(self, seed: int) -> None:
+        """Seed the sampling of `explore=True`."""
+        self.generator.manual_seed(seed)
+
+
+class PeerPolicy(TorchScriptPolicy):
+    """`module:callable` form of `TorchScriptPolicy` for one agent: the file from $PZASYNC_PEER_POLICY."""
+
+    def __init__(self, layout: AgentLayout) -> None:
+        path = os.environ.get(POLICY_VARIABLE)
+        if not path:
+            raise ConfigError(f"player:PeerPolicy needs the environment variable {POLICY_VARIABLE} set to a "
+                              f"TorchScript file")
+        super().__init__(path)
+        self.check_layout(layout)
+
+
+def peer_policies(path: str | os.PathLike, env: Any) -> dict[str, tuple[TorchScriptPolicy, AgentLayout]]:
+    """Every agent of `env` (an env id or `EnvSpec`) -> (one shared `TorchScriptPolicy` of `path`, its layout),
+    the dict `pzasync.evaluate(..., env=env)` takes: shared parameters, one batched forward for all agents."""
+    spec = env if isinstance(env, EnvSpec) else EnvSpec.of(env)
+    probe = spec.make()
+    try:
+        layouts = env_layouts(probe, probe_info_masks(probe, seed=0))
+    finally:
+        probe.close()
+    policy = TorchScriptPolicy(path)
+    for layout in layouts.values():
+        policy.check_layout(layout)
+    return {agent: (policy, layout) for agent, layout in layouts.items()}

@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# A virtualenv for the SB3 + SuperSuit peer (benchmarks/peers/sb3_ppo.py), apart from pzasync's environment.
+#
+#   bash benchmarks/peers/setup_sb3.sh VENV_DIR        # e.g. /tmp/pzpeers/sb3, outside the repository
+#
+# torch is installed first and pinned, so that pip keeps the CPU build it finds (a wheel in pip's find-links,
+# or a CPU index given by PIP_EXTRA_INDEX_URL) and stable-baselines3 does not pull a multi-GB CUDA build.
+# Versions pinned to those measured in docs/benchmarks.md ("Peers: SB3 + SuperSuit PPO"): pettingzoo and mpe2 as
+# in pzasync's environment, so the peer trains on the env it is scored on; VENV_DIR/versions.txt records all.
+set -euo pipefail
+VENV="${1:?usage: setup_sb3.sh VENV_DIR}"
+python3 -m venv "$VENV"
+"$VENV/bin/pip" install --quiet "torch==2.13.0"
+"$VENV/bin/pip" install --quiet "stable-baselines3==2.9.2" "supersuit==3.11.0" "pettingzoo==1.27.0" "mpe2==1.1.1"
+"$VENV/bin/pip" freeze > "$VENV/versions.txt"
+"$VENV/bin/python" -c "import torch, stable_baselines3, supersuit, pettingzoo, mpe2; print('torch', torch.__version__, \
+'| stable-baselines3', stable_baselines3.__version__, '| supersuit', supersuit.__version__, \
+'| pettingzoo', pettingzoo.__version__)"
