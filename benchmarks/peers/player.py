@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import os
+import warnings
 from typing import Any
 
 import numpy as np
@@ -40,7 +41,9 @@ class TorchScriptPolicy(Policy):
         super().__init__()
         extra = {"peer.json": ""}
         try:
-            self.module = torch.jit.load(str(path), map_location="cpu", _extra_files=extra)
+            with warnings.catch_warnings():  # torch 2.13 marks TorchScript deprecated; the peers export it
+                warnings.simplefilter("ignore", DeprecationWarning)
+                self.module = torch.jit.load(str(path), map_location="cpu", _extra_files=extra)
         except (RuntimeError, ValueError, OSError) as exc:
             raise ConfigError(f"peer policy {str(path)!r}: cannot load it as TorchScript ({exc})") from exc
         self.module.eval()

@@ -1,0 +1,108 @@
+"""benchmarks/peers/player.py: a peer's TorchScript policy scored by pzasync's evaluator (docs/benchmarks.md
+"Peers: SB3 + SuperSuit PPO"). The modules here are tiny ones made in the test with torch; no peer library."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+import pzasync
+from pzasync.errors import ConfigError
+
+pytestmark = pytest.mark.filterwarnings("ignore:`torch.jit:DeprecationWarning")
+
+SPREAD = "mpe2.simple_spread_v3"
+PLAYER = Path(__file__).parents[1] / "benchmarks" / "peers" / "player.py"
+
+
+@pytest.fixture(scope="module")
+def player():
+    spec = importlib.util.spec_from_file_location("peer_player", PLAYER)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def export(path: Path, module: torch.nn.Module, obs_size: int, actions: int) -> Path:
+    """Save `module` as the peers do: traced TorchScript with peer.json beside it."""
+    traced = torch.jit.trace(module.eval(), torch.zeros(2, obs_size))
+    meta = {"obs_shape": [obs_size], "actions": actions, "output": "logits"}
+    torch.jit.save(traced, str(path), _extra_files={"peer.json": json.dumps(meta)})
+    return path
+
+
+def constant(action: int, obs_size: int = 18, actions: int = 5) -> torch.nn.Module:
+    """A linear module whose logits always favour `action`."""
+    layer = torch.nn.Linear(obs_size, actions)
+    with torch.no_grad():
+        layer.weight.zero_()
+        layer.bias.copy_(torch.arange(actions) == action)
+    return layer
+
+
+def test_every_agent_gets_the_same_policy_which_acts_on_the_argmax_of_the_modules_logits(player, tmp_path):
+    torch.manual_seed(0)
+    layer = torch.nn.Linear(18, 5)
+    policies = player.peer_policies(export(tmp_path / "p.pt", layer, 18, 5), SPREAD)
+    assert sorted(policies) == ["agent_0", "agent_1", "agent_2"]
+    assert len({id(policy) for policy, _layout in policies.values()}) == 1
+    obs = np.random.default_rng(1).normal(size=(64, 18)).astype(np.float32)
+    actions, extras = policies["agent_0"][0].act({"obs": obs}, None, False)
+    with torch.no_grad():
+        expected = layer(torch.from_numpy(obs)).argmax(dim=1).numpy()
+    assert extras == {} and actions.dtype == np.int64
+    np.testing.assert_array_equal(actions, expected)
+
+
+def test_masked_out_actions_are_never_chosen_greedy_or_sampled(player, tmp_path):
+    policy = player.TorchScriptPolicy(export(tmp_path / "p.pt", constant(2), 18, 5))
+    mask = np.ones((200, 5), bool)
+    mask[:, 2] = False
+    obs = {"obs": np.zeros((200, 18), np.float32)}
+    greedy, _ = policy.act(obs, mask, False)
+    policy.seed(3)
+    sampled, _ = policy.act(obs, mask, True)
+    assert set(greedy.tolist()) == {0} and 2 not in set(sampled.tolist())
+    assert len(set(sampled.tolist())) > 1
+
+
+def test_a_module_exported_for_other_spaces_is_refused_naming_the_agent(player, tmp_path):
+    path = export(tmp_path / "p.pt", constant(0, obs_size=7), 7, 5)
+    with pytest.raises(ConfigError, match="agent 'agent_0': observation shape \\(18,\\)"):
+        player.peer_policies(path, SPREAD)
+
+
+def test_peer_policy_as_a_player_spec_reads_its_file_from_the_environment(player, tmp_path, monkeypatch):
+    layout = next(iter(player.peer_policies(export(tmp_path / "p.pt", constant(4), 18, 5), SPREAD).values()))[1]
+    monkeypatch.delenv(player.POLICY_VARIABLE, raising=False)
+    with pytest.raises(ConfigError, match=player.POLICY_VARIABLE):
+        player.PeerPolicy(layout)
+    monkeypatch.setenv(player.POLICY_VARIABLE, str(tmp_path / "p.pt"))
+    actions, _ = player.PeerPolicy(layout).act({"obs": np.zeros((3, 18), np.float32)}, None, False)
+    assert actions.tolist() == [4, 4, 4]
+
+
+def test_evaluate_scores_the_peer_as_a_team_with_the_returns_of_playing_its_actions_by_hand(player, tmp_path):
+    """Every agent always moves right (action 2): pzasync's team return equals the summed rewards of the same
+    seeded episodes played by hand on the parallel env."""
+    policies = player.peer_policies(export(tmp_path / "p.pt", constant(2), 18, 5), SPREAD)
+    report = pzasync.evaluate(policies, env=SPREAD, episodes=3, seed=40, baselines=False, copies=2)
+    assert report.scoring == "team"
+    from mpe2 import simple_spread_v3
+
+    by_hand = []
+    for episode in range(3):
+        env = simple_spread_v3.parallel_env()
+        env.reset(seed=40 + episode)
+        total = 0.0
+        while env.agents:
+            _obs, rewards, *_ = env.step({agent: 2 for agent in env.agents})
+            total += sum(rewards.values())
+        env.close()
+        by_hand.append(total)
+    np.testing.assert_allclose(report.result("team").returns, by_hand, rtol=1e-5)
