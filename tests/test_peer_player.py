@@ -28,10 +28,12 @@ def player():
     return module
 
 
-def export(path: Path, module: torch.nn.Module, obs_size: int, actions: int) -> Path:
-    """Save `module` as the peers do: traced TorchScript with peer.json beside it."""
+def export(path: Path, module: torch.nn.Module, obs_size: int, actions: int, **box: list) -> Path:
+    """Save `module` as the peers do: traced TorchScript with peer.json beside it (`box`: the action_shape, low
+    and high of a module that gives a Box action's mean)."""
     traced = torch.jit.trace(module.eval(), torch.zeros(2, obs_size))
-    meta = {"obs_shape": [obs_size], "actions": actions, "output": "logits"}
+    meta = {"obs_shape": [obs_size], "actions": actions, "output": "logits"} if not box else \
+        {"obs_shape": [obs_size], "output": "mean", **box}
     torch.jit.save(traced, str(path), _extra_files={"peer.json": json.dumps(meta)})
     return path
 
@@ -106,3 +108,19 @@ def test_evaluate_scores_the_peer_as_a_team_with_the_returns_of_playing_its_acti
         env.close()
         by_hand.append(total)
     np.testing.assert_allclose(report.result("team").returns, by_hand, rtol=1e-5)
+
+
+def test_a_box_action_is_the_modules_mean_clipped_to_the_bounds_and_its_shape_is_checked(player, tmp_path):
+    continuous = pzasync.EnvSpec.of(SPREAD, continuous_actions=True)  # Box(0, 1, (5,)) actions
+    layer = torch.nn.Linear(18, 5)
+    with torch.no_grad():
+        layer.weight.zero_()
+        layer.bias.copy_(torch.tensor([2.0, -1.0, 0.25, 0.5, 0.75]))
+    box = {"action_shape": [5], "low": [0.0] * 5, "high": [1.0] * 5}
+    policies = player.peer_policies(export(tmp_path / "p.pt", layer, 18, 5, **box), continuous)
+    actions, _ = policies["agent_1"][0].act({"obs": np.zeros((2, 18), np.float32)}, None, False)
+    np.testing.assert_allclose(actions, [[1.0, 0.0, 0.25, 0.5, 0.75]] * 2)
+    wrong = export(tmp_path / "q.pt", torch.nn.Linear(18, 3), 18, 3, action_shape=[3], low=[0.0] * 3,
+                   high=[1.0] * 3)
+    with pytest.raises(ConfigError, match="agent 'agent_0': action space Box"):
+        player.peer_policies(wrong, continuous)

@@ -33,9 +33,12 @@ POLICY_VARIABLE = "PZASYNC_PEER_POLICY"
 
 
 class TorchScriptPolicy(Policy):
-    """A TorchScript module (observation batch -> action logits) acting for any number of agents at once.
+    """A TorchScript module acting for any number of agents at once: observation batch -> action logits
+    (peer.json's `"output": "logits"`, the default), or the mean of a Box action (`"output": "mean"`).
 
-    `explore=False` takes the argmax of the legal actions' logits, `explore=True` samples from them."""
+    Logits: `explore=False` takes the argmax of the legal actions' logits, `explore=True` samples from them.
+    Mean: the action is the mean clipped to the bounds (peer.json's `low`/`high`) either way; the module holds no
+    spread to explore with."""
 
     def __init__(self, path: str | os.PathLike) -> None:
         super().__init__()
@@ -50,6 +53,10 @@ class TorchScriptPolicy(Policy):
         self.path = str(path)
         self.meta: dict[str, Any] = json.loads(extra["peer.json"]) if extra["peer.json"] else {}
         self.generator = torch.Generator().manual_seed(0)
+        self.continuous = self.meta.get("output", "logits") == "mean"
+        if self.continuous:
+            self.low = np.asarray(self.meta["low"], np.float32)
+            self.high = np.asarray(self.meta["high"], np.float32)
 
     def check_layout(self, layout: AgentLayout) -> None:
         """Refuse an agent whose spaces differ from those the module was exported for (as far as peer.json says)."""
@@ -60,15 +67,23 @@ class TorchScriptPolicy(Policy):
         if shape is not None and tuple(shape) != tuple(layout.obs_space.shape):
             raise ConfigError(f"agent {layout.agent!r}: observation shape {tuple(layout.obs_space.shape)}, but the "
                               f"peer policy {self.path!r} was exported for {tuple(shape)}")
+        if self.continuous:
+            if tuple(self.meta.get("action_shape", ())) != tuple(getattr(layout.action_space, "shape", None) or ()):
+                raise ConfigError(f"agent {layout.agent!r}: action space {layout.action_space}, but the peer policy "
+                                  f"{self.path!r} gives actions of shape {tuple(self.meta.get('action_shape', ()))}")
+            return
         n = getattr(layout.action_space, "n", None)
         if n is None or (actions is not None and int(actions) != int(n)):
             raise ConfigError(f"agent {layout.agent!r}: action space {layout.action_space}, but the peer policy "
                               f"{self.path!r} picks one of {actions} discrete actions")
 
     def act(self, obs: dict[str, np.ndarray], mask: np.ndarray | None, explore: bool) -> tuple[np.ndarray, dict]:
-        """Actions of a batch of observations (`{"obs": array[B, ...]}`), illegal ones masked out."""
+        """Actions of a batch of observations (`{"obs": array[B, ...]}`), illegal ones masked out (discrete)."""
         with torch.inference_mode():
-            logits = self.module(torch.as_tensor(np.asarray(obs["obs"]), dtype=torch.float32))
+            output = self.module(torch.as_tensor(np.asarray(obs["obs"]), dtype=torch.float32))
+            if self.continuous:
+                return np.clip(output.numpy(), self.low, self.high).astype(np.float32), {}
+            logits = output
             if mask is not None:
                 logits = logits.masked_fill(~torch.as_tensor(np.asarray(mask, bool)), float("-inf"))
             if explore:

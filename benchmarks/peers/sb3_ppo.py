@@ -2,22 +2,30 @@
 
 PettingZoo's Stable-Baselines3 tutorials' path: the env's parallel API, reset with the seed, turned into a
 vector env by SuperSuit (`pettingzoo_env_to_vec_env_v1`: one vector slot per agent; `concat_vec_envs_v1`: K
-copies side by side), and trained by SB3's `PPO` with its `MlpPolicy` (pi and vf 64-64 tanh), the tutorials'
-`learning_rate=1e-3, batch_size=256` and SB3's defaults otherwise. Every agent's observation goes through the
-same network, so its parameters are shared by all agents. One vector slot step is one agent step, so SB3's
+copies side by side), and trained by SB3's `PPO` with its `MlpPolicy` (pi and vf 64-64 tanh; `CnnPolicy` for
+images), the tutorials' `learning_rate=1e-3, batch_size=256` and SB3's defaults otherwise. Every agent's
+observation goes through the same network, so its parameters are shared by all agents. One vector slot step is one agent step, so SB3's
 `num_timesteps` counts agent steps.
 
 Runs in its own virtualenv (benchmarks/peers/setup_sb3.sh) and imports nothing from pzasync:
 
     VENV/bin/python benchmarks/peers/sb3_ppo.py mpe2.simple_spread_v3 --env-arg N=3 --seconds 120 --seed 0 \\
         --out /tmp/pzpeers/spread_s0
+    VENV/bin/python benchmarks/peers/sb3_ppo.py pettingzoo.butterfly.pistonball_v6 \\
+        --wrapper color_reduction_v0,mode=B --wrapper resize_v1,x_size=64,y_size=64 \\
+        --wrapper frame_stack_v1,stack_size=3 --seconds 600 --out /tmp/pzpeers/pistonball_s0
 
-training stops at the first vector step past `--seconds` of `learn()` (a callback), whatever the rollout
-has collected by then is not trained on. OUT gets `policy.pt` (TorchScript: a batch of observations as the
-env gives them -> action logits, the greedy action their argmax; its extra file `peer.json` holds the observation
-shape and action count it was made for) and `run.json` (the peer's versions and
-settings, agent steps, wall and CPU seconds, and how often the exported module's argmax agreed with SB3's own
-`predict(deterministic=True)` on the observations of a short greedy rollout).
+Image observations (3 dimensions) train SB3's `CnnPolicy` (its NatureCNN, images scaled by 1/255), as the
+pistonball tutorial does; `--wrapper` takes SuperSuit wrappers written as pzasync writes them, so the tutorial's
+preprocessing (grey, resized, 3 frames stacked) can be the pzasync recipe's (64x64; the tutorial's is 84x84) and
+the evaluation env applies the same (score.py reads them from run.json). `--ppo KEY=VALUE` overrides a PPO setting.
+
+Training stops at the first vector step past `--seconds` of `learn()` (a callback); what the unfinished rollout
+has collected by then is not trained on. OUT gets `policy.pt` (TorchScript: a batch of observations as the env
+gives them -> action logits, the greedy action their argmax, or for Box actions the mean, clipped to the bounds;
+its extra file `peer.json` holds the observation shape and the action space it was made for) and `run.json` (the
+peer's versions and settings, agent steps, wall and CPU seconds, and how often the exported module's action
+agreed with SB3's own `predict(deterministic=True)` on the observations of a short greedy rollout).
 Score it in pzasync's environment with benchmarks/peers/score.py.
 """
 
@@ -64,27 +72,60 @@ class WallBudget(BaseCallback):
         return time.monotonic() - self.started < self.seconds
 
 
-class Logits(torch.nn.Module):
-    """SB3's actor path of an `ActorCriticPolicy`: observation batch -> action logits (preprocessing included)."""
+class Actor(torch.nn.Module):
+    """SB3's actor path of an `ActorCriticPolicy`: observation batch -> action logits, or the mean of a Box
+    action's Gaussian (preprocessing included).
 
-    def __init__(self, policy: Any) -> None:
+    `channels_last`: the env gives images height x width x channels, which SB3's `VecTransposeImage` turned
+    channels-first for the network; the module does the same, so it takes observations as the env gives them."""
+
+    def __init__(self, policy: Any, channels_last: bool) -> None:
         super().__init__()
         self.policy = policy
+        self.channels_last = channels_last
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        if self.channels_last:
+            obs = obs.permute(0, 3, 1, 2)
         features = self.policy.extract_features(obs, self.policy.pi_features_extractor)
         return self.policy.action_net(self.policy.mlp_extractor.forward_actor(features))
 
 
-def parallel_env(env_id: str, kwargs: dict[str, Any]) -> Any:
-    """`module.parallel_env(**kwargs)` for an id like `mpe2.simple_spread_v3` or `pettingzoo.sisl.pursuit_v5`."""
-    return importlib.import_module(env_id).parallel_env(**kwargs)
+def parse_spec(text: str) -> tuple[str, dict[str, Any]]:
+    """'resize_v1,x_size=64,y_size=64' -> ('resize_v1', {'x_size': 64, 'y_size': 64}), as pzasync writes wrappers."""
+    name, *items = text.split(",")
+    return name, {key: _literal(value) for key, _, value in (item.partition("=") for item in items)}
 
 
-def export(model: PPO, env_id: str, kwargs: dict[str, Any], seed: int, out: Path) -> dict[str, Any]:
-    """Write the greedy actor as TorchScript and check it against SB3's `predict` on a short greedy rollout."""
-    module = Logits(model.policy).eval()
-    env = parallel_env(env_id, kwargs)
+def _literal(text: str) -> Any:
+    """A Python literal, else the text itself (`mode=B`), as pzasync reads spec values."""
+    try:
+        return ast.literal_eval(text)
+    except (ValueError, SyntaxError):
+        return text
+
+
+def parallel_env(env_id: str, kwargs: dict[str, Any], wrappers: list[str]) -> Any:
+    """`module.parallel_env(**kwargs)` for an id like `mpe2.simple_spread_v3` or `pettingzoo.butterfly.pistonball_v6`,
+    with SuperSuit's `wrappers` (pzasync's wrapper specs, e.g. "color_reduction_v0,mode=B") applied in order."""
+    env = importlib.import_module(env_id).parallel_env(**kwargs)
+    for text in wrappers:
+        name, options = parse_spec(text)
+        env = getattr(ss, name)(env, **options)
+    return env
+
+
+def export(model: PPO, env_id: str, kwargs: dict[str, Any], wrappers: list[str], seed: int,
+           out: Path) -> dict[str, Any]:
+    """Write the greedy actor as TorchScript and check it against SB3's `predict` on a short greedy rollout.
+
+    Discrete actions: the module gives logits, the action their argmax. Box actions: it gives the Gaussian's
+    mean, the action that clipped to the space's bounds (SB3's `predict(deterministic=True)` does the same)."""
+    env = parallel_env(env_id, kwargs, wrappers)
+    shape = env.observation_space(env.possible_agents[0]).shape
+    channels_last = len(shape) == 3 and tuple(model.observation_space.shape) == (shape[2], shape[0], shape[1])
+    module = Actor(model.policy, channels_last).eval()
+    discrete = isinstance(model.action_space, gymnasium.spaces.Discrete)
     observations, _ = env.reset(seed=seed + 777)
     rows = []
     for _ in range(50):
@@ -93,19 +134,28 @@ def export(model: PPO, env_id: str, kwargs: dict[str, Any], seed: int, out: Path
         batch = np.stack([observations[a] for a in env.agents])
         rows.append(batch)
         actions, _ = model.predict(batch, deterministic=True)
-        observations, *_ = env.step(dict(zip(env.agents, (int(a) for a in actions))))
+        observations, *_ = env.step({a: int(x) if discrete else x for a, x in zip(env.agents, actions)})
     env.close()
     sample = torch.as_tensor(np.concatenate(rows), dtype=torch.float32)
     with torch.no_grad():
         traced = torch.jit.trace(module, sample[:4])
-    meta = {"obs_shape": list(sample.shape[1:]), "actions": int(model.action_space.n), "env": env_id,
-            "env_kwargs": kwargs, "output": "logits"}
+    meta = {"obs_shape": list(sample.shape[1:]), "env": env_id, "env_kwargs": kwargs, "wrappers": wrappers}
+    if discrete:
+        meta.update(output="logits", actions=int(model.action_space.n))
+    else:
+        meta.update(output="mean", action_shape=list(model.action_space.shape),
+                    low=model.action_space.low.tolist(), high=model.action_space.high.tolist())
     torch.jit.save(traced, str(out / "policy.pt"), _extra_files={"peer.json": json.dumps(meta)})
     loaded = torch.jit.load(str(out / "policy.pt"))
     with torch.no_grad():
-        ours = loaded(sample).argmax(dim=1).numpy()
+        output = loaded(sample).numpy()
     theirs, _ = model.predict(sample.numpy(), deterministic=True)
-    return {"observations": len(sample), "agreement": float(np.mean(ours == theirs))}
+    if discrete:
+        agree = output.argmax(axis=1) == theirs
+    else:
+        ours = np.clip(output, model.action_space.low, model.action_space.high)
+        agree = np.isclose(ours, theirs, atol=1e-5).reshape(len(ours), -1).all(axis=1)
+    return {"observations": len(sample), "agreement": float(np.mean(agree))}
 
 
 def versions() -> dict[str, str]:
@@ -123,6 +173,12 @@ def main() -> None:
     parser.add_argument("env", help="module of a PettingZoo parallel env, e.g. mpe2.simple_spread_v3")
     parser.add_argument("--env-arg", action="append", default=[], metavar="KEY=VALUE",
                         help="keyword argument of the env (value read as a Python literal)")
+    parser.add_argument("--wrapper", action="append", default=[], metavar="NAME[,KEY=VALUE...]",
+                        help="SuperSuit wrapper as pzasync writes them (repeatable, applied in order)")
+    parser.add_argument("--policy", default="auto", choices=("auto", "MlpPolicy", "CnnPolicy"),
+                        help="SB3 policy; auto: CnnPolicy for image observations (3 dimensions), else MlpPolicy")
+    parser.add_argument("--ppo", action="append", default=[], metavar="KEY=VALUE",
+                        help="PPO keyword argument over the tutorials' (value read as a Python literal)")
     parser.add_argument("--seconds", type=float, default=120.0, help="wall budget of learn()")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--copies", type=int, default=8, help="env copies (concat_vec_envs_v1), the tutorials' 8")
@@ -130,31 +186,34 @@ def main() -> None:
                         help="concat_vec_envs_v1's processes (1: every copy in this process)")
     parser.add_argument("--out", required=True, type=Path, help="folder for policy.pt and run.json")
     args = parser.parse_args()
-    kwargs = {}
-    for item in args.env_arg:
-        key, _, value = item.partition("=")
-        kwargs[key] = ast.literal_eval(value)
+    kwargs = parse_spec(",".join(["env", *args.env_arg]))[1]
+    ppo = {**TUTORIAL_PPO, **parse_spec(",".join(["ppo", *args.ppo]))[1]}
     args.out.mkdir(parents=True, exist_ok=True)
 
-    env = parallel_env(args.env, kwargs)
+    env = parallel_env(args.env, kwargs, args.wrapper)
     env.reset(seed=args.seed)
+    policy = args.policy
+    if policy == "auto":
+        policy = "CnnPolicy" if len(env.observation_space(env.possible_agents[0]).shape) == 3 else "MlpPolicy"
     agents = len(env.possible_agents)
     vec = ss.pettingzoo_env_to_vec_env_v1(env)
     vec = ss.concat_vec_envs_v1(vec, args.copies, num_cpus=args.num_cpus, base_class="stable_baselines3")
     set_random_seed(args.seed)  # PPO(seed=...) would call ConcatVecEnv.seed, which SuperSuit does not have
-    model = PPO("MlpPolicy", vec, verbose=0, device="cpu", **TUTORIAL_PPO)
+    model = PPO(policy, vec, verbose=0, device="cpu", **ppo)
     budget = WallBudget(args.seconds)
     cpu0, wall0 = time.process_time(), time.monotonic()
     model.learn(total_timesteps=10**12, callback=budget)
     wall, cpu = time.monotonic() - wall0, time.process_time() - cpu0
     vec.close()
-    check = export(model, args.env, kwargs, args.seed, args.out)
+    check = export(model, args.env, kwargs, args.wrapper, args.seed, args.out)
     report = {
         "peer": "stable-baselines3 PPO + SuperSuit, one policy shared by every agent",
-        "env": args.env, "env_kwargs": kwargs, "agents": agents, "seed": args.seed, "budget_s": args.seconds,
+        "env": args.env, "env_kwargs": kwargs, "wrappers": args.wrapper, "agents": agents, "seed": args.seed,
+        "budget_s": args.seconds,
         "versions": versions(),
-        "settings": {"policy": "MlpPolicy", "net_arch": str(model.policy.net_arch),
-                     "activation": model.policy.activation_fn.__name__, "copies": args.copies,
+        "settings": {"policy": policy, "ppo_given": ppo, "net_arch": str(model.policy.net_arch),
+                     "activation": model.policy.activation_fn.__name__,
+                     "features_extractor": type(model.policy.features_extractor).__name__, "copies": args.copies,
                      "num_cpus": args.num_cpus, "vector_slots": model.n_envs, "torch_threads": torch.get_num_threads(),
                      **{k: _plain(getattr(model, k)) for k in RECORDED}},
         "agent_steps": int(model.num_timesteps), "rollouts_trained": int(model._n_updates) // model.n_epochs,

@@ -2,10 +2,11 @@
 
 Runs in pzasync's environment (torch, numpy, pzasync; no peer library):
 
-    python benchmarks/peers/score.py /tmp/pzpeers/spread_s0 mpe2.simple_spread_v3 --env-arg N=3 \\
-        --episodes 10 --seed 9001 --json /tmp/pzpeers/spread_s0/score_final.json
+    python benchmarks/peers/score.py /tmp/pzpeers/spread_s0 --episodes 10 --seed 9001 \\
+        --json /tmp/pzpeers/spread_s0/score_final.json
 
-RUN is the peer's output folder (its policy.pt and run.json). The mode is the evaluator's for the env (team on
+RUN is the peer's output folder (its policy.pt and run.json); the env, its kwargs and its SuperSuit wrappers are
+the ones the peer trained with (run.json) unless given. The mode is the evaluator's for the env (team on
 simple_spread: every seat the peer's policy, the team return), greedy, over 8 env copies; with `--baselines`
 the same units played by random players beside it. `pzasync suite` scores its runs' last point with
 `--eval-episodes` (10) episodes on seed `seed + 9001` and its baselines with 50 episodes on seed 10007: give the
@@ -28,26 +29,32 @@ import pzasync
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("run", type=Path, help="the peer's output folder (policy.pt, run.json)")
-    parser.add_argument("env", help="env id, as pzasync takes it")
-    parser.add_argument("--env-arg", action="append", default=[], metavar="KEY=VALUE")
+    parser.add_argument("env", nargs="?", default=None, help="env id, as pzasync takes it (default: run.json's)")
+    parser.add_argument("--env-arg", action="append", default=None, metavar="KEY=VALUE",
+                        help="env keyword argument (default: run.json's env_kwargs)")
+    parser.add_argument("--wrapper", action="append", default=None, metavar="NAME[,KEY=VALUE...]",
+                        help="env wrapper (default: run.json's wrappers)")
     parser.add_argument("--episodes", type=int, default=50)
     parser.add_argument("--seed", type=int, default=10_007)
     parser.add_argument("--scoring", choices=("seats", "team", "sides"), default=None)
     parser.add_argument("--baselines", action="store_true", help="also score random players in the same units")
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args()
-    kwargs = {k: ast.literal_eval(v) for k, _, v in (item.partition("=") for item in args.env_arg)}
-    spec = pzasync.EnvSpec.of(args.env, **kwargs)
+    trained = json.loads((args.run / "run.json").read_text())
+    kwargs = trained.get("env_kwargs", {}) if args.env_arg is None else \
+        {k: ast.literal_eval(v) for k, _, v in (item.partition("=") for item in args.env_arg)}
+    wrappers = tuple(trained.get("wrappers", ()) if args.wrapper is None else args.wrapper)
+    spec = pzasync.EnvSpec.of(args.env or trained["env"], wrappers=wrappers, **kwargs)
     report = pzasync.evaluate(peer_policies(args.run / "policy.pt", spec), env=spec, vs="random",
                               episodes=args.episodes, seed=args.seed, scoring=args.scoring,
                               baselines=args.baselines)
+    print(f"env: {spec.name} {kwargs} wrappers {list(wrappers)}")
     print(f"scoring: {report.scoring} ({report.scoring_reason}); {args.episodes} episodes, seed {args.seed}")
     for r in report.results:
         print(f"{r.policy:>8} {r.agent:>10} vs {r.opponent}: mean return {r.mean:.2f} ± {r.mean_ci95:.2f}")
     if args.json is not None:
         document = report.to_json()
-        peer = args.run / "run.json"
-        document["peer"] = json.loads(peer.read_text()) if peer.exists() else None
+        document["peer"] = trained
         args.json.write_text(json.dumps(document, indent=2))
 
 
