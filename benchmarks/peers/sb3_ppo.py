@@ -4,8 +4,8 @@ PettingZoo's Stable-Baselines3 tutorials' path: the env's parallel API, reset wi
 vector env by SuperSuit (`pettingzoo_env_to_vec_env_v1`: one vector slot per agent; `concat_vec_envs_v1`: K
 copies side by side), and trained by SB3's `PPO` with its `MlpPolicy` (pi and vf 64-64 tanh; `CnnPolicy` for
 images), the tutorials' `learning_rate=1e-3, batch_size=256` and SB3's defaults otherwise. Every agent's
-observation goes through the same network, so its parameters are shared by all agents. One vector slot step is one agent step, so SB3's
-`num_timesteps` counts agent steps.
+observation goes through the same network, so its parameters are shared by all agents. One vector slot step is
+one agent step, so SB3's `num_timesteps` counts agent steps.
 
 Runs in its own virtualenv (benchmarks/peers/setup_sb3.sh) and imports nothing from pzasync:
 
