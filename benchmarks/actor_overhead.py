@@ -2,6 +2,7 @@
 
     taskset -c 1 python benchmarks/actor_overhead.py [--copies 1,8,16] [--workers 0] [--steps 20000]
     taskset -c 1 python benchmarks/actor_overhead.py --copies 1 --profile      # cProfile of the actor's run
+    PROFILE_FILTER=pzasync PROFILE_LINES=40 taskset -c 1 python benchmarks/actor_overhead.py --profile   # its rows
     py-spy record --format raw -o stacks.txt -- python benchmarks/actor_overhead.py --copies 1 --only-run
     python benchmarks/spy_categories.py stacks.txt --us-per-step 300           # own work by function
 
