@@ -257,5 +257,33 @@ def test_overlap_is_the_better_limit_over_the_async_wall():
     actor_bound = headline(rates(async_idle=1000.0, sequential=900.0, async_double_buffer=800.0))
     assert actor_bound["async_limit"] == {"double_buffer": "actor"}
     assert actor_bound["async_overlap"]["double_buffer"] == pytest.approx(0.8)
+    assert h["async_learner_alone_from"] == {"double_buffer": "sequential less actor",
+                                             "snapshot": "sequential less actor"}
     assert headline(rates(sequential=400.0, async_double_buffer=500.0))["async_overlap"] == {}, \
         "without the idle actor's figure there is no limit to compare with"
+
+
+def test_overlap_takes_the_learner_alone_from_the_learner_process_cpu_time():
+    """The async run's learner process spent 1.8 ms of CPU per agent step (start-up excluded): that is the
+    learner alone, whatever sequential's wall says (here an overstated 2.5 ms). At 500 steps/s (2 ms a
+    step) the run is 0.9 of its learner-bound limit. Trials whose learners ran in the runner's process report
+    no learner CPU and fall back to the sequential estimate."""
+    from pzasync.bench.harness import headline, learner_cpu_per_agent_step, summarize_trials
+
+    def trial(config, rate, learner_cpu=None):
+        processes = [{"name": "runner (actor)", "cpu_seconds": 5.0, "peak_rss_mb": 1.0}]
+        if learner_cpu is not None:
+            processes.append({"name": "learner player_0", "cpu_seconds": learner_cpu, "peak_rss_mb": 1.0})
+            processes.append({"name": "learner player_1", "cpu_seconds": learner_cpu / 2, "peak_rss_mb": 1.0})
+        return {"config": config, "agent_steps": 1000, "agent_steps_per_s": rate, "acting_seconds": 1000 / rate,
+                "startup_seconds": 1.0, "updates_per_s": {}, "updates_per_agent_step": {}, "policy_lag_mean": {},
+                "policy_lag_p95": {}, "processes": processes, "shm_bytes": 0}
+
+    trials = [trial("async_idle", 1000.0, 0.1), trial("sequential", 400.0),
+              trial("async_double_buffer", 500.0, 1.8)]
+    assert learner_cpu_per_agent_step(trials[2]) == pytest.approx(0.0018), "the busiest learner process"
+    assert learner_cpu_per_agent_step(trials[1]) is None
+    h = headline(summarize_trials(trials))
+    assert h["async_overlap"]["double_buffer"] == pytest.approx(0.9)
+    assert h["async_limit"]["double_buffer"] == "learner"
+    assert h["async_learner_alone_from"]["double_buffer"] == "learner CPU"

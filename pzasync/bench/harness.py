@@ -167,6 +167,13 @@ def _median_or_inf(values: list[float | None]) -> float | None:
     return None if math.isinf(median) else median
 
 
+def learner_cpu_per_agent_step(trial: dict) -> float | None:
+    """CPU seconds per agent step of a trial's busiest learner process (start-up excluded), or None where no
+    learner ran in a process of its own (the sequential runner, the bare loops)."""
+    learners = [p["cpu_seconds"] for p in trial.get("processes", []) if p["name"].startswith("learner")]
+    return max(learners) / trial["agent_steps"] if learners and trial.get("agent_steps") else None
+
+
 def summarize_trials(trials: list[dict]) -> dict[str, dict]:
     """Per configuration: medians and spreads over seeds of every figure a trial reports."""
     out: dict[str, dict] = {}
@@ -188,6 +195,7 @@ def summarize_trials(trials: list[dict]) -> dict[str, dict]:
             "policy_lag_p95": {a: summarize([t["policy_lag_p95"][a] for t in rows]) for a in agents},
             "peak_rss_mb": summarize([sum(p["peak_rss_mb"] for p in t["processes"]) for t in rows]),
             "shm_bytes": summarize([t["shm_bytes"] for t in rows]),
+            "learner_cpu_per_agent_step": summarize([learner_cpu_per_agent_step(t) for t in rows]),
         }
         reached = [t.get("target_reached") for t in rows if "target_reached" in t]
         if reached:
@@ -210,9 +218,11 @@ def headline(summary: dict[str, dict]) -> dict[str, Any]:
     - `async_over_sequential_time_to_target[mode]`: median time to the target score, async / sequential.
     - `async_overlap[mode]`: how close the async run came to the better of its two limits, on the same agent
       steps: max(actor alone, learner alone) / async wall, where the actor alone is `async_idle`'s wall and
-      the learner alone is sequential's wall less that (the same updates, interleaved with the same acting).
-      1 is perfect overlap; a low figure is a runtime that overlaps badly, while a learner-bound run
-      (`async_limit[mode]` = "learner") can be slow yet overlap well.
+      the learner alone is the CPU time the async run's learner processes spent (the slowest one's: its
+      updates and publishing, start-up excluded, `learner_cpu_per_agent_step`). Where no learner process
+      reported it, the learner alone is estimated as sequential's wall less the actor alone
+      (`async_learner_alone_from[mode]` says which). 1 is perfect overlap; a low figure is a runtime that
+      overlaps badly, while a learner-bound run (`async_limit[mode]` = "learner") can be slow yet overlap well.
     - `async_free_updates_per_agent_step`: the replay ratio free running reached (a different algorithm).
     - `vector[config@N(wW)]`: a configuration at N env copies per actor (and W env workers) against the
       single-env references: `over_bare_policy`, `over_bare_random`, and `over_one_env` (the same
@@ -228,7 +238,7 @@ def headline(summary: dict[str, dict]) -> dict[str, Any]:
         "actor_over_bare_policy": ratio(rate("async_idle"), rate("bare_policy")),
         "bare_policy_over_bare_random": ratio(rate("bare_policy"), rate("bare_random")),
         "async_over_sequential_wall": {}, "async_over_sequential_time_to_target": {},
-        "async_overlap": {}, "async_limit": {},
+        "async_overlap": {}, "async_limit": {}, "async_learner_alone_from": {},
     }
     actor_alone = ratio(1.0, rate("async_idle"))  # seconds per agent step
     sequential = ratio(1.0, rate("sequential"))
@@ -237,10 +247,14 @@ def headline(summary: dict[str, dict]) -> dict[str, Any]:
         if config in summary:
             mode = config.removeprefix("async_")
             out["async_over_sequential_wall"][mode] = ratio(rate("sequential"), rate(config))
-            if actor_alone is not None and sequential is not None and rate(config):
-                learner_alone = max(0.0, sequential - actor_alone)
+            learner_cpu = summary[config].get("learner_cpu_per_agent_step", {}).get("median")
+            learner_alone, source = ((learner_cpu, "learner CPU") if learner_cpu is not None else
+                                     (None, None) if actor_alone is None or sequential is None else
+                                     (max(0.0, sequential - actor_alone), "sequential less actor"))
+            if actor_alone is not None and learner_alone is not None and rate(config):
                 out["async_overlap"][mode] = max(actor_alone, learner_alone) * rate(config)
                 out["async_limit"][mode] = "learner" if learner_alone > actor_alone else "actor"
+                out["async_learner_alone_from"][mode] = source
             ttt = summary[config].get("time_to_target", {}).get("median_seconds_unreached_as_inf")
             if "time_to_target" in summary[config] and "time_to_target" in summary.get("sequential", {}):
                 out["async_over_sequential_time_to_target"][mode] = ratio(ttt, seq_ttt)
