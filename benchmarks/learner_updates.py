@@ -2,7 +2,7 @@
 process runs them (`LearnerDriver.try_update`, without its publishing and bookkeeping).
 
     taskset -c 1 python benchmarks/learner_updates.py [--learner SPEC] [--updates 1000] [--repeats 7]
-    taskset -c 1 python benchmarks/learner_updates.py --profile cprofile|torch|parts
+    taskset -c 1 python benchmarks/learner_updates.py --profile cprofile|torch|parts|flops
     taskset -c 1 python benchmarks/learner_updates.py --paired /path/to/checkout_a /path/to/checkout_b
     taskset -c 1 python benchmarks/learner_updates.py --paired OLD NEW --learner dqn --learner-b SPEC
 
@@ -14,7 +14,11 @@ prints updates/s, by the wall clock and by the process's CPU time (the second is
 core is shared with other work); the summary line gives the medians (and the wall clock's min-max) over
 `--repeats` repetitions, and, on the side, the median time of `sample` and of `update` alone. Prints JSON
 lines. `--profile parts` gives the CPU time per update of each part (sample; with DQN's update by hand the
-online and target forwards, the backward, the Adam step and the rest of the update).
+online and target forwards, the backward, the Adam step and the rest of the update). `--profile flops` gives
+the floating-point work of an update's matrix products (every `mm`/`addmm`/`linear`/convolution torch runs,
+recorded with their shapes, autograd's backward included), the CPU time those products take replayed alone
+with the same shapes, and the core's own rate on one large product: what an update would cost if nothing but
+its matrix products took time, the ceiling of any speed-up that keeps the network and the batch.
 
 `--paired A B` compares two checkouts of pzasync on a machine shared with other work, where back-to-back runs
 drift with the load: it starts one worker process per checkout (each importing pzasync from its own
@@ -112,7 +116,9 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument("--fill", type=int, default=50_000, help="transitions in the buffer")
     parser.add_argument("--threads", type=int, default=1)
-    parser.add_argument("--profile", choices=("cprofile", "torch", "parts"), default=None)
+    parser.add_argument("--autograd", action="store_true",
+                        help="DQN's update through autograd even where its update by hand applies (manual = None)")
+    parser.add_argument("--profile", choices=("cprofile", "torch", "parts", "flops"), default=None)
     parser.add_argument("--paired", nargs=2, metavar=("CHECKOUT_A", "CHECKOUT_B"), default=None)
     parser.add_argument("--rounds", type=int, default=10, help="with --paired")
     parser.add_argument("--learner-b", default=None, help="with --paired: checkout B's learner (default --learner)")
@@ -125,6 +131,8 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     layout, buffer = filled_buffer(args.fill)
     learner = make_learner(args.learner, layout)
+    if args.autograd:
+        learner.manual = None
     rng = np.random.default_rng(1)
     try:
         for _ in range(args.warmup):
@@ -270,7 +278,80 @@ def profile_parts(learner, buffer, rng, updates: int) -> None:
                       "pzasync": __import__("pzasync").__file__}), flush=True)
 
 
+def matmul_shapes(learner, buffer, rng, updates: int) -> list[tuple[int, int, int]]:
+    """(m, k, n) of every matrix product `updates` sample + update calls run, in order (a convolution as its
+    im2col product)."""
+    import torch
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    shapes: list[tuple[int, int, int]] = []
+    aten = torch.ops.aten
+
+    class Record(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            packet = func.overloadpacket
+            if packet in (aten.mm, aten.addmm):
+                a, b = (args[0], args[1]) if packet is aten.mm else (args[1], args[2])
+                shapes.append((int(a.shape[0]), int(a.shape[1]), int(b.shape[1])))
+            elif packet is aten.convolution:
+                x, w = args[0], args[1]
+                out = func(*args, **(kwargs or {}))
+                places = int(out.shape[0]) * int(out[0, 0].numel())
+                shapes.append((places, int(w[0].numel()), int(w.shape[0])))
+                return out
+            return func(*args, **(kwargs or {}))
+
+    with Record():
+        for _ in range(updates):
+            learner.update(learner.sample(buffer, rng))
+    return shapes
+
+
+def profile_flops(learner, buffer, rng, updates: int) -> None:
+    """The update's matrix products: their work, their CPU time replayed alone, and the core's rate."""
+    import torch
+
+    shapes = matmul_shapes(learner, buffer, rng, 5)
+    per_update = len(shapes) // 5
+    shapes = shapes[:per_update]
+    flops = sum(2 * m * k * n for m, k, n in shapes)
+    operands = [(torch.randn(m, k), torch.randn(k, n), torch.empty(m, n)) for m, k, n in shapes]
+
+    def replay() -> None:
+        for a, b, out in operands:
+            torch.mm(a, b, out=out)
+
+    def cpu_seconds(f, repeats: int) -> float:
+        for _ in range(max(1, repeats // 10)):
+            f()
+        start = time.process_time()
+        for _ in range(repeats):
+            f()
+        return (time.process_time() - start) / repeats
+
+    products_s = min(cpu_seconds(replay, updates) for _ in range(3))
+    big = torch.randn(1024, 1024), torch.randn(1024, 1024), torch.empty(1024, 1024)
+    peak_s = min(cpu_seconds(lambda: torch.mm(big[0], big[1], out=big[2]), 20) for _ in range(3))
+    start = time.process_time()
+    for _ in range(updates):
+        learner.update(learner.sample(buffer, rng))
+    update_s = (time.process_time() - start) / updates
+    print(json.dumps({
+        "matrix_products_per_update": per_update,
+        "mflop_per_update": round(flops / 1e6, 2),
+        "ms_per_update_cpu": round(update_s * 1e3, 3),
+        "ms_matrix_products_alone_cpu": round(products_s * 1e3, 3),
+        "gflops_of_products_alone": round(flops / products_s / 1e9, 1),
+        "gflops_core_1024_sgemm": round(2 * 1024 ** 3 / peak_s / 1e9, 1),
+        "updates_per_cpu_s": round(1 / update_s, 1),
+        "ceiling_updates_per_cpu_s_products_only": round(1 / products_s, 1),
+        "pzasync": __import__("pzasync").__file__}), flush=True)
+
+
 def profile(kind: str, learner, buffer, rng, updates: int) -> None:
+    if kind == "flops":
+        profile_flops(learner, buffer, rng, updates)
+        return
     if kind == "parts":
         profile_parts(learner, buffer, rng, updates)
         return
