@@ -1,9 +1,9 @@
 """A peer's exported policy as a pzasync player: one TorchScript module acting greedily for every agent.
 
-The peers (benchmarks/peers/sb3_ppo.py) export their trained actor as TorchScript: a batch of observations, as
-the env gives them, -> action logits, with an extra file `peer.json` naming the observation shape and action
-count it was made for. Here it becomes a `pzasync.Policy`, so pzasync's evaluator scores the peer exactly as it
-scores pzasync's own trained policies (greedy, batched over env copies, the same seeds and scoring mode):
+The peers (benchmarks/peers/sb3_ppo.py, agilerl_train.py) export their trained actor as TorchScript: a batch of
+observations, as the env gives them, -> action logits, with an extra file `peer.json` naming the observation shape
+and action count it was made for. Here it becomes a `pzasync.Policy`, so pzasync's evaluator scores the peer exactly
+as it scores pzasync's own trained policies (greedy, batched over env copies, the same seeds and scoring mode):
 
     policies = peer_policies("policy.pt", "mpe2.simple_spread_v3")   # agent -> (one shared policy, layout)
     report = pzasync.evaluate(policies, env="mpe2.simple_spread_v3", episodes=50, seed=10_007)

@@ -32,7 +32,6 @@ Score it in pzasync's environment with benchmarks/peers/score.py.
 from __future__ import annotations
 
 import argparse
-import ast
 import importlib
 import json
 import platform
@@ -49,6 +48,8 @@ import torch
 from stable_baselines3 import PPO
 from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.utils import set_random_seed
+
+from specs import parse_spec
 
 #: PettingZoo's SB3 tutorials' PPO settings (the rest are SB3's defaults, recorded in run.json).
 TUTORIAL_PPO = {"learning_rate": 1e-3, "batch_size": 256}
@@ -89,20 +90,6 @@ class Actor(torch.nn.Module):
             obs = obs.permute(0, 3, 1, 2)
         features = self.policy.extract_features(obs, self.policy.pi_features_extractor)
         return self.policy.action_net(self.policy.mlp_extractor.forward_actor(features))
-
-
-def parse_spec(text: str) -> tuple[str, dict[str, Any]]:
-    """'resize_v1,x_size=64,y_size=64' -> ('resize_v1', {'x_size': 64, 'y_size': 64}), as pzasync writes wrappers."""
-    name, *items = text.split(",")
-    return name, {key: _literal(value) for key, _, value in (item.partition("=") for item in items)}
-
-
-def _literal(text: str) -> Any:
-    """A Python literal, else the text itself (`mode=B`), as pzasync reads spec values."""
-    try:
-        return ast.literal_eval(text)
-    except (ValueError, SyntaxError):
-        return text
 
 
 def parallel_env(env_id: str, kwargs: dict[str, Any], wrappers: list[str]) -> Any:
