@@ -124,3 +124,30 @@ def test_a_box_action_is_the_modules_mean_clipped_to_the_bounds_and_its_shape_is
                    high=[1.0] * 3)
     with pytest.raises(ConfigError, match="agent 'agent_0': action space Box"):
         player.peer_policies(wrong, continuous)
+
+
+def test_side_by_side_scores_each_peer_seed_from_its_score_files_and_averages_over_seeds(tmp_path):
+    """benchmarks/peers/side_by_side.py reads a peer's run folders (run.json, score10.json, score50.json) and gives
+    the trained policy's score per seed (random rows ignored) and the mean with a 95% t interval over seeds."""
+    spec = importlib.util.spec_from_file_location("peer_side_by_side", PLAYER.parent / "side_by_side.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+
+    def report(trained: float) -> dict:
+        return {"env": SPREAD, "results": [{"policy": "trained", "mean_return": trained, "win_rate": 0.0},
+                                           {"policy": "random", "mean_return": -80.0, "win_rate": 0.0}]}
+
+    for seed, (at_budget, fifty) in enumerate([(-60.0, -62.0), (-50.0, -52.0), (-70.0, -66.0)]):
+        folder = tmp_path / f"peer_s{seed}"
+        folder.mkdir()
+        (folder / "run.json").write_text(json.dumps({"seed": seed, "agent_steps": 1000 * (seed + 1), "wall_s": 600.5}))
+        (folder / "score10.json").write_text(json.dumps(report(at_budget)))
+        (folder / "score50.json").write_text(json.dumps(report(fifty)))
+    side = module.summarize(module.peer_side("peer", str(tmp_path / "peer_s*"), "mean_return"))
+    assert [r["at_budget"] for r in side["runs"]] == [-60.0, -50.0, -70.0]
+    assert side["at_budget"]["mean"] == pytest.approx(-60.0)
+    low, high = side["at_budget"]["ci95"]
+    assert low == pytest.approx(-60.0 - 4.30 * 10.0 / 3 ** 0.5, abs=0.01) and high > -60.0  # t(2 df) = 4.30
+    assert side["episodes_50"]["mean"] == pytest.approx(-60.0)
+    with pytest.raises(SystemExit, match="no run folder"):
+        module.peer_side("peer", str(tmp_path / "nothing_*"), "mean_return")
