@@ -48,19 +48,19 @@ def pzasync_side(entry: dict[str, Any], episodes: int, seed: int) -> dict[str, A
     for run in entry["runs"]:
         rescored = pzasync.evaluate(run["run_dir"], episodes=episodes, seed=seed).to_json()
         runs.append({"seed": run["seed"], "at_budget": run["final"], "episodes_50": trained_score(rescored, entry["metric"]),
-                     "agent_steps": run["agent_steps"], "wall_s": run["wall_seconds"], "run_dir": run["run_dir"]})
+                     "agent_steps": run["agent_steps"], "wall_s": run["wall_seconds"], "run_dir": Path(run["run_dir"]).name})
     return {"name": f"pzasync ({entry['recipe']['learner']})", "runs": runs}
 
 
 def peer_side(name: str, pattern: str, metric: str) -> dict[str, Any]:
     """A peer's runs (folders matching `pattern`): their score10.json and score50.json, and run.json's figures."""
     runs = []
-    for folder in sorted(Path(p) for p in glob.glob(pattern)):
+    for folder in sorted(Path(p) for p in glob.glob(pattern) if Path(p).is_dir()):
         trained = json.loads((folder / "run.json").read_text())
         runs.append({"seed": trained["seed"],
                      "at_budget": trained_score(json.loads((folder / "score10.json").read_text()), metric),
                      "episodes_50": trained_score(json.loads((folder / "score50.json").read_text()), metric),
-                     "agent_steps": trained["agent_steps"], "wall_s": trained["wall_s"], "run_dir": str(folder),
+                     "agent_steps": trained["agent_steps"], "wall_s": trained["wall_s"], "run_dir": folder.name,
                      "peer": {k: trained.get(k) for k in ("peer", "versions", "settings", "budget_s")}})
     if not runs:
         raise SystemExit(f"--peer {name}: no run folder matches {pattern!r}")
@@ -83,7 +83,7 @@ def plot(entry: dict[str, Any], sides: list[dict[str, Any]], path: Path) -> None
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(9, 4.8))
+    fig, ax = plt.subplots(figsize=(12, 4.8))
     for i, run in enumerate(entry["runs"]):
         ax.plot([p["wall_s"] for p in run["curve"]], [p["score"] for p in run["curve"]], "-", color="C0",
                 alpha=0.35 + 0.2 * i, linewidth=1, label=f"{sides[0]['name']}, seeds" if i == 0 else None)
@@ -107,7 +107,7 @@ def plot(entry: dict[str, Any], sides: list[dict[str, Any]], path: Path) -> None
     ax.set_ylabel(score_label(entry))
     ax.set_title(f"{entry['short']}: the same wall budget, scored alike", fontsize="medium")
     ax.grid(alpha=0.3)
-    ax.legend(loc="lower right", fontsize="small")
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize="small")
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)
