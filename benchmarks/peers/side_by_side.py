@@ -47,8 +47,9 @@ def pzasync_side(entry: dict[str, Any], episodes: int, seed: int) -> dict[str, A
     runs = []
     for run in entry["runs"]:
         rescored = pzasync.evaluate(run["run_dir"], episodes=episodes, seed=seed).to_json()
-        runs.append({"seed": run["seed"], "at_budget": run["final"], "episodes_50": trained_score(rescored, entry["metric"]),
-                     "agent_steps": run["agent_steps"], "wall_s": run["wall_seconds"], "run_dir": Path(run["run_dir"]).name})
+        runs.append({"seed": run["seed"], "at_budget": run["final"],
+                     "episodes_50": trained_score(rescored, entry["metric"]), "agent_steps": run["agent_steps"],
+                     "wall_s": run["wall_seconds"], "run_dir": Path(run["run_dir"]).name})
     return {"name": f"pzasync ({entry['recipe']['learner']})", "runs": runs}
 
 
@@ -74,6 +75,12 @@ def summarize(side: dict[str, Any]) -> dict[str, Any]:
     side["episodes_50"] = over_seeds([r["episodes_50"] for r in runs])
     side["agent_steps"] = over_seeds([float(r["agent_steps"]) for r in runs])
     return side
+
+
+def interval_text(column: dict[str, Any]) -> str:
+    """"-58.3 [-63.7, -53.0]": a column's mean over seeds and its 95% interval (none for one seed)."""
+    ci = column["ci95"]
+    return f"{column['mean']:.1f}" + ("" if ci is None else f" [{ci[0]:.1f}, {ci[1]:.1f}]")
 
 
 def plot(entry: dict[str, Any], sides: list[dict[str, Any]], path: Path) -> None:
@@ -140,11 +147,9 @@ def main() -> None:
     args.out.with_suffix(".json").write_text(json.dumps(table, indent=1))
     plot(entry, sides, args.out.with_suffix(".png"))
     for side in sides:
-        def fmt(column: dict[str, Any]) -> str:
-            ci = column["ci95"]
-            return f"{column['mean']:.1f}" + ("" if ci is None else f" [{ci[0]:.1f}, {ci[1]:.1f}]")
-        print(f"{side['name']:<28} at the budget {fmt(side['at_budget']):<24} 50 episodes {fmt(side['episodes_50']):<24}"
-              f" agent steps {side['agent_steps']['mean']:,.0f}  seeds {[r['seed'] for r in side['runs']]}")
+        print(f"{side['name']:<28} at the budget {interval_text(side['at_budget']):<24} "
+              f"50 episodes {interval_text(side['episodes_50']):<24} agent steps {side['agent_steps']['mean']:,.0f}  "
+              f"seeds {[r['seed'] for r in side['runs']]}")
 
 
 if __name__ == "__main__":

@@ -248,9 +248,12 @@ def headline(summary: dict[str, dict]) -> dict[str, Any]:
             mode = config.removeprefix("async_")
             out["async_over_sequential_wall"][mode] = ratio(rate("sequential"), rate(config))
             learner_cpu = summary[config].get("learner_cpu_per_agent_step", {}).get("median")
-            learner_alone, source = ((learner_cpu, "learner CPU") if learner_cpu is not None else
-                                     (None, None) if actor_alone is None or sequential is None else
-                                     (max(0.0, sequential - actor_alone), "sequential less actor"))
+            if learner_cpu is not None:
+                learner_alone, source = learner_cpu, "learner CPU"
+            elif actor_alone is not None and sequential is not None:
+                learner_alone, source = max(0.0, sequential - actor_alone), "sequential less actor"
+            else:
+                learner_alone, source = None, None
             if actor_alone is not None and learner_alone is not None and rate(config):
                 out["async_overlap"][mode] = max(actor_alone, learner_alone) * rate(config)
                 out["async_limit"][mode] = "learner" if learner_alone > actor_alone else "actor"

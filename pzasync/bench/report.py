@@ -105,7 +105,8 @@ def headline_lines(report: dict[str, Any]) -> list[str]:
             limit = h.get("async_limit", {}).get(mode, "?")
             source = h.get("async_learner_alone_from", {}).get(mode, "?")
             lines.append(f"async ({mode}) overlap: {value:.2f} of the better of its two limits "
-                         f"(max(actor alone, learner alone) / async wall; learner alone from {source}; {limit}-bound)")
+                         f"(max(actor alone, learner alone) / async wall; learner alone from {source}; "
+                         f"{limit}-bound)")
     for mode, value in h.get("async_over_sequential_time_to_target", {}).items():
         lines.append(f"async ({mode}) / sequential, median time to target: "
                      + (f"{value:.2f}x" if value is not None else "n/a (a median seed did not reach it)"))
