@@ -29,14 +29,13 @@ from pathlib import Path
 from typing import Any
 
 import pzasync
-from pzasync.bench.suite import over_seeds, score_label
+from pzasync.bench.suite import over_seeds, score_label, seat_score
 
 
 def trained_score(document: dict[str, Any], metric: str) -> float:
     """The trained policy's score in an evaluation report (`pzasync.evaluate`'s JSON): its win rate or mean
     return, averaged over the scored units (one, the team, on a cooperative env)."""
-    key = "win_rate" if metric == "win_rate" else "mean_return"
-    rows = [r[key] for r in document["results"] if r["policy"] == "trained"]
+    rows = [seat_score(r, metric) for r in document["results"] if r["policy"] == "trained"]
     if not rows:
         raise ValueError(f"no trained policy's result in the report of {document.get('env')!r}")
     return sum(rows) / len(rows)
