@@ -332,12 +332,13 @@ def test_an_actor_process_that_dies_is_reported_and_nothing_leaks():
 
 
 @pytest.mark.timeout(120)
-def test_an_orphaned_actor_process_removes_the_runs_shared_memory_and_its_env_workers():
-    """An actor process whose runner died (here: a parent pid that is not its parent) stops, removes the run's
-    segments the runner can no longer remove, and stops its env workers, whose observation slots go too."""
+def test_an_orphaned_actor_process_removes_the_runs_shared_memory_and_its_env_workers(monkeypatch):
+    """An actor process whose runner died (here: this process, its runner, reads as gone) stops, removes the
+    run's segments the runner can no longer remove, and stops its env workers, whose observation slots go too."""
     import multiprocessing as mp
     import threading
 
+    from pzasync.runtime import actor_pool
     from pzasync.runtime.actor_pool import ActorSetup, actor_process_main
     from pzasync.runtime.plan import RunPlan
 
@@ -350,6 +351,7 @@ def test_an_orphaned_actor_process_removes_the_runs_shared_memory_and_its_env_wo
     try:
         assert [s for s in list_segments() if s[1] == plan.run_id]
         receiver, sender = mp.Pipe(duplex=False)
+        monkeypatch.setattr(actor_pool, "runner_is_gone", lambda pid: pid == os.getpid())
         failures = []
 
         def body():

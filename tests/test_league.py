@@ -235,9 +235,9 @@ def test_only_the_trainee_seat_is_recorded_and_every_episode_says_whom_it_played
 @pytest.mark.timeout(120)
 def test_the_evaluator_scores_published_policies_while_training(tmp_path):
     config = RunConfig(seed=1, out_dir=str(tmp_path), eval_vs="random", eval_every_s=0.5, eval_episodes=20)
-    # 10 s: on a loaded 2-core machine the evaluator's first row came 3.3-5.8 s into the run (its process
-    # starts and imports torch first), so a 6 s run sometimes ended before one.
-    result = AsyncRunner(TTT, {"player_1": SMALL_DQN, "player_2": "random"}, config).run(seconds=10)
+    # 6 s: spawned, the evaluator's first row came 3.3-5.8 s into the run on a loaded 2-core machine (its process
+    # imported torch first); forked from the fork server (runtime/processes.py) it starts in tens of milliseconds.
+    result = AsyncRunner(TTT, {"player_1": SMALL_DQN, "player_2": "random"}, config).run(seconds=6)
     rows = result.evaluations
     assert len(rows) >= 1 and {r["agent"] for r in rows} == {"player_1"}
     assert all(r["opponent"] == "random" and r["episodes"] == 20 for r in rows)

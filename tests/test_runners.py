@@ -73,13 +73,13 @@ def test_actor_keeps_stepping_while_a_learner_sleeps(tmp_path):
     """Invariant 5 (docs/reliability.md): a learner stuck in update() for seconds does not slow the actor down.
     Each learner in its own host process: learners that share a host take turns, so a stuck one holds up its
     host-mates (docs/running.md, Learner hosts)."""
-    sleep_s = 6.0
+    sleep_s = 4.0
     learners = {"player_0": ("custom_learners:RecordingLearner", {"sleep_s": sleep_s}),
                 "player_1": ("custom_learners:RecordingLearner", {})}
     # process_timeout_s is both the start-up barrier (two learner processes importing torch: over 5 s on a slow,
     # loaded 2-core machine) and how long the stop waits for the sleeping learner before terminating it; so the
     # claim is checked on acting time, which excludes both. The 3000 steps took 0.2-0.5 s of acting on a loaded
-    # 2-core machine (2026-11-25), so one 6 s sleep outlasts them many times over; the stop then waits out the
+    # 2-core machine (2026-11-25), so one 4 s sleep outlasts them many times over; the stop then waits out the
     # rest of that sleep (a 30 s sleep made it wait the whole process_timeout_s).
     config = RunConfig(seed=0, process_timeout_s=15, learner_processes=2)
     result = AsyncRunner(C4, learners, config).run(agent_steps=3000)
@@ -97,9 +97,9 @@ def test_crashed_learner_is_reported_restarted_and_the_actor_carries_on(runner, 
                 "player_1": ("custom_learners:RecordingLearner", {})}
     # 10 s on Ray: restarting a learner there (a new actor) takes seconds on 2 cores. With 6 s the Ray variant
     # ended at 3 updates, below the bar, in about half its runs (2026-11-25: 6 of 14); with 10 s, 8 of 8 held.
-    # 6 s otherwise: the async runner's restarted learner made about 1800 updates in 6 s on a loaded 2-core
+    # 4 s otherwise: the async runner's restarted learner made about 1800 updates in 6 s on a loaded 2-core
     # machine (2026-11-25), with 35,000 agent steps, where the test asks for 20 and 5,000.
-    seconds = 10 if runner is RayAsyncRunner else 6
+    seconds = 10 if runner is RayAsyncRunner else 4
     result = runner(C4, learners, RunConfig(seed=0, restart_backoff_s=0.05)).run(seconds=seconds)
     err = capfd.readouterr().err
     assert result.stopped_because == "time budget reached" and result.agent_steps > 5_000
@@ -161,11 +161,12 @@ def test_a_hung_learner_is_killed_and_restarted(tmp_path, capfd):
     marker = str(tmp_path / "hung-once")
     learners = {"player_0": ("custom_learners:RecordingLearner", {"sleep_s": 60.0, "once_file": marker}),
                 "player_1": "random"}
-    # A 2 s heartbeat and a 12 s run. A restarted learner is held to process_timeout_s, not to the heartbeat,
-    # until its new process runs (runtime/hosts.py), so its torch import (over 2 s on a slow, loaded 2-core
-    # machine) does not get it killed again; a 7 s run left it no time to train on there (2026-11-25).
+    # A 2 s heartbeat and a 9 s run. A restarted learner is held to process_timeout_s, not to the heartbeat,
+    # until its new process runs (runtime/hosts.py), so a slow start (a spawned one imports torch, over 2 s on a
+    # slow, loaded 2-core machine) does not get it killed again; spawned, a 7 s run left it no time to train on
+    # there (2026-11-25). Forked from the fork server (runtime/processes.py) it starts in tens of milliseconds.
     config = RunConfig(seed=0, heartbeat_timeout_s=2.0, restart_backoff_s=0.05)
-    result = AsyncRunner(C4, learners, config).run(seconds=12)
+    result = AsyncRunner(C4, learners, config).run(seconds=9)
     hung = result.agents["player_0"]
     assert hung.restarts == 1 and "no heartbeat" in hung.error
     assert hung.updates > 5, "the restarted learner trains on"

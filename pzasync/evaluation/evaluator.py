@@ -27,6 +27,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from pzasync.errors import report_unclean_exit
+from pzasync.runtime.processes import process_context, runner_is_gone
 from pzasync.runtime.stop_signals import ignore_stop_signals, shielded
 from pzasync.logs import logger
 from pzasync.evaluation.evaluate import load_run_policies, score_units
@@ -138,16 +139,14 @@ def evaluator_main(setup: EvaluatorSetup, rows: Any, stop: Any) -> None:
 
 
 def _should_stop(setup: EvaluatorSetup, stop: Any) -> bool:
-    return stop.poll() or os.getppid() != setup.parent_pid or setup.stats.stop_requested
+    return stop.poll() or runner_is_gone(setup.parent_pid) or setup.stats.stop_requested
 
 
 class Evaluator:
     """The runner's handle on the evaluator process: start, collect rows, stop (never blocks the actor)."""
 
     def __init__(self, setup: EvaluatorSetup) -> None:
-        import multiprocessing as mp
-
-        ctx = mp.get_context("spawn")
+        ctx = process_context()
         self.rows, self._rows_sender = ctx.Pipe(duplex=False)
         self._stop_receiver, self._stop = ctx.Pipe(duplex=False)
         self.process = ctx.Process(target=evaluator_main, args=(setup, self._rows_sender, self._stop_receiver),

@@ -18,7 +18,6 @@ process dies, each actor notices within a second, unlinks the run's shared memor
 from __future__ import annotations
 
 import dataclasses
-import multiprocessing as mp
 import os
 import time
 import traceback
@@ -27,6 +26,7 @@ from typing import Any
 
 from pzasync.errors import EnvCrashedError, PzasyncError, error_type_path, remote_error, report_unclean_exit
 from pzasync.transport.shm import unlink_run
+from pzasync.runtime.processes import process_context, runner_is_gone
 from pzasync.runtime.stop_signals import ignore_stop_signals, shielded
 from pzasync.logs import logger
 from pzasync.runtime.actor import acting_agents, build_actor
@@ -54,7 +54,7 @@ class ActorSetup:
 
     def orphaned(self) -> bool:
         """Whether the runner's process is gone (this process was adopted by another)."""
-        return os.getppid() != self.parent_pid
+        return runner_is_gone(self.parent_pid)
 
 
 @dataclass
@@ -166,7 +166,7 @@ class ActorPool:
         self.plan = plan
         self.timeout_s = timeout_s
         self.heartbeat_timeout_s = heartbeat_timeout_s
-        self.ctx = mp.get_context("spawn")
+        self.ctx = process_context()
         #: Each actor's share of the agent-step budget (`split_budget`); actor 0, the runner's, takes budgets[0].
         self.budgets = budgets
         self.setups = [ActorSetup(k, plan, budgets[k], paced, os.getpid(), dict(resumed_steps))

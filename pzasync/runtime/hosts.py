@@ -26,6 +26,7 @@ from pzasync.errors import LearnerCrashedError, LearnerStartupError, learner_err
 from pzasync.runtime.learner_loop import (LearnerDriver, LearnerFailed, LearnerReport, LearnerSetup, MessagePipe,
                            learner_host_process_main, restarted, start_driver)
 from pzasync.runtime.copies.wire import enlarge_pipe
+from pzasync.runtime.processes import process_context
 from pzasync.runtime.stop_signals import shielded
 from pzasync.logs import logger
 
@@ -255,9 +256,7 @@ class ProcessHost(LearnerHost):
 
     def __init__(self, setups: dict[str, LearnerSetup], config: Any, monitor: Any, context: Any = None) -> None:
         super().__init__(setups, config, monitor)
-        import multiprocessing as mp
-
-        self.ctx = context or mp.get_context("spawn")
+        self.ctx = context or process_context()
         #: Host index -> its learning units, its current process, the pipe that sends it restarted learners,
         #: and the pipe its messages come back on. One message pipe per process, whose sending end only the
         #: child holds: a host that dies reads as end-of-file, even one killed halfway through a message.

@@ -23,6 +23,7 @@ import numpy as np
 from pzasync.transport import stats as S
 from pzasync.errors import LearnerCrashedError, error_type_path
 from pzasync.transport.shm import run_id_of, unlink_run
+from pzasync.runtime.processes import runner_is_gone
 from pzasync.runtime.stop_signals import ignore_stop_signals
 from pzasync.transport.protocols import PolicyPublisher, RunControl, TransitionSource
 from pzasync.learners import LearnerContext, resolve_learner, policy_to_vector, vector_to_policy
@@ -214,10 +215,6 @@ class LearnerDriver:
         os.replace(tmp, path)
 
 
-def _orphaned(parent: int) -> bool:
-    return os.getppid() != parent
-
-
 def learner_process_main(setup: LearnerSetup, messages: Any, checkpoint_every_s: float,
                          is_orphaned: Any = None) -> None:
     """Body of a process (or Ray actor) that hosts one learner: `learner_host_main` with a host of one."""
@@ -269,7 +266,7 @@ def learner_host_main(setups: list[LearnerSetup], messages: Any, checkpoint_ever
     parent = first.parent_pid or os.getppid()
     if is_orphaned is None:
         def is_orphaned() -> bool:
-            return _orphaned(parent)
+            return runner_is_gone(parent)
     stats = first.stats
     for setup in setups:
         stats.beat(setup.agent)

@@ -16,7 +16,6 @@ pipe close and exits.
 
 from __future__ import annotations
 
-import multiprocessing as mp
 import multiprocessing.connection as mp_connection
 import time
 import traceback
@@ -31,6 +30,7 @@ from pzasync.errors import EnvCrashedError, error_type_path, remote_error
 from pzasync.runtime.copies.local import LocalCopies, LocalEnvs
 from pzasync.runtime.copies.protocol import Answer
 from pzasync.runtime.copies.wire import AnsweredDecisions, _packed, _recv_wire, _send_wire, enlarge_pipe
+from pzasync.runtime.processes import process_context
 from pzasync.runtime.stop_signals import ignore_stop_signals, shielded
 from pzasync.transport.obs_slots import ObservationSlots
 from pzasync.transport.shm import new_run_id
@@ -177,7 +177,7 @@ class WorkerCopies:
         self._hung: set[int] = set()
         #: Groups with an answer outstanding -> when their message was sent.
         self._outstanding: dict[int, float] = {}
-        ctx = mp.get_context("spawn")
+        ctx = process_context()
         #: Where the workers put observations (transport/obs_slots.py); this process owns the segment.
         self.slots = ObservationSlots.create(run_id or new_run_id(), layouts, copies)
         try:
