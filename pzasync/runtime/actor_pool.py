@@ -1,8 +1,8 @@
 """Several actor processes (RunConfig.actors): actor 0 runs in the runner's process, actors 1..M-1 here.
 
-Each extra actor is a spawned process that rebuilds its own env copies and policy copies from the run's
-plan, says it is ready and waits for the runner's go, so that every actor starts acting at once (an actor
-that started late would act alone at the end, skewing the budget split and every rate measured). It reads
+Each extra actor is a process of its own (runtime/processes.py) that rebuilds its own env copies and policy
+copies from the run's plan, says it is ready and waits for the runner's go, so that every actor starts acting
+at once (an actor that started late would act alone at the end, skewing the budget split and every rate measured). It reads
 the same policy slots as every other actor and writes its own buffer shard per learning unit (transport/shards.py),
 so every buffer keeps one writer. It counts its steps and episodes in its own words of the
 run's counters (transport/stats.py) and sends its finished episodes to the runner in batches, for the returns, the

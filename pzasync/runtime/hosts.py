@@ -4,7 +4,7 @@ A runner is assembled from the same parts whatever the host (runners.py); the ho
 learners run:
 
 - `InlineHost`: in the actor's own process, updates interleaved with decisions (the sequential baseline);
-- `ProcessHost`: spawned local learner host processes, each with one or several learner units (the async
+- `ProcessHost`: local learner host processes (runtime/processes.py), each with one or several learner units (the async
   runner on shared memory);
 - `RayHost` (backends/ray/host.py): one Ray actor per learner unit, on any node of a Ray cluster.
 
@@ -243,7 +243,7 @@ class InlineHost(LearnerHost):
 
 class ProcessHost(LearnerHost):
     """Learner host processes on shared memory (the async runner's default host): the learning units are
-    spread over `RunConfig.learner_processes` spawned processes (`learner_loop.learner_host_main`), each
+    spread over `RunConfig.learner_processes` processes (`learner_loop.learner_host_main`), each
     updating its learners in turn. A learner that raises is restarted alone, inside its host; a host process
     that dies or hangs takes its learners with it, and each is reported, charged to its own restart budget and
     restarted."""

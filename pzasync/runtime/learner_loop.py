@@ -236,7 +236,7 @@ class MessagePipe:
 
 def learner_host_process_main(setups: list[LearnerSetup], messages: Any, checkpoint_every_s: float,
                               commands: Any = None) -> None:
-    """Body of a spawned local learner host process: `learner_host_main`, ignoring SIGTERM and SIGINT (the
+    """Body of a local learner host process: `learner_host_main`, ignoring SIGTERM and SIGINT (the
     runner stops the run, stop_signals.py)."""
     ignore_stop_signals()
     try:

@@ -11,7 +11,7 @@ process is gone; the runner alone decides (docs/reliability.md, "Stopping"):
 - while stopping (final checkpoints, joins), signals are recorded and nothing is interrupted: every wait on
   that path has a deadline, so the stop ends by itself.
 
-A child is spawned with both signals blocked (`shielded`), so that one arriving while it boots is held
+A child starts with both signals blocked (`shielded`), so that one arriving while it boots is held
 until it has set them to be ignored (`ignore_stop_signals`), rather than killing it half-started.
 """
 
@@ -47,9 +47,11 @@ def ignore_stop_signals() -> None:
 
 @contextmanager
 def shielded() -> Iterator[None]:
-    """Block SIGTERM and SIGINT in this thread while a child is spawned: the child inherits the blocked mask
-    across exec, so a signal sent to the whole group while it boots waits until `ignore_stop_signals`. In this
-    process a signal that arrives meanwhile is only deferred to the end of the block."""
+    """Block SIGTERM and SIGINT in this thread while a child starts: the child starts with this blocked mask
+    (inherited across exec when spawned, set from its starter's when forked from the fork server:
+    runtime/processes.py), so a signal sent to the whole group while it boots waits until
+    `ignore_stop_signals`. In this process a signal that arrives meanwhile is only deferred to the end of the
+    block."""
     previous = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
     try:
         yield

@@ -2,7 +2,7 @@
 interface as copies stepped in the actor's process (protocol.py). Each copy is still an `EpisodeStepper`, so
 transitions are assembled next to the env, with `rollout`'s exact semantics.
 
-Env workers (RunConfig.env_workers) are for envs whose step dominates: each spawned worker owns a contiguous
+Env workers (RunConfig.env_workers) are for envs whose step dominates: each worker process owns a contiguous
 slice of the copies, in two groups, and steps one group while the actor runs inference for another. One
 message per group and round carries the actions, which copies to cut and whether new episodes may start;
 the answer carries the events and pending decisions. Observations and masks go through shared-memory slots
@@ -149,7 +149,7 @@ def worker_main(inbox: Any, conn: Any, env_spec: Any, groups: dict[int, list[int
 
 
 class WorkerCopies:
-    """Env copies stepped in `workers` spawned processes (module docstring).
+    """Env copies stepped in `workers` processes (module docstring).
 
     The copies are split into two groups per worker, so that while a worker steps one of its groups the
     actor runs inference for the other: with one worker on two cores, env and inference overlap."""
