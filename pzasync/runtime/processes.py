@@ -27,6 +27,8 @@ import sys
 from multiprocessing.context import BaseContext, ForkServerContext, ForkServerProcess
 from typing import Any
 
+from pzasync.transport.shm import _alive
+
 #: The environment variable that picks the start method: "forkserver" (the default on Linux) or "spawn".
 START_METHOD_VARIABLE = "PZASYNC_START_METHOD"
 
@@ -90,10 +92,4 @@ def runner_is_gone(runner_pid: int) -> bool:
     parent: Any = mp.parent_process()
     if parent is not None and parent.pid == runner_pid:
         return not parent.is_alive()
-    try:
-        os.kill(runner_pid, 0)
-    except ProcessLookupError:
-        return True
-    except PermissionError:
-        return False
-    return False
+    return not _alive(runner_pid)
