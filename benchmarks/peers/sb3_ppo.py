@@ -3,9 +3,10 @@
 PettingZoo's Stable-Baselines3 tutorials' path: the env's parallel API, reset with the seed, turned into a
 vector env by SuperSuit (`pettingzoo_env_to_vec_env_v1`: one vector slot per agent; `concat_vec_envs_v1`: K
 copies side by side), and trained by SB3's `PPO` with its `MlpPolicy` (pi and vf 64-64 tanh; `CnnPolicy` for
-images), the tutorials' `learning_rate=1e-3, batch_size=256` and SB3's defaults otherwise. Every agent's
-observation goes through the same network, so its parameters are shared by all agents. One vector slot step is
-one agent step, so SB3's `num_timesteps` counts agent steps.
+images), with the PPO settings and vector env of the env's own tutorial (`TUTORIALS`: pistonball, KAZ,
+multiwalker), else waterworld's (`learning_rate=1e-3, batch_size=256`, 8 copies), and SB3's defaults
+otherwise. Every agent's observation goes through the same network, so its parameters are shared by all agents.
+One vector slot step is one agent step, so SB3's `num_timesteps` counts agent steps.
 
 Runs in its own virtualenv (benchmarks/peers/setup_sb3.sh) and imports nothing from pzasync:
 
@@ -36,6 +37,7 @@ import importlib
 import json
 import platform
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -51,8 +53,38 @@ from stable_baselines3.common.utils import set_random_seed
 
 from specs import parse_spec
 
-#: PettingZoo's SB3 tutorials' PPO settings (the rest are SB3's defaults, recorded in run.json).
-TUTORIAL_PPO = {"learning_rate": 1e-3, "batch_size": 256}
+
+@dataclass(frozen=True)
+class Tutorial:
+    """One of PettingZoo's SB3 tutorials (tutorials/SB3/ENV/sb3_ENV_vector.py): its PPO settings over SB3's
+    defaults (the rest recorded in run.json), `copies` env copies in `num_cpus` processes (`concat_vec_envs_v1`)."""
+
+    source: str
+    ppo: dict[str, Any]
+    copies: int = 8
+    num_cpus: int = 1
+
+
+#: An env without a tutorial gets waterworld's, the tutorials' vector-observation example, with every copy in the
+#: training process.
+WATERWORLD = Tutorial("tutorials/SB3/waterworld/sb3_waterworld_vector.py", {"learning_rate": 1e-3, "batch_size": 256})
+#: The envs with a tutorial of their own, by the last part of their id.
+TUTORIALS = {
+    "pistonball_v6": Tutorial("tutorials/SB3/pistonball/sb3_pistonball_vector.py",
+                              {"gamma": 0.95, "n_steps": 256, "ent_coef": 0.0905168, "learning_rate": 0.00062211,
+                               "vf_coef": 0.042202, "max_grad_norm": 0.9, "gae_lambda": 0.99, "n_epochs": 5,
+                               "clip_range": 0.3, "batch_size": 256}, copies=4, num_cpus=2),
+    "knights_archers_zombies_v11": Tutorial("tutorials/SB3/kaz/sb3_kaz_vector.py", {"batch_size": 256}),
+    "multiwalker_v9": Tutorial("tutorials/SB3/multiwalker/sb3_multiwalker_vector.py",
+                               {"learning_rate": 1e-3, "batch_size": 256}, num_cpus=2),
+}
+
+
+def tutorial_for(env_id: str) -> Tutorial:
+    """The SB3 tutorial of an env id (matched by its last dotted part), else waterworld's."""
+    return TUTORIALS.get(env_id.rsplit(".", 1)[-1], WATERWORLD)
+
+
 #: SB3 settings recorded beside the tutorial's, as the model holds them after construction.
 RECORDED = ("learning_rate", "n_steps", "batch_size", "n_epochs", "gamma", "gae_lambda", "clip_range", "ent_coef",
             "vf_coef", "max_grad_norm", "normalize_advantage")
@@ -170,11 +202,15 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--copies", type=int, default=8, help="env copies (concat_vec_envs_v1), the tutorials' 8")
     parser.add_argument("--num-cpus", type=int, default=1,
-                        help="concat_vec_envs_v1's processes (1: every copy in this process)")
+                        help="concat_vec_envs_v1's processes (1: every copy in this process); default: the "
+                             "env's tutorial's")
     parser.add_argument("--out", required=True, type=Path, help="folder for policy.pt and run.json")
     args = parser.parse_args()
     kwargs = parse_spec(",".join(["env", *args.env_arg]))[1]
-    ppo = {**TUTORIAL_PPO, **parse_spec(",".join(["ppo", *args.ppo]))[1]}
+    tutorial = tutorial_for(args.env)
+    ppo = {**tutorial.ppo, **parse_spec(",".join(["ppo", *args.ppo]))[1]}
+    copies = tutorial.copies if args.copies is None else args.copies
+    num_cpus = tutorial.num_cpus if args.num_cpus is None else args.num_cpus
     args.out.mkdir(parents=True, exist_ok=True)
 
     env = parallel_env(args.env, kwargs, args.wrapper)
@@ -184,7 +220,7 @@ def main() -> None:
         policy = "CnnPolicy" if len(env.observation_space(env.possible_agents[0]).shape) == 3 else "MlpPolicy"
     agents = len(env.possible_agents)
     vec = ss.pettingzoo_env_to_vec_env_v1(env)
-    vec = ss.concat_vec_envs_v1(vec, args.copies, num_cpus=args.num_cpus, base_class="stable_baselines3")
+    vec = ss.concat_vec_envs_v1(vec, copies, num_cpus=num_cpus, base_class="stable_baselines3")
     set_random_seed(args.seed)  # PPO(seed=...) would call ConcatVecEnv.seed, which SuperSuit does not have
     model = PPO(policy, vec, verbose=0, device="cpu", **ppo)
     budget = WallBudget(args.seconds)
@@ -200,8 +236,9 @@ def main() -> None:
         "versions": versions(),
         "settings": {"policy": policy, "ppo_given": ppo, "net_arch": str(model.policy.net_arch),
                      "activation": model.policy.activation_fn.__name__,
-                     "features_extractor": type(model.policy.features_extractor).__name__, "copies": args.copies,
-                     "num_cpus": args.num_cpus, "vector_slots": model.n_envs, "torch_threads": torch.get_num_threads(),
+                     "features_extractor": type(model.policy.features_extractor).__name__, "copies": copies,
+                     "num_cpus": num_cpus, "tutorial": tutorial.source, "vector_slots": model.n_envs,
+                     "torch_threads": torch.get_num_threads(),
                      **{k: _plain(getattr(model, k)) for k in RECORDED}},
         "agent_steps": int(model.num_timesteps), "rollouts_trained": int(model._n_updates) // model.n_epochs,
         "wall_s": round(wall, 3), "cpu_s": round(cpu, 3), "export_check": check,

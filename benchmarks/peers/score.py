@@ -7,8 +7,9 @@ Runs in pzasync's environment (torch, numpy, pzasync; no peer library):
 
 RUN is the peer's output folder (its policy.pt and run.json); the env, its kwargs and its SuperSuit wrappers are
 the ones the peer trained with (run.json) unless given. The mode is the evaluator's for the env (team on
-simple_spread: every seat the peer's policy, the team return), greedy, over 8 env copies; with `--baselines`
-the same units played by random players beside it. `pzasync suite` scores its runs' last point with
+simple_spread: every seat the peer's policy, the team return; per seat against the recipe's yardstick on a
+turn-based game, one_ply on connect_four, as `pzasync suite` scores it), greedy, over 8 env copies; with
+`--baselines` the same units played by random players beside it. `pzasync suite` scores its runs' last point with
 `--eval-episodes` (10) episodes on seed `seed + 9001` and its baselines with 50 episodes on seed 10007: give the
 same here to compare. The JSON is `pzasync.evaluate`'s (docs/eval-schema.json) with the peer's run.json under
 "peer".
@@ -24,6 +25,7 @@ from pathlib import Path
 from player import peer_policies
 
 import pzasync
+from pzasync.recipes import default_yardstick
 
 
 def main() -> None:
@@ -36,6 +38,9 @@ def main() -> None:
                         help="env wrapper (default: run.json's wrappers)")
     parser.add_argument("--episodes", type=int, default=50)
     parser.add_argument("--seed", type=int, default=10_007)
+    parser.add_argument("--vs", default=None,
+                        help="yardstick of per-seat scoring (default: the env's recipe's, e.g. one_ply on "
+                             "connect_four, else random)")
     parser.add_argument("--scoring", choices=("seats", "team", "sides"), default=None)
     parser.add_argument("--baselines", action="store_true", help="also score random players in the same units")
     parser.add_argument("--json", type=Path, default=None)
@@ -45,13 +50,15 @@ def main() -> None:
         {k: ast.literal_eval(v) for k, _, v in (item.partition("=") for item in args.env_arg)}
     wrappers = tuple(trained.get("wrappers", ()) if args.wrapper is None else args.wrapper)
     spec = pzasync.EnvSpec.of(args.env or trained["env"], wrappers=wrappers, **kwargs)
-    report = pzasync.evaluate(peer_policies(args.run / "policy.pt", spec), env=spec, vs="random",
+    vs = args.vs or default_yardstick(spec.name)
+    report = pzasync.evaluate(peer_policies(args.run / "policy.pt", spec), env=spec, vs=vs,
                               episodes=args.episodes, seed=args.seed, scoring=args.scoring,
                               baselines=args.baselines)
     print(f"env: {spec.name} {kwargs} wrappers {list(wrappers)}")
     print(f"scoring: {report.scoring} ({report.scoring_reason}); {args.episodes} episodes, seed {args.seed}")
     for r in report.results:
-        print(f"{r.policy:>8} {r.agent:>10} vs {r.opponent}: mean return {r.mean:.2f} ± {r.mean_ci95:.2f}")
+        wins = f", win rate {r.win_rate:.2f}" if r.outcomes else ""
+        print(f"{r.policy:>8} {r.agent:>10} vs {r.opponent}: mean return {r.mean:.2f} ± {r.mean_ci95:.2f}{wins}")
     if args.json is not None:
         document = report.to_json()
         document["peer"] = trained

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# A virtualenv for the SB3 + SuperSuit peer (benchmarks/peers/sb3_ppo.py), apart from pzasync's environment.
+# A virtualenv for the SB3 peers (benchmarks/peers/sb3_ppo.py, SB3 + SuperSuit PPO; sb3_maskable.py, sb3-contrib's
+# MaskablePPO on turn-based games), apart from pzasync's environment.
 #
 #   bash benchmarks/peers/setup_sb3.sh VENV_DIR        # e.g. /tmp/pzpeers/sb3, outside the repository
 #
@@ -11,7 +12,7 @@ set -euo pipefail
 VENV="${1:?usage: setup_sb3.sh VENV_DIR}"
 python3 -m venv "$VENV"
 "$VENV/bin/pip" install --quiet "torch==2.13.0"
-"$VENV/bin/pip" install --quiet "stable-baselines3==2.9.2" "supersuit==3.11.0" "pettingzoo==1.27.0" "mpe2==1.1.1" \
+"$VENV/bin/pip" install --quiet "stable-baselines3==2.9.2" "sb3-contrib==2.9.2" "supersuit==3.11.0" "pettingzoo==1.27.0" "mpe2==1.1.1" \
     "pymunk==7.3.1"  # pistonball (pettingzoo[butterfly]); pygame-ce comes with supersuit
 "$VENV/bin/pip" freeze > "$VENV/versions.txt"
 "$VENV/bin/python" -c "import torch, stable_baselines3, supersuit, pettingzoo, mpe2; print('torch', torch.__version__, \
