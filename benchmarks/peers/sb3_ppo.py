@@ -200,8 +200,9 @@ def main() -> None:
                         help="PPO keyword argument over the tutorials' (value read as a Python literal)")
     parser.add_argument("--seconds", type=float, default=120.0, help="wall budget of learn()")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--copies", type=int, default=8, help="env copies (concat_vec_envs_v1), the tutorials' 8")
-    parser.add_argument("--num-cpus", type=int, default=1,
+    parser.add_argument("--copies", type=int, default=None,
+                        help="env copies (concat_vec_envs_v1); default: the env's tutorial's (8; pistonball 4)")
+    parser.add_argument("--num-cpus", type=int, default=None,
                         help="concat_vec_envs_v1's processes (1: every copy in this process); default: the "
                              "env's tutorial's")
     parser.add_argument("--out", required=True, type=Path, help="folder for policy.pt and run.json")
