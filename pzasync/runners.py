@@ -51,6 +51,9 @@ def check_budget(agent_steps: Any, seconds: Any) -> None:
         raise ConfigError(f"seconds={seconds!r}: must be a number > 0, or None")
 
 
+#: The evaluator's episodes are seeded `RunConfig.seed` + this, apart from the training episodes' seeds.
+EVAL_SEED_OFFSET = 9001
+
 #: The async runner's learner host for each `RunConfig.backend`: a class, or "module:Class" for a backend whose
 #: dependency is optional (imported when a run asks for it). A new backend is one more entry.
 BACKENDS: dict[str, type[LearnerHost] | str] = {"shm": ProcessHost, "ray": "pzasync.backends.ray.host:RayHost"}
@@ -161,7 +164,7 @@ class _Runner:
             return
         monitor.evaluator = Evaluator(EvaluatorSetup(
             env_spec=self.plan.env_spec, seats=seats, yardstick=cfg.eval_vs, every_s=cfg.eval_every_s,
-            episodes=cfg.eval_episodes, seed=cfg.seed + 9001, stats=self.plan.stats, run_start=start,
+            episodes=cfg.eval_episodes, seed=cfg.seed + EVAL_SEED_OFFSET, stats=self.plan.stats, run_start=start,
             parent_pid=os.getpid(), max_episode_steps=cfg.max_episode_steps, scoring=cfg.eval_scoring))
         monitor.evaluator.start()
 

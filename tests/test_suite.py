@@ -11,6 +11,7 @@ import jsonschema
 import pytest
 from click.testing import CliRunner
 
+import pzasync
 from pzasync.bench.suite import SuiteSettings, curve_of, over_seeds, suite_run, team_returns
 from pzasync.cli import main, train_choices
 from pzasync.config import RunConfig
@@ -68,8 +69,9 @@ def test_every_suite_recipe_trains_briefly(env_id, tmp_path):
 
 
 def test_the_suite_command_writes_a_report_its_schema_accepts_and_a_plot(tmp_path):
-    """One small env, one seed, a few seconds: suite.json is valid, its curve has a round scored by the
-    evaluator, both baselines are there, the plot is a PNG, the table is printed, and the run's evaluations
+    """One small env, one seed, a few seconds: suite.json is valid, its curve has rounds scored by the
+    evaluator and ends with the final round (the last checkpoint, scored once training stopped), both baselines
+    are there, the plot is a PNG, the table is printed, and the run's evaluations
     went to TensorBoard as well."""
     out = tmp_path / "suite"
     result = CliRunner().invoke(main, ["suite", SMALL, "--minutes", "0.1", "--seeds", "1", "--out", str(out),
@@ -83,6 +85,14 @@ def test_the_suite_command_writes_a_report_its_schema_accepts_and_a_plot(tmp_pat
     assert set(entry["baselines"]) == {"random", "untrained"}
     (run,) = entry["runs"]
     assert run["curve"] and run["final"] == run["curve"][-1]["score"] == entry["final"]["mean"]
+    # the evaluator's rounds, then the final round: the last checkpoint scored once training stopped, with the
+    # evaluator's episodes and seed (the run's seed, 0, + 9001), at the run's wall time and agent steps
+    *during, last = run["curve"]
+    assert during and not any(p["final"] for p in during) and last["final"]
+    assert last["wall_s"] == pytest.approx(run["wall_seconds"], abs=1e-3) and last["agent_steps"] == run["agent_steps"]
+    assert last["wall_s"] > max(p["wall_s"] for p in during)
+    again = pzasync.evaluate(run["run_dir"], episodes=2, seed=9001, baselines=False)
+    assert last["score"] == pytest.approx(again.results[0].mean) and again.results[0].agent == "team"
     # a cooperative game: the evaluator and both baselines score the team, every seat its own policy
     assert entry["scoring"] == "team"
     assert entry["scored_units"] == {"team": ["listener_0", "speaker_0"]} or \
@@ -127,10 +137,12 @@ def test_evaluation_rows_go_to_tensorboard_with_the_extra(tmp_path):
 def test_a_round_scores_the_mean_over_seats_and_team_returns_are_binned_by_wall_time():
     rows = [{"round": 0, "wall_s": 5.0, "agent_steps": 100, "agent": "a", "win_rate": 0.5, "mean_return": -3.0},
             {"round": 0, "wall_s": 5.5, "agent_steps": 120, "agent": "b", "win_rate": 0.1, "mean_return": -1.0},
-            {"round": 1, "wall_s": 9.0, "agent_steps": 300, "agent": "a", "win_rate": 0.7, "mean_return": 2.0}]
+            {"round": 1, "wall_s": 9.0, "agent_steps": 300, "agent": "a", "win_rate": 0.7, "mean_return": 2.0,
+             "final": True}]
     assert curve_of(rows, "mean_return") == [
-        {"round": 0, "wall_s": 5.5, "agent_steps": 120, "score": -2.0, "scores": {"a": -3.0, "b": -1.0}},
-        {"round": 1, "wall_s": 9.0, "agent_steps": 300, "score": 2.0, "scores": {"a": 2.0}}]
+        {"round": 0, "wall_s": 5.5, "agent_steps": 120, "score": -2.0, "scores": {"a": -3.0, "b": -1.0},
+         "final": False},
+        {"round": 1, "wall_s": 9.0, "agent_steps": 300, "score": 2.0, "scores": {"a": 2.0}, "final": True}]
     assert [p["score"] for p in curve_of(rows, "win_rate")] == pytest.approx([0.3, 0.7])
     episodes = [{"wall_s": 1.0, "returns": {"a": -1.0, "b": -2.0}}, {"wall_s": 2.0, "returns": {"a": 0.0, "b": 1.0}},
                 {"wall_s": 12.0, "returns": {"a": 4.0}}]  # ended after the budget: the last tenth

@@ -126,7 +126,8 @@ def curve_of(rows: list[dict[str, Any]], metric: str) -> list[dict[str, Any]]:
         scores = {row["agent"]: seat_score(row, metric) for row in units}
         points.append({"round": index, "wall_s": max(r["wall_s"] for r in units),
                        "agent_steps": max(r["agent_steps"] for r in units),
-                       "score": statistics.fmean(scores.values()), "scores": scores})
+                       "score": statistics.fmean(scores.values()), "scores": scores,
+                       "final": any(r.get("final", False) for r in units)})
     return points
 
 
@@ -145,7 +146,7 @@ def team_returns(rows: list[dict[str, Any]], seconds: float, bins: int = 10) -> 
 def train_one(run: SuiteRun, seed: int, seconds: float, out: Path, settings: SuiteSettings) -> dict[str, Any]:
     """One seed of one env: `seconds` of async training with the evaluator on; its curve from metrics.jsonl."""
     from pzasync.config import RunConfig
-    from pzasync.runners import AsyncRunner
+    from pzasync.runners import EVAL_SEED_OFFSET, AsyncRunner
     from pzasync.runtime.rundir import RunDirectory
 
     config = RunConfig(**run.config, seed=seed, out_dir=str(out), progress=False, eval_vs=run.yardstick,
@@ -156,9 +157,29 @@ def train_one(run: SuiteRun, seed: int, seconds: float, out: Path, settings: Sui
         raise KeyboardInterrupt
     rd = RunDirectory(result.run_dir, create=False)
     evaluations = [r for r in rd.read_jsonl("metrics.jsonl") if r.get("kind") == "eval"]
+    evaluations += final_round(result, run, settings.eval_episodes, seed + EVAL_SEED_OFFSET,
+                               1 + max((r["round"] for r in evaluations), default=-1))
     return {"seed": seed, "run_dir": str(result.run_dir), "agent_steps": result.agent_steps,
             "wall_seconds": result.wall_seconds, "episodes": result.episodes, "evaluations": evaluations,
             "training_return": team_returns(rd.read_jsonl("episodes.jsonl"), seconds)}
+
+
+def final_round(result: Any, run: SuiteRun, episodes: int, seed: int, round_index: int) -> list[dict[str, Any]]:
+    """The policies at the budget, scored as an evaluator round scores them (its yardstick, episodes and seed) from
+    the run's last checkpoint once training has stopped: rows for the curve's last point, at the run's wall time.
+
+    The evaluator's rounds run beside training at low priority, so its last round may have begun long before the
+    budget ran out: on pistonball, 10 episodes of 20 pistons took 338 s beside training, and the 10-minute run
+    recorded no round after the one at 0 s."""
+    from pzasync.evaluation.report import evaluate
+
+    report = evaluate(result.run_dir, vs=run.yardstick, episodes=episodes, seed=seed, baselines=False)
+    return [{"kind": "eval", "round": round_index, "wall_s": round(result.wall_seconds, 3),
+             "agent_steps": result.agent_steps, "agent": r.agent, "members": list(r.members),
+             "scoring": report.scoring, "opponent": r.opponent, "episodes": r.episodes, "win_rate": r.win_rate,
+             "win_rate_ci95": list(r.win_rate_ci95), "mean_return": r.mean, "mean_return_ci95": r.mean_ci95,
+             "outcomes": r.outcomes, "final": True}
+            for r in report.results if r.policy == "trained"]
 
 
 def baselines(run: SuiteRun, units: dict[str, list[str]], episodes: int, seed: int) -> dict[str, list[Any]]:
