@@ -176,9 +176,7 @@ def final_round(result: Any, run: SuiteRun, episodes: int, seed: int, round_inde
     report = evaluate(result.run_dir, vs=run.yardstick, episodes=episodes, seed=seed, baselines=False)
     return [{"kind": "eval", "round": round_index, "wall_s": round(result.wall_seconds, 3),
              "agent_steps": result.agent_steps, "agent": r.agent, "members": list(r.members),
-             "scoring": report.scoring, "opponent": r.opponent, "episodes": r.episodes, "win_rate": r.win_rate,
-             "win_rate_ci95": list(r.win_rate_ci95), "mean_return": r.mean, "mean_return_ci95": r.mean_ci95,
-             "outcomes": r.outcomes, "final": True}
+             "scoring": report.scoring, "opponent": r.opponent, **r.summary(), "final": True}
             for r in report.results if r.policy == "trained"]
 
 

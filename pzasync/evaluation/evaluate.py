@@ -89,6 +89,14 @@ class EvalResult:
         return of another size (simple_spread's distances, a food count) is scored by its mean instead."""
         return all(r in (-1.0, 0.0, 1.0) for r in self.returns)
 
+    def summary(self) -> dict[str, Any]:
+        """The unit's figures as an evaluation row carries them (metrics.jsonl's `"kind": "eval"` rows, the
+        suite's curve): episodes, wins as a rate with its interval, draws, losses, the mean return with its
+        interval, and whether the returns are game results."""
+        return {"episodes": self.episodes, "win_rate": self.win_rate, "win_rate_ci95": list(self.win_rate_ci95),
+                "draws": self.draws, "losses": self.episodes - self.wins - self.draws, "mean_return": self.mean,
+                "mean_return_ci95": self.mean_ci95, "outcomes": self.outcomes}
+
     @property
     def win_rate_ci95(self) -> tuple[float, float]:
         """Wilson score interval of the win rate."""

@@ -113,16 +113,12 @@ def evaluator_main(setup: EvaluatorSetup, rows: Any, stop: Any) -> None:
             results = score_units(setup.env_spec, policies, units, opponents, setup.episodes, seed=setup.seed,
                                   max_episode_steps=setup.max_episode_steps)
             for r in results:
-                lo, hi = r.win_rate_ci95
                 learning = list(dict.fromkeys(setup.seats[a][0] for a in r.members if a in setup.seats))
                 rows.send({"kind": "eval", "round": round_index, "wall_s": round(wall, 3),
                           "agent_steps": agent_steps, "agent": r.agent, "members": list(r.members),
                           "scoring": scoring, "unit": ",".join(learning),
                           "version": min(versions[u] for u in learning), "opponent": r.opponent,
-                          "episodes": r.episodes, "win_rate": r.win_rate, "win_rate_ci95": [lo, hi],
-                          "draws": r.draws, "losses": r.episodes - r.wins - r.draws,
-                          "mean_return": r.mean, "mean_return_ci95": r.mean_ci95, "outcomes": r.outcomes,
-                          "eval_seconds": round(time.monotonic() - started, 3)})
+                          **r.summary(), "eval_seconds": round(time.monotonic() - started, 3)})
             round_index += 1
             deadline = started + setup.every_s
             while time.monotonic() < deadline and not _should_stop(setup, stop):
