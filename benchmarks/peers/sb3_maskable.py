@@ -28,7 +28,6 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
-import time
 from pathlib import Path
 from typing import Any
 
@@ -42,7 +41,7 @@ from sb3_contrib.common.maskable.policies import MaskableActorCriticPolicy
 from sb3_contrib.common.wrappers import ActionMasker
 from stable_baselines3.common.utils import set_random_seed
 
-from sb3_ppo import RECORDED, Actor, WallBudget, _plain, versions
+from sb3_ppo import Actor, learn_within, model_settings, versions, write_run
 from specs import parse_spec
 
 
@@ -130,28 +129,17 @@ def main() -> None:
     env = ActionMasker(env, lambda wrapped: wrapped.action_mask())
     set_random_seed(args.seed)
     model = MaskablePPO(MaskableActorCriticPolicy, env, verbose=0, device="cpu", seed=args.seed, **ppo)
-    budget = WallBudget(args.seconds)
-    cpu0, wall0 = time.process_time(), time.monotonic()
-    model.learn(total_timesteps=10**12, callback=budget)
-    wall, cpu = time.monotonic() - wall0, time.process_time() - cpu0
+    figures = learn_within(model, args.seconds)
     env.close()
     check = export(model, args.env, kwargs, args.seed, args.out)
-    report = {
+    write_run(args.out, {
         "peer": "sb3-contrib MaskablePPO, one policy playing every seat (PettingZoo's SB3 connect-four tutorial)",
         "env": args.env, "env_kwargs": kwargs, "wrappers": [], "agents": agents, "seed": args.seed,
         "budget_s": args.seconds,
         "versions": {**versions(), "sb3_contrib": sb3_contrib.__version__},
-        "settings": {"policy": "MaskableActorCriticPolicy", "ppo_given": ppo, "net_arch": str(model.policy.net_arch),
-                     "activation": model.policy.activation_fn.__name__,
-                     "features_extractor": type(model.policy.features_extractor).__name__, "copies": 1,
-                     "torch_threads": torch.get_num_threads(), **{k: _plain(getattr(model, k)) for k in RECORDED}},
-        "agent_steps": int(model.num_timesteps), "rollouts_trained": int(model._n_updates) // model.n_epochs,
-        "wall_s": round(wall, 3), "cpu_s": round(cpu, 3), "export_check": check,
-    }
-    (args.out / "run.json").write_text(json.dumps(report, indent=2))
-    print(json.dumps({k: report[k] for k in ("env", "seed", "agent_steps", "rollouts_trained", "wall_s", "cpu_s",
-                                              "export_check")}))
-
+        "settings": {"policy": "MaskableActorCriticPolicy", "ppo_given": ppo, "copies": 1, **model_settings(model)},
+        **figures, "export_check": check,
+    })
 
 if __name__ == "__main__":
     main()

@@ -224,27 +224,40 @@ def main() -> None:
     vec = ss.concat_vec_envs_v1(vec, copies, num_cpus=num_cpus, base_class="stable_baselines3")
     set_random_seed(args.seed)  # PPO(seed=...) would call ConcatVecEnv.seed, which SuperSuit does not have
     model = PPO(policy, vec, verbose=0, device="cpu", **ppo)
-    budget = WallBudget(args.seconds)
-    cpu0, wall0 = time.process_time(), time.monotonic()
-    model.learn(total_timesteps=10**12, callback=budget)
-    wall, cpu = time.monotonic() - wall0, time.process_time() - cpu0
+    figures = learn_within(model, args.seconds)
     vec.close()
     check = export(model, args.env, kwargs, args.wrapper, args.seed, args.out)
-    report = {
+    write_run(args.out, {
         "peer": "stable-baselines3 PPO + SuperSuit, one policy shared by every agent",
         "env": args.env, "env_kwargs": kwargs, "wrappers": args.wrapper, "agents": agents, "seed": args.seed,
         "budget_s": args.seconds,
         "versions": versions(),
-        "settings": {"policy": policy, "ppo_given": ppo, "net_arch": str(model.policy.net_arch),
-                     "activation": model.policy.activation_fn.__name__,
-                     "features_extractor": type(model.policy.features_extractor).__name__, "copies": copies,
-                     "num_cpus": num_cpus, "tutorial": tutorial.source, "vector_slots": model.n_envs,
-                     "torch_threads": torch.get_num_threads(),
-                     **{k: _plain(getattr(model, k)) for k in RECORDED}},
-        "agent_steps": int(model.num_timesteps), "rollouts_trained": int(model._n_updates) // model.n_epochs,
-        "wall_s": round(wall, 3), "cpu_s": round(cpu, 3), "export_check": check,
-    }
-    (args.out / "run.json").write_text(json.dumps(report, indent=2))
+        "settings": {"policy": policy, "ppo_given": ppo, "copies": copies, "num_cpus": num_cpus,
+                     "tutorial": tutorial.source, "vector_slots": model.n_envs, **model_settings(model)},
+        **figures, "export_check": check,
+    })
+
+
+def learn_within(model: Any, seconds: float) -> dict[str, Any]:
+    """Train `model` for `seconds` of wall time (`WallBudget`); its agent steps, rollouts trained, wall and CPU
+    seconds."""
+    cpu0, wall0 = time.process_time(), time.monotonic()
+    model.learn(total_timesteps=10**12, callback=WallBudget(seconds))
+    wall, cpu = time.monotonic() - wall0, time.process_time() - cpu0
+    return {"agent_steps": int(model.num_timesteps), "rollouts_trained": int(model._n_updates) // model.n_epochs,
+            "wall_s": round(wall, 3), "cpu_s": round(cpu, 3)}
+
+
+def model_settings(model: Any) -> dict[str, Any]:
+    """The settings a trained SB3 model holds (its network and the PPO settings in RECORDED), for run.json."""
+    return {"net_arch": str(model.policy.net_arch), "activation": model.policy.activation_fn.__name__,
+            "features_extractor": type(model.policy.features_extractor).__name__,
+            "torch_threads": torch.get_num_threads(), **{k: _plain(getattr(model, k)) for k in RECORDED}}
+
+
+def write_run(out: Path, report: dict[str, Any]) -> None:
+    """OUT/run.json, and its main figures on one line of stdout."""
+    (out / "run.json").write_text(json.dumps(report, indent=2))
     print(json.dumps({k: report[k] for k in ("env", "seed", "agent_steps", "rollouts_trained", "wall_s", "cpu_s",
                                               "export_check")}))
 
