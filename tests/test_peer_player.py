@@ -124,6 +124,27 @@ def test_a_box_action_is_the_modules_mean_clipped_to_the_bounds_and_its_shape_is
                    high=[1.0] * 3)
     with pytest.raises(ConfigError, match="agent 'agent_0': action space Box"):
         player.peer_policies(wrong, continuous)
+    with pytest.raises(ConfigError, match="without its log_std"):
+        policies["agent_1"][0].act({"obs": np.zeros((2, 18), np.float32)}, None, True)
+
+
+def test_a_box_action_sampled_is_drawn_around_the_mean_with_the_exported_spread(player, tmp_path):
+    continuous = pzasync.EnvSpec.of(SPREAD, continuous_actions=True)
+    layer = torch.nn.Linear(18, 5)
+    with torch.no_grad():
+        layer.weight.zero_()
+        layer.bias.copy_(torch.tensor([0.5, 0.5, 0.5, 0.5, 2.0]))
+    box = {"action_shape": [5], "low": [0.0] * 5, "high": [1.0] * 5, "log_std": [np.log(0.1)] * 4 + [0.0]}
+    policy = player.peer_policies(export(tmp_path / "p.pt", layer, 18, 5, **box), continuous)["agent_0"][0]
+    policy.seed(4)
+    actions, _ = policy.act({"obs": np.zeros((4000, 18), np.float32)}, None, True)
+    assert actions.min() >= 0.0 and actions.max() <= 1.0, "clipped to the bounds"
+    np.testing.assert_allclose(actions[:, :4].mean(axis=0), 0.5, atol=0.01)
+    np.testing.assert_allclose(actions[:, :4].std(axis=0), 0.1, atol=0.01)
+    assert abs((actions[:, 4] < 1.0).mean() - 0.1587) < 0.02, "a mean of 2, spread 1: below the bound 15.9% of draws"
+    policy.seed(4)
+    again, _ = policy.act({"obs": np.zeros((4000, 18), np.float32)}, None, True)
+    np.testing.assert_array_equal(actions, again)
 
 
 def test_side_by_side_scores_each_peer_seed_from_its_score_files_and_averages_over_seeds(tmp_path):
@@ -143,11 +164,15 @@ def test_side_by_side_scores_each_peer_seed_from_its_score_files_and_averages_ov
         (folder / "run.json").write_text(json.dumps({"seed": seed, "agent_steps": 1000 * (seed + 1), "wall_s": 600.5}))
         (folder / "score10.json").write_text(json.dumps(report(at_budget)))
         (folder / "score50.json").write_text(json.dumps(report(fifty)))
+        (folder / "score10_sampled.json").write_text(json.dumps(report(at_budget + 100)))
+        (folder / "score50_sampled.json").write_text(json.dumps(report(fifty + 100)))
     side = module.summarize(module.peer_side("peer", str(tmp_path / "peer_s*"), "mean_return"))
     assert [r["at_budget"] for r in side["runs"]] == [-60.0, -50.0, -70.0]
     assert side["at_budget"]["mean"] == pytest.approx(-60.0)
     low, high = side["at_budget"]["ci95"]
     assert low == pytest.approx(-60.0 - 4.30 * 10.0 / 3 ** 0.5, abs=0.01) and high > -60.0  # t(2 df) = 4.30
     assert side["episodes_50"]["mean"] == pytest.approx(-60.0)
+    sampled = module.summarize(module.peer_side("peer", str(tmp_path / "peer_s*"), "mean_return", "sampled"))
+    assert [r["at_budget"] for r in sampled["runs"]] == [40.0, 50.0, 30.0], "the sampled score files"
     with pytest.raises(SystemExit, match="no run folder"):
         module.peer_side("peer", str(tmp_path / "nothing_*"), "mean_return")

@@ -117,6 +117,25 @@ def test_evaluation_is_deterministic_for_a_seed_whatever_the_number_of_env_copie
         "another seed plays other games (random and one_ply's ties are drawn per episode)"
 
 
+def test_sampled_evaluation_draws_from_each_policy_and_is_deterministic_for_a_seed_whatever_the_copies():
+    """Gaussian PPO policies on Box actions: sampling is seeded per episode and turn, not per forward."""
+    spec = EnvSpec.of(SPREAD, continuous_actions=True, max_cycles=12)
+    _spec, fresh = fresh_policies(spec, "ppo", seed=3)
+
+    def returns(acting: str, copies: int, seed: int = 11) -> list:
+        report = pzasync.evaluate(fresh, env=spec, episodes=6, seed=seed, copies=copies, acting=acting,
+                                  baselines=False)
+        assert report.acting == acting and report.to_json()["acting"] == acting
+        return [r.returns for r in report.results]
+
+    sampled = returns("sampled", 1)
+    assert returns("sampled", 3) == returns("sampled", 6) == sampled
+    assert returns("greedy", 3) != sampled, "sampled actions are not the means"
+    assert returns("sampled", 3, seed=12) != sampled, "another seed draws other actions"
+    with pytest.raises(ConfigError, match="acting='noisy'"):
+        pzasync.evaluate(fresh, env=spec, episodes=1, acting="noisy")
+
+
 def test_a_recurrent_policy_carries_memory_per_copy_and_agent_and_forgets_it_at_each_episode_start():
     """Batched over copies, each row gets the memory its own (copy, agent) carried out of its last decision."""
     from pzasync.core.stepper import PendingDecision
@@ -201,11 +220,13 @@ def test_eval_json_validates_against_the_schema_and_equals_pzasync_evaluate(spre
     assert "scoring: team" in out.output and "because the recipes say so for simple_spread_v3" in out.output
 
     to_stdout = CliRunner().invoke(main, ["eval", spread_run, "--episodes", "3", "--seed", "7", "--json",
-                                          "--no-baselines", "--scoring", "seats"], env={"COLUMNS": "200"})
+                                          "--no-baselines", "--scoring", "seats", "--acting", "sampled"],
+                                   env={"COLUMNS": "200"})
     assert to_stdout.exit_code == 0, to_stdout.output
     document = json.loads(to_stdout.stdout)
     jsonschema.Draft202012Validator(SCHEMA).validate(document)
     assert document["scoring"] == "seats" and document["scoring_reason"] == "it was asked for"
+    assert document["acting"] == "sampled" and written["acting"] == "greedy"
     assert [r["unit"] for r in document["results"]] == ["agent_0", "agent_1", "agent_2"]
     assert "scoring: seats" in to_stdout.stderr
 

@@ -37,8 +37,9 @@ class TorchScriptPolicy(Policy):
     (peer.json's `"output": "logits"`, the default), or the mean of a Box action (`"output": "mean"`).
 
     Logits: `explore=False` takes the argmax of the legal actions' logits, `explore=True` samples from them.
-    Mean: the action is the mean clipped to the bounds (peer.json's `low`/`high`) either way; the module holds no
-    spread to explore with."""
+    Mean: `explore=False` takes the mean, `explore=True` draws from the Gaussian of peer.json's `log_std` (the
+    peer's state-independent spread, as SB3's PPO samples in training); either is clipped to the bounds
+    (peer.json's `low`/`high`)."""
 
     def __init__(self, path: str | os.PathLike) -> None:
         super().__init__()
@@ -57,6 +58,8 @@ class TorchScriptPolicy(Policy):
         if self.continuous:
             self.low = np.asarray(self.meta["low"], np.float32)
             self.high = np.asarray(self.meta["high"], np.float32)
+            spread = self.meta.get("log_std")
+            self.std = None if spread is None else torch.as_tensor(spread, dtype=torch.float32).exp()
 
     def check_layout(self, layout: AgentLayout) -> None:
         """Refuse an agent whose spaces differ from those the module was exported for (as far as peer.json says)."""
@@ -82,6 +85,12 @@ class TorchScriptPolicy(Policy):
         with torch.inference_mode():
             output = self.module(torch.as_tensor(np.asarray(obs["obs"]), dtype=torch.float32))
             if self.continuous:
+                if explore:
+                    if self.std is None:
+                        raise ConfigError(f"peer policy {self.path!r} was exported without its log_std (peer.json), "
+                                          f"so it cannot sample its actions; export it again")
+                    output = output + torch.randn(output.shape, generator=self.generator) * self.std.reshape(
+                        output.shape[1:])
                 return np.clip(output.numpy(), self.low, self.high).astype(np.float32), {}
             logits = output
             if mask is not None:

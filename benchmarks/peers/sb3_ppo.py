@@ -24,7 +24,8 @@ the evaluation env applies the same (score.py reads them from run.json). `--ppo 
 Training stops at the first vector step past `--seconds` of `learn()` (a callback); what the unfinished rollout
 has collected by then is not trained on. OUT gets `policy.pt` (TorchScript: a batch of observations as the env
 gives them -> action logits, the greedy action their argmax, or for Box actions the mean, clipped to the bounds;
-its extra file `peer.json` holds the observation shape and the action space it was made for) and `run.json` (the
+its extra file `peer.json` holds the observation shape, the action space it was made for and a Box action's
+log_std), `model.zip` (SB3's own save of the trained model, to export again) and `run.json` (the
 peer's versions and settings, agent steps, wall and CPU seconds, and how often the exported module's action
 agreed with SB3's own `predict(deterministic=True)` on the observations of a short greedy rollout).
 Score it in pzasync's environment with benchmarks/peers/score.py.
@@ -139,7 +140,8 @@ def export(model: PPO, env_id: str, kwargs: dict[str, Any], wrappers: list[str],
     """Write the greedy actor as TorchScript and check it against SB3's `predict` on a short greedy rollout.
 
     Discrete actions: the module gives logits, the action their argmax. Box actions: it gives the Gaussian's
-    mean, the action that clipped to the space's bounds (SB3's `predict(deterministic=True)` does the same)."""
+    mean, the action that clipped to the space's bounds (SB3's `predict(deterministic=True)` does the same);
+    peer.json keeps the Gaussian's state-independent `log_std`, so the evaluator can also sample as SB3 trains."""
     env = parallel_env(env_id, kwargs, wrappers)
     shape = env.observation_space(env.possible_agents[0]).shape
     channels_last = len(shape) == 3 and tuple(model.observation_space.shape) == (shape[2], shape[0], shape[1])
@@ -163,7 +165,8 @@ def export(model: PPO, env_id: str, kwargs: dict[str, Any], wrappers: list[str],
         meta.update(output="logits", actions=int(model.action_space.n))
     else:
         meta.update(output="mean", action_shape=list(model.action_space.shape),
-                    low=model.action_space.low.tolist(), high=model.action_space.high.tolist())
+                    low=model.action_space.low.tolist(), high=model.action_space.high.tolist(),
+                    log_std=model.policy.log_std.detach().cpu().reshape(-1).tolist())
     torch.jit.save(traced, str(out / "policy.pt"), _extra_files={"peer.json": json.dumps(meta)})
     loaded = torch.jit.load(str(out / "policy.pt"))
     with torch.no_grad():
@@ -226,6 +229,7 @@ def main() -> None:
     model = PPO(policy, vec, verbose=0, device="cpu", **ppo)
     figures = learn_within(model, args.seconds)
     vec.close()
+    model.save(args.out / "model.zip")
     check = export(model, args.env, kwargs, args.wrapper, args.seed, args.out)
     write_run(args.out, {
         "peer": "stable-baselines3 PPO + SuperSuit, one policy shared by every agent",

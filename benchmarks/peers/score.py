@@ -8,7 +8,8 @@ Runs in pzasync's environment (torch, numpy, pzasync; no peer library):
 RUN is the peer's output folder (its policy.pt and run.json); the env, its kwargs and its SuperSuit wrappers are
 the ones the peer trained with (run.json) unless given. The mode is the evaluator's for the env (team on
 simple_spread: every seat the peer's policy, the team return; per seat against the recipe's yardstick on a
-turn-based game, one_ply on connect_four, as `pzasync suite` scores it), greedy, over 8 env copies; with
+turn-based game, one_ply on connect_four, as `pzasync suite` scores it), greedy (or `--acting sampled`: Box actions
+drawn from the Gaussian of the exported log_std, discrete ones from the logits), over 8 env copies; with
 `--baselines` the same units played by random players beside it. `pzasync suite` scores its runs' last point with
 `--eval-episodes` (10) episodes on seed `seed + 9001` and its baselines with 50 episodes on seed 10007: give the
 same here to compare. The JSON is `pzasync.evaluate`'s (docs/eval-schema.json) with the peer's run.json under
@@ -43,6 +44,8 @@ def main() -> None:
                              "connect_four, else random)")
     parser.add_argument("--scoring", choices=("seats", "team", "sides"), default=None)
     parser.add_argument("--baselines", action="store_true", help="also score random players in the same units")
+    parser.add_argument("--acting", choices=("greedy", "sampled"), default="greedy",
+                        help="the peer's most likely action, or one drawn from its distribution")
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args()
     trained = json.loads((args.run / "run.json").read_text())
@@ -53,9 +56,10 @@ def main() -> None:
     vs = args.vs or default_yardstick(spec.name)
     report = pzasync.evaluate(peer_policies(args.run / "policy.pt", spec), env=spec, vs=vs,
                               episodes=args.episodes, seed=args.seed, scoring=args.scoring,
-                              baselines=args.baselines)
+                              baselines=args.baselines, acting=args.acting)
     print(f"env: {spec.name} {kwargs} wrappers {list(wrappers)}")
-    print(f"scoring: {report.scoring} ({report.scoring_reason}); {args.episodes} episodes, seed {args.seed}")
+    print(f"scoring: {report.scoring} ({report.scoring_reason}); {args.episodes} episodes, seed {args.seed}, "
+          f"{args.acting}")
     for r in report.results:
         wins = f", win rate {r.win_rate:.2f}" if r.outcomes else ""
         print(f"{r.policy:>8} {r.agent:>10} vs {r.opponent}: mean return {r.mean:.2f} ± {r.mean_ci95:.2f}{wins}")

@@ -13,6 +13,9 @@
 # OUT/suite/ is `pzasync suite ENV`'s (suite.json, the plot, the runs); OUT/sb3_s{0,1,...}/ are the peer's runs
 # (run.json, policy.pt) with score10.json (the suite's at-budget episodes: 10 on seed 9001 + seed) and score50.json
 # (the suite's baseline episodes: 50 on seed 10007, random players beside); OUT/side_by_side.{json,png} is the row.
+# On Box-action envs (pistonball, multiwalker) both sides are also scored sampling their Gaussians
+# (score10_sampled.json, score50_sampled.json; OUT/side_by_side_sampled.{json,png}); ACTING="greedy sampled"
+# asks for that on any env.
 set -euo pipefail
 ENV_ID="${1:?usage: suite_row.sh ENV OUT [MINUTES] [SEEDS] [SB3_VENV]}"
 OUT="${2:?usage: suite_row.sh ENV OUT [MINUTES] [SEEDS] [SB3_VENV]}"
@@ -27,6 +30,11 @@ BUDGET_S="$(awk -v m="$MINUTES" 'BEGIN { print m * 60 }')"
 # sb3_ppo.py's TUTORIALS), with the wrappers that give every agent one space and keep dying agents in the vector
 # env; MaskablePPO for the turn-based games with action masks.
 PEER_SCRIPT="sb3_ppo.py"
+DEFAULT_ACTING="greedy"
+case "$ENV_ID" in
+  *pistonball_v6|*multiwalker_v9) DEFAULT_ACTING="greedy sampled" ;;
+esac
+ACTING="${ACTING:-$DEFAULT_ACTING}"
 case "$ENV_ID" in
   *simple_speaker_listener_v4) PEER_ARGS=(--wrapper pad_observations_v0 --wrapper pad_action_space_v0) ;;
   *knights_archers_zombies_v11) PEER_ARGS=(--wrapper black_death_v3) ;;
@@ -48,11 +56,19 @@ if [ "${PEER:-sb3}" != "none" ]; then
         --out "$OUT/sb3_s$s"
     echo "$(date -u +%FT%TZ) SB3 seed $s done: load average $(cut -d' ' -f1-3 /proc/loadavg)" | tee -a "$OUT/row.log"
   done
-  for ((s = 0; s < SEEDS; s++)); do
-    python "$PEERS/score.py" "$OUT/sb3_s$s" --episodes 10 --seed $((9001 + s)) --json "$OUT/sb3_s$s/score10.json"
-    python "$PEERS/score.py" "$OUT/sb3_s$s" --episodes 50 --seed 10007 --baselines --json "$OUT/sb3_s$s/score50.json"
+  for acting in $ACTING; do
+    suffix="$([ "$acting" = greedy ] || echo "_$acting")"
+    for ((s = 0; s < SEEDS; s++)); do
+      python "$PEERS/score.py" "$OUT/sb3_s$s" --episodes 10 --seed $((9001 + s)) --acting "$acting" \
+          --json "$OUT/sb3_s$s/score10$suffix.json"
+      python "$PEERS/score.py" "$OUT/sb3_s$s" --episodes 50 --seed 10007 --baselines --acting "$acting" \
+          --json "$OUT/sb3_s$s/score50$suffix.json"
+    done
   done
   PEER_FLAGS=(--peer "SB3 ($PEER_SCRIPT)=$OUT/sb3_s*")
 fi
-python "$PEERS/side_by_side.py" "$OUT/suite" "${PEER_FLAGS[@]}" --out "$OUT/side_by_side"
+for acting in $ACTING; do
+  suffix="$([ "$acting" = greedy ] || echo "_$acting")"
+  python "$PEERS/side_by_side.py" "$OUT/suite" "${PEER_FLAGS[@]}" --acting "$acting" --out "$OUT/side_by_side$suffix"
+done
 echo "$(date -u +%FT%TZ) done" | tee -a "$OUT/row.log"

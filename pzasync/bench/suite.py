@@ -231,7 +231,7 @@ def env_report(env_id: str, settings: SuiteSettings, out: Path,
                    "agent_groups": run.config["agent_groups"], "self_play": recipe.self_play, "league": recipe.league,
                    "env_kwargs": dict(recipe.env_kwargs), "wrappers": list(recipe.wrappers),
                    "envs_per_actor": recipe.envs_per_actor, "why": recipe.why, "notes": run.notes},
-        "baselines": {name: _baseline_json(results, metric) for name, results in scored_base.items()},
+        "baselines": {name: baseline_json(results, metric) for name, results in scored_base.items()},
         "runs": runs,
         "final": over_seeds(finals) if finals else None,
     }
@@ -247,7 +247,9 @@ def score_label(entry: dict[str, Any]) -> str:
     return f"{what} per {unit} vs {entry['yardstick']}"
 
 
-def _baseline_json(results: list[Any], metric: str) -> dict[str, Any]:
+def baseline_json(results: list[Any], metric: str) -> dict[str, Any]:
+    """A baseline's results (one `EvalResult` per unit) as the report gives them: per unit its score and 95%
+    interval, and their mean over units."""
     units = {}
     for r in results:
         lo, hi = r.win_rate_ci95 if metric == "win_rate" else (r.mean - r.mean_ci95, r.mean + r.mean_ci95)

@@ -23,7 +23,7 @@ from pzasync.cli.common import console, errors, scoring_line
 from pzasync.cli.suite import suite
 from pzasync.cli.train import train, train_choices
 from pzasync.config import SCORING_MODES
-from pzasync.evaluation.episodes import EVAL_COPIES
+from pzasync.evaluation.episodes import ACTING_MODES, EVAL_COPIES
 from pzasync.errors import UserInputError
 from pzasync.recipes import DEFAULT_RECIPE, recipe_for
 
@@ -231,6 +231,10 @@ def parse_versus(versus: str) -> Any:
                    "(docs/league.md, \"Scoring\").")
 @click.option("--baselines/--no-baselines", default=True, show_default=True,
               help="Also score untrained networks of the run's learners, and random play.")
+@click.option("--acting", type=click.Choice(list(ACTING_MODES)), default="greedy", show_default=True,
+              help="greedy: each policy's most likely action (a Box action's mean, clipped); sampled: drawn from "
+                   "the policy's own distribution as in training (seeded per episode and turn), for Gaussian "
+                   "policies whose spread acts through the clipping.")
 @click.option("--copies", default=EVAL_COPIES, show_default=True,
               help="Env copies played side by side (one batched forward per policy and round); the figures do "
                    "not depend on it.")
@@ -239,10 +243,10 @@ def parse_versus(versus: str) -> Any:
                    "then goes to stderr) with '-' or no value (give it last, or as '--json -', so that RUN_DIR "
                    "is not read as FILE).")
 def evaluate_cmd(run_dir: str, versus: str, episodes: int, seed: int, scoring: str | None, baselines: bool,
-                 copies: int, json_out: str | None) -> None:
-    """Score the trained agents of RUN_DIR (greedy) in the mode that fits the game: each seat against a
-    yardstick (random or scripted players, another run's agents), the whole team, or each side; beside
-    untrained networks and random play."""
+                 acting: str, copies: int, json_out: str | None) -> None:
+    """Score the trained agents of RUN_DIR (greedy, or sampling with --acting sampled) in the mode that fits
+    the game: each seat against a yardstick (random or scripted players, another run's agents), the whole team,
+    or each side; beside untrained networks and random play."""
     import json
     import os
 
@@ -257,7 +261,7 @@ def evaluate_cmd(run_dir: str, versus: str, episodes: int, seed: int, scoring: s
                   transient=True) as progress:
         task = progress.add_task(f"evaluating {run_dir}", total=None)
         report = evaluate(run_dir, vs=versus, episodes=episodes,
-                          seed=seed, scoring=scoring, baselines=baselines, copies=copies,
+                          seed=seed, scoring=scoring, baselines=baselines, copies=copies, acting=acting,
                           progress=lambda label: progress.advance(task))
     document = report.to_json()
     if json_out == "-":
@@ -266,7 +270,7 @@ def evaluate_cmd(run_dir: str, versus: str, episodes: int, seed: int, scoring: s
         with open(json_out, "w") as f:
             json.dump(document, f, indent=1)
     unit = {"seats": "agent", "team": "evaluation", "sides": "side and evaluation"}[report.scoring]
-    out.print(f"{report.env}: {run_dir} vs {versus}, {episodes} episodes per {unit}", highlight=False,
+    out.print(f"{report.env}: {run_dir} vs {versus}, {episodes} episodes per {unit}, {acting}", highlight=False,
               soft_wrap=True)
     out.print(scoring_line(report), highlight=False, soft_wrap=True)
     table = Table()

@@ -9,7 +9,8 @@ gives the same results whatever the number of copies (up to floating-point round
 over batches of different sizes, which can only matter where two actions tie to the last bit).
 
 Players (`Player`): `PolicyPlayer`, one policy shared by every copy (a trained, untrained or another run's
-network: greedy, batched; a recurrent one's memory kept per (copy, agent) and zeroed at each episode start),
+network: greedy and batched, or sampling its own action distribution; a recurrent one's memory kept per (copy,
+agent) and zeroed at each episode start),
 `PerCopyPlayer`, a never-learning player built once per copy and reseeded per episode (scripted players draw
 their ties from their own RNG), and `RandomPlayer`, uniform over legal actions from a per-episode RNG.
 """
@@ -31,9 +32,19 @@ from pzasync.core.transitions import EpisodeSummary, LayoutBook
 EVAL_COPIES = 8
 
 
+#: How evaluated policies pick their actions: "greedy" (the most likely action; a Box action's mean) or "sampled"
+#: (drawn from the policy's own distribution, as it acts in training: PPO samples, DQN explores epsilon-greedily).
+ACTING_MODES = ("greedy", "sampled")
+
+
 def episode_seed(seed: int, episode: int, agent_index: int) -> int:
     """The seed of one agent's player in one episode: independent streams per (seed, episode, agent)."""
     return int(np.random.SeedSequence([seed, episode, agent_index]).generate_state(1)[0])
+
+
+def turn_seed(seed: int, episode: int, turn: int) -> int:
+    """The seed of a sampling policy's draw at one turn of one episode (a stream apart from `episode_seed`'s)."""
+    return int(np.random.SeedSequence([seed, episode, turn, 1]).generate_state(1)[0])
 
 
 class Player(Protocol):
@@ -53,18 +64,34 @@ def _masks(decisions: list[PendingDecision]) -> np.ndarray | None:
 
 
 class PolicyPlayer:
-    """A `pzasync.Policy` shared by every copy, acting greedily (or exploring) in one forward per round."""
+    """A `pzasync.Policy` shared by every copy: greedy, one batched forward per round; or `explore`, sampling
+    its own distribution, one forward per decision with the policy reseeded from (seed, episode, turn), so that
+    a sampled episode, like a greedy one, depends on its index alone and not on the copies beside it."""
 
     def __init__(self, policy: Any, layout: AgentLayout, explore: bool = False) -> None:
         self.policy, self.layout, self.explore = policy, layout, explore
         #: A recurrent policy's memory per (copy, agent), from its last decision in the copy's episode.
         self.memory: dict[tuple[int, str], np.ndarray] = {}
+        #: Per copy: (the evaluation's seed, the episode it plays, turns this player has answered in it).
+        self.turns: dict[int, list[int]] = {}
 
     def start(self, copy: int, episode: int, seed: int) -> None:
         for key in [key for key in self.memory if key[0] == copy]:
             del self.memory[key]
+        self.turns[copy] = [seed, episode, 0]
 
     def act(self, decisions: list[PendingDecision]) -> list[Any]:
+        if not self.explore:
+            return self._answer(decisions)
+        actions = []
+        for d in decisions:
+            seed, episode, turn = self.turns[d.copy]
+            self.turns[d.copy][2] += 1
+            self.policy.seed(turn_seed(seed, episode, turn))
+            actions += self._answer([d])
+        return actions
+
+    def _answer(self, decisions: list[PendingDecision]) -> list[Any]:
         obs, masks = self.layout.batch([d.obs for d in decisions]), _masks(decisions)
         size = self.policy.memory_size
         if not size:

@@ -299,13 +299,14 @@ def _player_builder(cls: type, options: dict[str, Any], layout: AgentLayout, see
     return build
 
 
-def policy_players(policies: dict[str, tuple[Any, AgentLayout]]) -> dict[str, Player]:
-    """One greedy `PolicyPlayer` per policy object (agents that share a policy share its forwards)."""
+def policy_players(policies: dict[str, tuple[Any, AgentLayout]], explore: bool = False) -> dict[str, Player]:
+    """One `PolicyPlayer` per policy object (agents that share a policy share its forwards): greedy, or
+    sampling its own distribution with `explore`."""
     shared: dict[int, PolicyPlayer] = {}
     players: dict[str, Player] = {}
     for agent, (policy, layout) in policies.items():
         if id(policy) not in shared:
-            shared[id(policy)] = PolicyPlayer(policy, layout)
+            shared[id(policy)] = PolicyPlayer(policy, layout, explore)
         players[agent] = shared[id(policy)]
     return players
 
@@ -313,13 +314,13 @@ def policy_players(policies: dict[str, tuple[Any, AgentLayout]]) -> dict[str, Pl
 def score_units(env_spec: Any, seated: dict[str, tuple[Any, AgentLayout]] | str, units: dict[str, list[str]],
                 opponents: Any, episodes: int, seed: int = 12345, max_episode_steps: int | None = None,
                 opponent_name: str | None = None, policy: str = "trained",
-                copies: int = EVAL_COPIES) -> list[EvalResult]:
+                copies: int = EVAL_COPIES, explore: bool = False) -> list[EvalResult]:
     """Score each unit (a name -> its member agents): its members play `seated` (a dict agent -> (policy,
-    layout), greedy; or "random"), every other agent, and members without a policy, play `opponents` (as in
-    `evaluate_against`; the result's opponent is `NO_OPPONENT` where none played); the unit's score in an
-    episode is its members' summed return. `episodes` episodes per unit over `copies` env copies
-    (evaluation/episodes.py: batched, seeded per episode). `policy` labels the results ("trained",
-    "untrained", "random")."""
+    layout), greedy, or sampling their own distributions with `explore`; or "random"), every other agent, and
+    members without a policy, play `opponents` (as in `evaluate_against`; the result's opponent is `NO_OPPONENT`
+    where none played); the unit's score in an episode is its members' summed return. `episodes` episodes per
+    unit over `copies` env copies (evaluation/episodes.py: batched, seeded per episode). `policy` labels the
+    results ("trained", "untrained", "random")."""
     spec = EnvSpec.of(env_spec) if not isinstance(env_spec, EnvSpec) else env_spec
     if isinstance(seated, dict):
         reading = sorted(a for a, (_p, layout) in seated.items() if reads_state(layout))
@@ -333,7 +334,7 @@ def score_units(env_spec: Any, seated: dict[str, tuple[Any, AgentLayout]] | str,
         index = {a: i for i, a in enumerate(agents)}
         own: dict[str, Player]
         if isinstance(seated, dict):
-            own = policy_players(seated)
+            own = policy_players(seated, explore)
         else:
             shared = RandomPlayer(ActionSpaces(probe).copy().spaces, index)
             own = {a: shared for a in agents}

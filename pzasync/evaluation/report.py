@@ -4,6 +4,8 @@ One function builds the figures that `pzasync eval` prints and writes with `--js
 docs/eval-schema.json), that `pzasync train` prints at its end, and that Python gets back as an `Evaluation`:
 
 - the scoring mode and why (evaluation/scoring.py: "seats", "team" or "sides");
+- how the policies act: "greedy" (the default) or "sampled" from their own distributions (`acting`; a Gaussian
+  policy whose wide spread acts through the clipping of a Box action does not do what its mean does);
 - the trained policies' score per unit (seat, side or team) against the yardstick `vs`;
 - baselines: fresh (untrained) networks of the same learners scored the same way, and random play: in "team"
   and "sides" the unit's seats played at random, in "seats" the trained seat against random opponents (a
@@ -21,7 +23,7 @@ from typing import Any, Callable
 
 from pzasync.core.environments import EnvSpec
 from pzasync.errors import ConfigError
-from pzasync.evaluation.episodes import EVAL_COPIES
+from pzasync.evaluation.episodes import ACTING_MODES, EVAL_COPIES
 from pzasync.evaluation.evaluate import (EvalResult, fresh_policies, load_run_policies, player_name, score_units)
 from pzasync.evaluation.scoring import choose_scoring, units_for
 from pzasync.runtime.rundir import RunDirectory
@@ -48,6 +50,8 @@ class Evaluation:
     results: list[EvalResult] = field(default_factory=list)
     run_dir: str | None = None
     seconds: float = 0.0
+    #: How the trained and untrained policies picked their actions (`ACTING_MODES`).
+    acting: str = "greedy"
 
     def result(self, unit: str, policy: str = "trained", against: str | None = None) -> EvalResult | None:
         """The result of `unit` played by `policy` ("trained", "untrained", "random") against `against`
@@ -78,9 +82,9 @@ class Evaluation:
                          "win_rate_ci95": [lo, hi], "returns": [float(x) for x in r.returns]})
         return {"schema_version": SCHEMA_VERSION, "pzasync_version": pzasync_version, "env": self.env,
                 "run_dir": self.run_dir, "scoring": self.scoring, "scoring_reason": self.scoring_reason,
-                "vs": self.vs, "episodes": self.episodes, "seed": self.seed, "copies": self.copies,
-                "seconds": round(self.seconds, 3), "units": {u: list(m) for u, m in self.units.items()},
-                "results": rows}
+                "vs": self.vs, "acting": self.acting, "episodes": self.episodes, "seed": self.seed,
+                "copies": self.copies, "seconds": round(self.seconds, 3),
+                "units": {u: list(m) for u, m in self.units.items()}, "results": rows}
 
 
 def _opponents(vs: Any) -> tuple[Any, str]:
@@ -95,8 +99,8 @@ def _opponents(vs: Any) -> tuple[Any, str]:
 def evaluate(run_dir_or_policies: str | Path | dict[str, tuple[Any, Any]], env: Any = None, vs: Any = "random",
              episodes: int = 400, seed: int = 12345, scoring: str | None = None, *, learners: Any = None,
              baselines: bool = True, copies: int = EVAL_COPIES, max_episode_steps: int | None = None,
-             progress: Callable[[str], None] | None = None) -> Evaluation:
-    """Score trained policies greedily in the mode that fits the game, with baselines (module docstring).
+             progress: Callable[[str], None] | None = None, acting: str = "greedy") -> Evaluation:
+    """Score trained policies in the mode that fits the game, with baselines (module docstring).
 
     `run_dir_or_policies`: a run directory (its checkpoints; its env, learners and episode limit
     unless given) or a dict agent -> (policy, layout), which needs `env`. `vs`: the yardstick ("random",
@@ -104,8 +108,9 @@ def evaluate(run_dir_or_policies: str | Path | dict[str, tuple[Any, Any]], env: 
     "team" or "sides"; None: the env's recipe's, else read from the env (`choose_scoring`). `learners`: the
     learner specs of the untrained baseline (a run directory's own by default; without any, no untrained
     baseline). `baselines`: False scores the trained policies only. `episodes` per unit and evaluation, over
-    `copies` env copies with batched forwards; the same `seed` gives the same figures. `progress(label)` is
-    called after each evaluation.
+    `copies` env copies with batched forwards; the same `seed` gives the same figures. `acting`: "greedy" or
+    "sampled" (the trained and the untrained policies draw from their own distributions, seeded per episode and
+    turn; yardsticks and random play are unchanged). `progress(label)` is called after each evaluation.
     """
     started = time.monotonic()
     run_dir = None
@@ -130,6 +135,8 @@ def evaluate(run_dir_or_policies: str | Path | dict[str, tuple[Any, Any]], env: 
         raise ConfigError(f"pzasync.evaluate: episodes={episodes}: must be >= 1")
     if copies < 1:
         raise ConfigError(f"pzasync.evaluate: copies={copies}: must be >= 1")
+    if acting not in ACTING_MODES:
+        raise ConfigError(f"pzasync.evaluate: acting={acting!r}: expected one of {', '.join(ACTING_MODES)}")
     spec = env if isinstance(env, EnvSpec) else EnvSpec.of(env)
     mode, why = choose_scoring(spec, scoring)
     probe = spec.make()
@@ -139,7 +146,7 @@ def evaluate(run_dir_or_policies: str | Path | dict[str, tuple[Any, Any]], env: 
         probe.close()
     units = units_for(mode, agents, list(policies))
     opponents, name = _opponents(vs)
-    report = Evaluation(spec.name, mode, why, name, episodes, seed, copies, units, run_dir=run_dir)
+    report = Evaluation(spec.name, mode, why, name, episodes, seed, copies, units, run_dir=run_dir, acting=acting)
 
     def add(results: list[EvalResult], label: str) -> None:
         report.results += results
@@ -147,13 +154,16 @@ def evaluate(run_dir_or_policies: str | Path | dict[str, tuple[Any, Any]], env: 
             progress(label)
 
     common = {"max_episode_steps": max_episode_steps, "copies": copies}
-    add(score_units(spec, policies, units, opponents, episodes, seed, opponent_name=name, **common), "trained")
+    explore = acting == "sampled"
+    add(score_units(spec, policies, units, opponents, episodes, seed, opponent_name=name, explore=explore,
+                    **common), "trained")
     if baselines and learners is not None:
         fresh_spec, fresh = fresh_policies(spec, learners, seed)
         add(score_units(fresh_spec, fresh, units_for(mode, agents, list(fresh)), opponents, episodes, seed,
-                        opponent_name=name, policy="untrained", **common), "untrained")
+                        opponent_name=name, policy="untrained", explore=explore, **common), "untrained")
     if baselines and mode == "seats" and name != "random":
-        add(score_units(spec, policies, units, "random", episodes, seed, opponent_name="random", **common),
+        add(score_units(spec, policies, units, "random", episodes, seed, opponent_name="random", explore=explore,
+                        **common),
             "trained against random")
     elif baselines and mode != "seats":
         add(score_units(spec, "random", units, opponents, episodes, seed, opponent_name=name, policy="random",
