@@ -149,14 +149,17 @@ def test_a_box_action_sampled_is_drawn_around_the_mean_with_the_exported_spread(
 
 def test_side_by_side_scores_each_peer_seed_from_its_score_files_and_averages_over_seeds(tmp_path):
     """benchmarks/peers/side_by_side.py reads a peer's run folders (run.json, score10.json, score50.json) and gives
-    the trained policy's score per seed (random rows ignored) and the mean with a 95% t interval over seeds."""
+    the trained policy's score per seed (random rows, and the trained seat's against random, ignored) and the
+    mean with a 95% t interval over seeds."""
     spec = importlib.util.spec_from_file_location("peer_side_by_side", PLAYER.parent / "side_by_side.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
 
-    def report(trained: float) -> dict:
-        return {"env": SPREAD, "results": [{"policy": "trained", "mean_return": trained, "win_rate": 0.0},
-                                           {"policy": "random", "mean_return": -80.0, "win_rate": 0.0}]}
+    def report(trained: float) -> dict:  # a seat scored against one_ply, with score.py --baselines' extra rows
+        return {"env": SPREAD, "vs": "one_ply",
+                "results": [{"policy": "trained", "against": "one_ply", "mean_return": trained, "win_rate": 0.0},
+                            {"policy": "random", "against": "one_ply", "mean_return": -80.0, "win_rate": 0.0},
+                            {"policy": "trained", "against": "random", "mean_return": 90.0, "win_rate": 1.0}]}
 
     for seed, (at_budget, fifty) in enumerate([(-60.0, -62.0), (-50.0, -52.0), (-70.0, -66.0)]):
         folder = tmp_path / f"peer_s{seed}"

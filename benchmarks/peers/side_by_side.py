@@ -42,8 +42,10 @@ from pzasync.runners import EVAL_SEED_OFFSET
 
 def trained_score(document: dict[str, Any], metric: str) -> float:
     """The trained policy's score in an evaluation report (`pzasync.evaluate`'s JSON): its win rate or mean
-    return, averaged over the scored units (one, the team, on a cooperative env)."""
-    rows = [seat_score(r, metric) for r in document["results"] if r["policy"] == "trained"]
+    return against the report's yardstick, averaged over the scored units (one, the team, on a cooperative env).
+    A seat's baseline row against random play (`--baselines` beside another yardstick) is not its score."""
+    rows = [seat_score(r, metric) for r in document["results"]
+            if r["policy"] == "trained" and r.get("against") in (document.get("vs"), "none")]
     if not rows:
         raise ValueError(f"no trained policy's result in the report of {document.get('env')!r}")
     return sum(rows) / len(rows)
