@@ -12,7 +12,7 @@ import pytest
 from click.testing import CliRunner
 
 import pzasync
-from pzasync.bench.suite import SuiteSettings, curve_of, over_seeds, suite_run, team_returns
+from pzasync.bench.suite import SuiteSettings, curve_of, over_seeds, score_bounds, suite_run, team_returns
 from pzasync.cli import main, train_choices
 from pzasync.config import RunConfig
 from pzasync.core.environments import EnvSpec
@@ -154,6 +154,9 @@ def test_the_interval_over_seeds_is_a_t_interval_and_absent_for_one_seed():
     assert over_seeds([1.0]) == {"mean": 1.0, "ci95": None, "values": [1.0]}
     spread = over_seeds([1.0, 3.0])
     assert spread["mean"] == 2.0 and spread["ci95"] == pytest.approx([2.0 - 12.71, 2.0 + 12.71])
+    win_rates = over_seeds([0.9, 0.9, 1.0], score_bounds("win_rate"))
+    assert win_rates["ci95"][1] == 1.0 and win_rates["ci95"][0] == pytest.approx(0.79, abs=0.005)
+    assert score_bounds("mean_return") is None
 
 
 @pytest.mark.parametrize("bad, flag", [({"minutes": 0}, "--minutes"), ({"seeds": 0}, "--seeds"),

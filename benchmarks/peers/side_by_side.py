@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 import pzasync
-from pzasync.bench.suite import baseline_json, over_seeds, score_label, seat_score
+from pzasync.bench.suite import baseline_json, over_seeds, score_bounds, score_label, seat_score
 from pzasync.runners import EVAL_SEED_OFFSET
 
 
@@ -93,11 +93,11 @@ def peer_side(name: str, pattern: str, metric: str, acting: str = "greedy") -> d
     return {"name": name, "runs": runs}
 
 
-def summarize(side: dict[str, Any]) -> dict[str, Any]:
-    """Mean and 95% t interval over seeds of each column."""
+def summarize(side: dict[str, Any], metric: str = "mean_return") -> dict[str, Any]:
+    """Mean and 95% t interval over seeds of each column (a win rate's cut to [0, 1])."""
     runs = side["runs"]
-    side["at_budget"] = over_seeds([r["at_budget"] for r in runs])
-    side["episodes_50"] = over_seeds([r["episodes_50"] for r in runs])
+    side["at_budget"] = over_seeds([r["at_budget"] for r in runs], score_bounds(metric))
+    side["episodes_50"] = over_seeds([r["episodes_50"] for r in runs], score_bounds(metric))
     side["agent_steps"] = over_seeds([float(r["agent_steps"]) for r in runs])
     return side
 
@@ -163,12 +163,12 @@ def main() -> None:
         raise SystemExit(f"{args.suite}/suite.json has no env {args.env!r}")
     entry = entries[0]
     sides = [summarize(pzasync_side(entry, args.episodes, args.seed, args.acting,
-                                    report["settings"]["eval_episodes"]))]
+                                    report["settings"]["eval_episodes"]), entry["metric"])]
     for spec in args.peer:
         name, sep, pattern = spec.partition("=")
         if not sep:
             raise SystemExit(f"--peer takes NAME=GLOB, got {spec!r}")
-        sides.append(summarize(peer_side(name, pattern, entry["metric"], args.acting)))
+        sides.append(summarize(peer_side(name, pattern, entry["metric"], args.acting), entry["metric"]))
     base = dict(entry["baselines"])
     if args.acting == "sampled":
         base["untrained"] = sampled_untrained(entry, args.episodes, args.seed)

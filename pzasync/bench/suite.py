@@ -105,13 +105,20 @@ def seat_score(result: Any, metric: str) -> float:
     return float(result.win_rate if metric == "win_rate" else result.mean)
 
 
-def over_seeds(values: list[float]) -> dict[str, Any]:
-    """Mean over seeds with its 95% t interval (None for one seed) and the values."""
+def over_seeds(values: list[float], bounds: tuple[float, float] | None = None) -> dict[str, Any]:
+    """Mean over seeds with its 95% t interval (None for one seed) and the values; the interval cut to `bounds`
+    where the score cannot leave them (a win rate: (0, 1))."""
     mean = statistics.fmean(values)
     if len(values) < 2:
         return {"mean": mean, "ci95": None, "values": values}
     half = T95.get(len(values) - 1, 1.96) * statistics.stdev(values) / math.sqrt(len(values))
-    return {"mean": mean, "ci95": [mean - half, mean + half], "values": values}
+    low, high = bounds if bounds is not None else (-math.inf, math.inf)
+    return {"mean": mean, "ci95": [max(low, mean - half), min(high, mean + half)], "values": values}
+
+
+def score_bounds(metric: str) -> tuple[float, float] | None:
+    """The range a score of `metric` cannot leave: (0, 1) for a win rate, none for a return."""
+    return (0.0, 1.0) if metric == "win_rate" else None
 
 
 def curve_of(rows: list[dict[str, Any]], metric: str) -> list[dict[str, Any]]:
@@ -233,7 +240,7 @@ def env_report(env_id: str, settings: SuiteSettings, out: Path,
                    "envs_per_actor": recipe.envs_per_actor, "why": recipe.why, "notes": run.notes},
         "baselines": {name: baseline_json(results, metric) for name, results in scored_base.items()},
         "runs": runs,
-        "final": over_seeds(finals) if finals else None,
+        "final": over_seeds(finals, score_bounds(metric)) if finals else None,
     }
 
 
