@@ -26,6 +26,7 @@ from pathlib import Path
 from player import peer_policies
 
 import pzasync
+from pzasync.evaluation.episodes import ACTING_MODES
 from pzasync.recipes import default_yardstick
 
 
@@ -44,7 +45,7 @@ def main() -> None:
                              "connect_four, else random)")
     parser.add_argument("--scoring", choices=("seats", "team", "sides"), default=None)
     parser.add_argument("--baselines", action="store_true", help="also score random players in the same units")
-    parser.add_argument("--acting", choices=("greedy", "sampled"), default="greedy",
+    parser.add_argument("--acting", choices=ACTING_MODES, default="greedy",
                         help="the peer's most likely action, or one drawn from its distribution")
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args()

@@ -37,6 +37,7 @@ from typing import Any
 
 import pzasync
 from pzasync.bench.suite import baseline_json, over_seeds, score_bounds, score_label, seat_score
+from pzasync.evaluation.episodes import ACTING_MODES
 from pzasync.runners import EVAL_SEED_OFFSET
 
 
@@ -153,7 +154,7 @@ def main() -> None:
     parser.add_argument("--peer", action="append", default=[], metavar="NAME=GLOB", help="a peer's run folders")
     parser.add_argument("--episodes", type=int, default=50, help="episodes of the rescoring (the suite's baselines')")
     parser.add_argument("--seed", type=int, default=10007, help="seed of the rescoring (the suite's baselines')")
-    parser.add_argument("--acting", choices=("greedy", "sampled"), default="greedy",
+    parser.add_argument("--acting", choices=ACTING_MODES, default="greedy",
                         help="how every side's policies act when scored (module docstring)")
     parser.add_argument("--out", type=Path, required=True, help="OUT.json and OUT.png are written")
     args = parser.parse_args()
