@@ -153,17 +153,15 @@ def evaluate(run_dir_or_policies: str | Path | dict[str, tuple[Any, Any]], env: 
         if progress is not None:
             progress(label)
 
-    common = {"max_episode_steps": max_episode_steps, "copies": copies}
-    explore = acting == "sampled"
-    add(score_units(spec, policies, units, opponents, episodes, seed, opponent_name=name, explore=explore,
-                    **common), "trained")
+    # `explore` reaches the seated policies only: random play and the yardsticks are never asked to sample.
+    common = {"max_episode_steps": max_episode_steps, "copies": copies, "explore": acting == "sampled"}
+    add(score_units(spec, policies, units, opponents, episodes, seed, opponent_name=name, **common), "trained")
     if baselines and learners is not None:
         fresh_spec, fresh = fresh_policies(spec, learners, seed)
         add(score_units(fresh_spec, fresh, units_for(mode, agents, list(fresh)), opponents, episodes, seed,
-                        opponent_name=name, policy="untrained", explore=explore, **common), "untrained")
+                        opponent_name=name, policy="untrained", **common), "untrained")
     if baselines and mode == "seats" and name != "random":
-        add(score_units(spec, policies, units, "random", episodes, seed, opponent_name="random", explore=explore,
-                        **common),
+        add(score_units(spec, policies, units, "random", episodes, seed, opponent_name="random", **common),
             "trained against random")
     elif baselines and mode != "seats":
         add(score_units(spec, "random", units, opponents, episodes, seed, opponent_name=name, policy="random",
