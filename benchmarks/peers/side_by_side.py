@@ -11,8 +11,10 @@ score10.json and score50.json from score.py, as docs/benchmarks.md's peer sectio
 
 - **at the budget**: the score on the suite's last-point episodes: pzasync's last evaluation round
   (`--eval-episodes`, 10, on seed 9001 + seed), a peer's score10.json (made with the same episodes and seed);
-- **50 episodes**: the same policies on the suite's baseline episodes (50 on seed 10007): pzasync's last
-  checkpoint rescored here by `pzasync.evaluate`, a peer's score50.json.
+- **50 episodes**: the same policies on the suite's baseline episodes (`--baseline-episodes`, 50, on seed 10007):
+  pzasync's last checkpoint rescored here by `pzasync.evaluate`, a peer's score50.json. The files and the JSON
+  key `episodes_50` keep the default's name where a row plays fewer (pursuit: 20); OUT.json's `baseline_episodes`
+  and `budget_episodes` say how many were played.
 
 Both columns play every seat not scored against the suite's yardstick (one_ply on connect_four).
 
@@ -152,7 +154,8 @@ def main() -> None:
     parser.add_argument("suite", type=Path, help="the folder `pzasync suite --out` wrote (suite.json)")
     parser.add_argument("--env", default=None, help="the suite env to take (default: the first)")
     parser.add_argument("--peer", action="append", default=[], metavar="NAME=GLOB", help="a peer's run folders")
-    parser.add_argument("--episodes", type=int, default=50, help="episodes of the rescoring (the suite's baselines')")
+    parser.add_argument("--episodes", type=int, default=None,
+                        help="episodes of the rescoring [default: the suite's baseline episodes]")
     parser.add_argument("--seed", type=int, default=10007, help="seed of the rescoring (the suite's baselines')")
     parser.add_argument("--acting", choices=ACTING_MODES, default="greedy",
                         help="how every side's policies act when scored (module docstring)")
@@ -163,7 +166,8 @@ def main() -> None:
     if not entries:
         raise SystemExit(f"{args.suite}/suite.json has no env {args.env!r}")
     entry = entries[0]
-    sides = [summarize(pzasync_side(entry, args.episodes, args.seed, args.acting,
+    episodes = args.episodes or report["settings"]["baseline_episodes"]
+    sides = [summarize(pzasync_side(entry, episodes, args.seed, args.acting,
                                     report["settings"]["eval_episodes"]), entry["metric"])]
     for spec in args.peer:
         name, sep, pattern = spec.partition("=")
@@ -172,16 +176,17 @@ def main() -> None:
         sides.append(summarize(peer_side(name, pattern, entry["metric"], args.acting), entry["metric"]))
     base = dict(entry["baselines"])
     if args.acting == "sampled":
-        base["untrained"] = sampled_untrained(entry, args.episodes, args.seed)
+        base["untrained"] = sampled_untrained(entry, episodes, args.seed)
     table = {"env": entry["env"], "metric": entry["metric"], "scoring": entry["scoring"],
              "budget_minutes": report["settings"]["minutes"], "machine": report["machine"],
-             "acting": args.acting, "baselines": base, "sides": sides}
+             "acting": args.acting, "budget_episodes": report["settings"]["eval_episodes"],
+             "baseline_episodes": episodes, "baselines": base, "sides": sides}
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.with_suffix(".json").write_text(json.dumps(table, indent=1))
     plot(entry, sides, base, args.out.with_suffix(".png"), args.acting)
     for side in sides:
         print(f"{side['name']:<28} at the budget {interval_text(side['at_budget']):<24} "
-              f"50 episodes {interval_text(side['episodes_50']):<24} agent steps {side['agent_steps']['mean']:,.0f}  "
+              f"{episodes} episodes {interval_text(side['episodes_50']):<24} agent steps {side['agent_steps']['mean']:,.0f}  "
               f"seeds {[r['seed'] for r in side['runs']]}")
 
 

@@ -16,6 +16,9 @@
 # On Box-action envs (pistonball, multiwalker) both sides are also scored sampling their Gaussians
 # (score10_sampled.json, score50_sampled.json; OUT/side_by_side_sampled.{json,png}); ACTING="greedy sampled"
 # asks for that on any env.
+#
+# EVAL_EPISODES (10) and BASELINE_EPISODES (50) set the at-budget and baseline episode counts of both sides; on
+# pursuit (episodes of 500 cycles of 8 agents, 4,000 agent steps each) they default to 5 and 20.
 set -euo pipefail
 ENV_ID="${1:?usage: suite_row.sh ENV OUT [MINUTES] [SEEDS] [SB3_VENV]}"
 OUT="${2:?usage: suite_row.sh ENV OUT [MINUTES] [SEEDS] [SB3_VENV]}"
@@ -35,6 +38,13 @@ case "$ENV_ID" in
   *pistonball_v6|*multiwalker_v9) DEFAULT_ACTING="greedy sampled" ;;
 esac
 ACTING="${ACTING:-$DEFAULT_ACTING}"
+DEFAULT_EVAL_EPISODES=10
+DEFAULT_BASELINE_EPISODES=50
+case "$ENV_ID" in
+  *pursuit_v5) DEFAULT_EVAL_EPISODES=5; DEFAULT_BASELINE_EPISODES=20 ;;
+esac
+EVAL_EPISODES="${EVAL_EPISODES:-$DEFAULT_EVAL_EPISODES}"
+BASELINE_EPISODES="${BASELINE_EPISODES:-$DEFAULT_BASELINE_EPISODES}"
 case "$ENV_ID" in
   *simple_speaker_listener_v4) PEER_ARGS=(--wrapper pad_observations_v0 --wrapper pad_action_space_v0) ;;
   *knights_archers_zombies_v11) PEER_ARGS=(--wrapper black_death_v3) ;;
@@ -46,7 +56,8 @@ esac
 
 echo "$(date -u +%FT%TZ) start: load average $(cut -d' ' -f1-3 /proc/loadavg)" | tee -a "$OUT/row.log"
 if [ -z "${SKIP_PZASYNC:-}" ]; then
-  pzasync suite "$ENV_ID" --minutes "$MINUTES" --seeds "$SEEDS" --out "$OUT/suite"
+  pzasync suite "$ENV_ID" --minutes "$MINUTES" --seeds "$SEEDS" --eval-episodes "$EVAL_EPISODES" \
+      --baseline-episodes "$BASELINE_EPISODES" --out "$OUT/suite"
   echo "$(date -u +%FT%TZ) pzasync done: load average $(cut -d' ' -f1-3 /proc/loadavg)" | tee -a "$OUT/row.log"
 fi
 PEER_FLAGS=()
@@ -59,9 +70,9 @@ if [ "${PEER:-sb3}" != "none" ]; then
   for acting in $ACTING; do
     suffix="$([ "$acting" = greedy ] || echo "_$acting")"
     for ((s = 0; s < SEEDS; s++)); do
-      python "$PEERS/score.py" "$OUT/sb3_s$s" --episodes 10 --seed $((9001 + s)) --acting "$acting" \
+      python "$PEERS/score.py" "$OUT/sb3_s$s" --episodes "$EVAL_EPISODES" --seed $((9001 + s)) --acting "$acting" \
           --json "$OUT/sb3_s$s/score10$suffix.json"
-      python "$PEERS/score.py" "$OUT/sb3_s$s" --episodes 50 --seed 10007 --baselines --acting "$acting" \
+      python "$PEERS/score.py" "$OUT/sb3_s$s" --episodes "$BASELINE_EPISODES" --seed 10007 --baselines --acting "$acting" \
           --json "$OUT/sb3_s$s/score50$suffix.json"
     done
   done
