@@ -16,8 +16,9 @@ Runs in its own virtualenv (benchmarks/peers/setup_sb3.sh) and imports nothing f
         --wrapper color_reduction_v0,mode=B --wrapper resize_v1,x_size=64,y_size=64 \\
         --wrapper frame_stack_v1,stack_size=3 --seconds 600 --out /tmp/pzpeers/pistonball_s0
 
-Image observations (3 dimensions) train SB3's `CnnPolicy` (its NatureCNN, images scaled by 1/255), as the
-pistonball tutorial does; `--wrapper` takes SuperSuit wrappers written as pzasync writes them, so the tutorial's
+Image observations (what SB3's `is_image_space` calls one: uint8 in [0, 255], 3 dimensions) train SB3's
+`CnnPolicy` (its NatureCNN, images scaled by 1/255), as the pistonball tutorial does; other observations, pursuit's
+7x7x3 float grid among them, `MlpPolicy` on the flattened array; `--wrapper` takes SuperSuit wrappers written as pzasync writes them, so the tutorial's
 preprocessing (grey, resized, 3 frames stacked) can be the pzasync recipe's (64x64; the tutorial's is 84x84) and
 the evaluation env applies the same (score.py reads them from run.json). `--ppo KEY=VALUE` overrides a PPO setting.
 
@@ -50,6 +51,7 @@ import supersuit as ss
 import torch
 from stable_baselines3 import PPO
 from stable_baselines3.common.callbacks import BaseCallback
+from stable_baselines3.common.preprocessing import is_image_space
 from stable_baselines3.common.utils import set_random_seed
 
 from specs import parse_spec
@@ -198,7 +200,7 @@ def main() -> None:
     parser.add_argument("--wrapper", action="append", default=[], metavar="NAME[,KEY=VALUE...]",
                         help="SuperSuit wrapper as pzasync writes them (repeatable, applied in order)")
     parser.add_argument("--policy", default="auto", choices=("auto", "MlpPolicy", "CnnPolicy"),
-                        help="SB3 policy; auto: CnnPolicy for image observations (3 dimensions), else MlpPolicy")
+                        help="SB3 policy; auto: CnnPolicy for image observations (uint8, 3 dimensions), else MlpPolicy")
     parser.add_argument("--ppo", action="append", default=[], metavar="KEY=VALUE",
                         help="PPO keyword argument over the tutorials' (value read as a Python literal)")
     parser.add_argument("--seconds", type=float, default=120.0, help="wall budget of learn()")
@@ -221,7 +223,8 @@ def main() -> None:
     env.reset(seed=args.seed)
     policy = args.policy
     if policy == "auto":
-        policy = "CnnPolicy" if len(env.observation_space(env.possible_agents[0]).shape) == 3 else "MlpPolicy"
+        image = is_image_space(env.observation_space(env.possible_agents[0]), check_channels=False)
+        policy = "CnnPolicy" if image else "MlpPolicy"
     agents = len(env.possible_agents)
     vec = ss.pettingzoo_env_to_vec_env_v1(env)
     vec = ss.concat_vec_envs_v1(vec, copies, num_cpus=num_cpus, base_class="stable_baselines3")
