@@ -147,6 +147,26 @@ def test_a_box_action_sampled_is_drawn_around_the_mean_with_the_exported_spread(
     np.testing.assert_array_equal(actions, again)
 
 
+def test_a_batch_of_seeded_draws_is_what_each_row_would_draw_alone(player, tmp_path):
+    """`act_seeded` (the evaluator's sampled scoring): one forward, each row from its own generator, the draws the
+    row-at-a-time definition of `pzasync.Policy.act_seeded` gives, for logits (masked) and a Box action."""
+    rng = np.random.default_rng(1)
+    obs = {"obs": rng.normal(size=(12, 18)).astype(np.float32)}
+    seeds = [int(s) for s in rng.integers(2**31, size=12)]
+    logits = player.TorchScriptPolicy(export(tmp_path / "d.pt", torch.nn.Linear(18, 5), 18, 5))
+    mask = rng.random((12, 5)) < 0.6
+    mask[:, 1] = True
+    box = {"action_shape": [5], "low": [-1.0] * 5, "high": [1.0] * 5, "log_std": [np.log(0.5)] * 5}
+    gaussian = player.TorchScriptPolicy(export(tmp_path / "c.pt", torch.nn.Linear(18, 5), 18, 5, **box))
+    for policy, row_mask in ((logits, mask), (gaussian, None)):
+        batched, memory = policy.act_seeded(obs, row_mask, seeds)
+        alone, _ = pzasync.Policy.act_seeded(policy, obs, row_mask, seeds)
+        assert memory is None
+        np.testing.assert_allclose(batched, alone, atol=1e-6)
+        assert not np.array_equal(policy.act_seeded(obs, row_mask, seeds[::-1])[0], batched)
+    assert mask[np.arange(12), logits.act_seeded(obs, mask, seeds)[0]].all(), "an illegal action drawn"
+
+
 def test_side_by_side_scores_each_peer_seed_from_its_score_files_and_averages_over_seeds(tmp_path):
     """benchmarks/peers/side_by_side.py reads a peer's run folders (run.json, score10.json, score50.json) and gives
     the trained policy's score per seed (random rows, and the trained seat's against random, ignored) and the

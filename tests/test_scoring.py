@@ -118,7 +118,8 @@ def test_evaluation_is_deterministic_for_a_seed_whatever_the_number_of_env_copie
 
 
 def test_sampled_evaluation_draws_from_each_policy_and_is_deterministic_for_a_seed_whatever_the_copies():
-    """Gaussian PPO policies on Box actions: sampling is seeded per episode and turn, not per forward."""
+    """Gaussian PPO policies on Box actions: sampling is seeded per episode and turn, not per forward, and every
+    forward is padded to one size, so the rounding of a batch's size cannot tell the copies apart."""
     spec = EnvSpec.of(SPREAD, continuous_actions=True, max_cycles=12)
     _spec, fresh = fresh_policies(spec, "ppo", seed=3)
 
@@ -130,10 +131,49 @@ def test_sampled_evaluation_draws_from_each_policy_and_is_deterministic_for_a_se
 
     sampled = returns("sampled", 1)
     assert returns("sampled", 3) == returns("sampled", 6) == sampled
-    assert returns("greedy", 3) != sampled, "sampled actions are not the means"
+    greedy = returns("greedy", 3)
+    assert returns("greedy", 1) == greedy == returns("greedy", 6), "Box means, bit for bit, whatever the copies"
+    assert greedy != sampled, "sampled actions are not the means"
     assert returns("sampled", 3, seed=12) != sampled, "another seed draws other actions"
     with pytest.raises(ConfigError, match="acting='noisy'"):
         pzasync.evaluate(fresh, env=spec, episodes=1, acting="noisy")
+
+
+@pytest.mark.parametrize("env, learner", [
+    (TTT, "ppo"), (TTT, {"*": {"learner": "dqn", "options": {"epsilon_start": 0.5}}}),
+    ((SPREAD, {"continuous_actions": True}), "ppo"),
+    (SPREAD, {"*": {"learner": "ppo", "options": {"memory": "gru"}}})])
+def test_a_batch_of_seeded_draws_is_what_each_row_would_draw_alone(env, learner):
+    """`Policy.act_seeded`: PPO's and DQN's one batched forward with a generator per row draw the actions (and a
+    recurrent policy's memory) that the base class's row-at-a-time definition draws."""
+    spec = EnvSpec.of(env[0], **env[1]) if isinstance(env, tuple) else EnvSpec.of(env)
+    _spec, fresh = fresh_policies(spec, learner, seed=7)
+    policy, layout = next(iter(fresh.values()))
+    probe = spec.make()
+    probe.reset(seed=3)
+    rows, rng = 9, np.random.default_rng(0)
+    observation, _mask = layout.split(probe.observe(probe.agent_selection), probe.infos[probe.agent_selection])
+    probe.close()
+    obs = layout.batch([observation] * rows)
+    obs = {key: value + rng.normal(0, 0.5, value.shape).astype(value.dtype) if value.dtype.kind == "f" else value
+           for key, value in obs.items()}
+    mask = rng.random((rows, layout.action_space.n)) < 0.5 if layout.mask_shape is not None else None
+    if mask is not None:
+        mask[:, 0] = True
+    memory = rng.normal(0, 1, (rows, policy.memory_size)).astype(np.float32) if policy.memory_size else None
+    seeds = [int(x) for x in rng.integers(2**31, size=rows)]
+    batched, carried = policy.act_seeded(obs, mask, seeds, memory)
+    alone, carried_alone = Policy.act_seeded(policy, obs, mask, seeds, memory)
+    np.testing.assert_allclose(batched, alone, atol=1e-5)
+    if memory is not None:
+        np.testing.assert_allclose(carried, carried_alone, atol=1e-5)
+    else:
+        assert carried is None and carried_alone is None
+    if mask is not None:
+        assert mask[np.arange(rows), np.asarray(batched) - layout.action_space.start].all(), "an illegal action"
+    assert len({str(a) for a in batched}) > 1, "the rows' draws differ"
+    again, _ = policy.act_seeded(obs, mask, seeds[::-1], memory)
+    assert not np.array_equal(np.asarray(again), np.asarray(batched)), "other seeds draw other actions"
 
 
 def test_a_recurrent_policy_carries_memory_per_copy_and_agent_and_forgets_it_at_each_episode_start():

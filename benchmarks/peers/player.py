@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import os
 import warnings
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -82,6 +83,16 @@ class TorchScriptPolicy(Policy):
 
     def act(self, obs: dict[str, np.ndarray], mask: np.ndarray | None, explore: bool) -> tuple[np.ndarray, dict]:
         """Actions of a batch of observations (`{"obs": array[B, ...]}`), illegal ones masked out (discrete)."""
+        return self._act(obs, mask, explore, None), {}
+
+    def act_seeded(self, obs: dict[str, np.ndarray], mask: np.ndarray | None, seeds: Sequence[int],
+                   memory: np.ndarray | None = None) -> tuple[np.ndarray, None]:
+        """`Policy.act_seeded` with one forward: each row drawn from its own generator seeded `seeds[i]`."""
+        return self._act(obs, mask, True, [torch.Generator().manual_seed(int(s)) for s in seeds]), None
+
+    def _act(self, obs: dict[str, np.ndarray], mask: np.ndarray | None, explore: bool,
+             generators: list[torch.Generator] | None) -> np.ndarray:
+        """`act`'s actions; `generators`, one per row, draw each row apart (else `self.generator` draws all)."""
         with torch.inference_mode():
             output = self.module(torch.as_tensor(np.asarray(obs["obs"]), dtype=torch.float32))
             if self.continuous:
@@ -89,17 +100,25 @@ class TorchScriptPolicy(Policy):
                     if self.std is None:
                         raise ConfigError(f"peer policy {self.path!r} was exported without its log_std (peer.json), "
                                           f"so it cannot sample its actions; export it again")
-                    output = output + torch.randn(output.shape, generator=self.generator) * self.std.reshape(
-                        output.shape[1:])
-                return np.clip(output.numpy(), self.low, self.high).astype(np.float32), {}
+                    if generators is None:
+                        noise = torch.randn(output.shape, generator=self.generator)
+                    else:
+                        noise = torch.cat([torch.randn((1, *output.shape[1:]), generator=g) for g in generators])
+                    output = output + noise * self.std.reshape(output.shape[1:])
+                return np.clip(output.numpy(), self.low, self.high).astype(np.float32)
             logits = output
             if mask is not None:
                 logits = logits.masked_fill(~torch.as_tensor(np.asarray(mask, bool)), float("-inf"))
             if explore:
-                actions = torch.multinomial(torch.softmax(logits, dim=1), 1, generator=self.generator)[:, 0]
+                probs = torch.softmax(logits, dim=1)
+                if generators is None:
+                    actions = torch.multinomial(probs, 1, generator=self.generator)[:, 0]
+                else:
+                    actions = torch.cat([torch.multinomial(probs[i:i + 1], 1, generator=g)[:, 0]
+                                         for i, g in enumerate(generators)])
             else:
                 actions = logits.argmax(dim=1)
-        return actions.numpy().astype(np.int64), {}
+        return actions.numpy().astype(np.int64)
 
     def seed(self, seed: int) -> None:
         """Seed the sampling of `explore=True`."""

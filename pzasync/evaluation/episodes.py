@@ -5,12 +5,12 @@ uses), in rounds: every copy waiting on a decision is answered in the round, the
 answered by one call (one forward of a policy over the rows of every copy and agent it plays). Episode `e`
 (0, 1, ...) is reset with `seed + e` whichever copy plays it, and every player that draws at random is
 reseeded for it from (`seed`, `e`, the agent), so an episode's play depends on its index alone: the same seed
-gives the same results whatever the number of copies (up to floating-point rounding of a network's forward
-over batches of different sizes, which can only matter where two actions tie to the last bit).
+gives the same results whatever the number of copies (a network's forwards take `FORWARD_ROWS` rows, padded,
+so that float rounding, which depends on a batch's size, cannot tell the copies apart).
 
 Players (`Player`): `PolicyPlayer`, one policy shared by every copy (a trained, untrained or another run's
-network: greedy and batched, or sampling its own action distribution; a recurrent one's memory kept per (copy,
-agent) and zeroed at each episode start),
+network, batched: greedy, or sampling its own action distribution with a generator per decision; a recurrent
+one's memory kept per (copy, agent) and zeroed at each episode start),
 `PerCopyPlayer`, a never-learning player built once per copy and reseeded per episode (scripted players draw
 their ties from their own RNG), and `RandomPlayer`, uniform over legal actions from a per-episode RNG.
 """
@@ -30,6 +30,12 @@ from pzasync.core.transitions import EpisodeSummary, LayoutBook
 #: Env copies evaluation steps side by side unless told otherwise: as many forwards saved per round as the
 #: actor's measured default for self-play (config.AUTO_ENVS_PER_ACTOR).
 EVAL_COPIES = 8
+
+
+#: Rows of every forward of an evaluated policy: a round's decisions are padded to a multiple of it, so that each
+#: row's output is the same bits whatever the copies beside it (a network's float rounding depends on the batch's
+#: size, not on the other rows). As many as `EVAL_COPIES`: one copy's decision each, nothing padded by default.
+FORWARD_ROWS = EVAL_COPIES
 
 
 #: How evaluated policies pick their actions: "greedy" (the most likely action; a Box action's mean) or "sampled"
@@ -64,9 +70,10 @@ def _masks(decisions: list[PendingDecision]) -> np.ndarray | None:
 
 
 class PolicyPlayer:
-    """A `pzasync.Policy` shared by every copy: greedy, one batched forward per round; or `explore`, sampling
-    its own distribution, one forward per decision with the policy reseeded from (seed, episode, turn), so that
-    a sampled episode, like a greedy one, depends on its index alone and not on the copies beside it."""
+    """A `pzasync.Policy` shared by every copy, one batched forward per round: greedy; or `explore`, sampling
+    its own distribution, each decision drawn as if the policy were reseeded from (seed, episode, turn) and asked
+    for it alone (`Policy.act_seeded`), so that a sampled episode, like a greedy one, depends on its index alone
+    and not on the copies beside it."""
 
     def __init__(self, policy: Any, layout: AgentLayout, explore: bool = False) -> None:
         self.policy, self.layout, self.explore = policy, layout, explore
@@ -81,31 +88,41 @@ class PolicyPlayer:
         self.turns[copy] = [seed, episode, 0]
 
     def act(self, decisions: list[PendingDecision]) -> list[Any]:
-        if not self.explore:
-            return self._answer(decisions)
-        actions = []
-        for d in decisions:
-            seed, episode, turn = self.turns[d.copy]
-            self.turns[d.copy][2] += 1
-            self.policy.seed(turn_seed(seed, episode, turn))
-            actions += self._answer([d])
-        return actions
-
-    def _answer(self, decisions: list[PendingDecision]) -> list[Any]:
-        obs, masks = self.layout.batch([d.obs for d in decisions]), _masks(decisions)
+        seeds = None
+        if self.explore:
+            seeds = []
+            for d in decisions:
+                seed, episode, turn = self.turns[d.copy]
+                self.turns[d.copy][2] += 1
+                seeds.append(turn_seed(seed, episode, turn))
         size = self.policy.memory_size
-        if not size:
-            actions, _ = self.policy.act(obs, masks, self.explore)
-            return list(actions)
-        memory = np.zeros((len(decisions), size), np.float32)
-        for j, d in enumerate(decisions):
-            carried = self.memory.get((d.copy, d.agent))
-            if carried is not None:
-                memory[j] = carried
-        actions, _, after = self.policy.act_with_memory(obs, masks, self.explore, memory)
-        for j, d in enumerate(decisions):
-            self.memory[(d.copy, d.agent)] = after[j]
-        return list(actions)
+        actions: list[Any] = []
+        for first in range(0, len(decisions), FORWARD_ROWS):
+            chunk = decisions[first:first + FORWARD_ROWS]
+            # Padded to FORWARD_ROWS rows (copies of the first): a network's output for a row then depends on
+            # that row alone, bit for bit, not on how many rows came with it (docs/league.md, "Episodes in
+            # parallel, deterministic for a seed").
+            padded = chunk + [chunk[0]] * (FORWARD_ROWS - len(chunk))
+            obs, masks = self.layout.batch([d.obs for d in padded]), _masks(padded)
+            memory = None
+            if size:
+                memory = np.zeros((FORWARD_ROWS, size), np.float32)
+                for j, d in enumerate(chunk):
+                    carried = self.memory.get((d.copy, d.agent))
+                    if carried is not None:
+                        memory[j] = carried
+            if seeds is not None:
+                row_seeds = seeds[first:first + len(chunk)]
+                out, after = self.policy.act_seeded(obs, masks, row_seeds + [0] * (FORWARD_ROWS - len(chunk)), memory)
+            elif memory is None:
+                out, _ = self.policy.act(obs, masks, False)
+            else:
+                out, _, after = self.policy.act_with_memory(obs, masks, False, memory)
+            if memory is not None:
+                for j, d in enumerate(chunk):
+                    self.memory[(d.copy, d.agent)] = after[j]
+            actions += list(out[:len(chunk)])
+        return actions
 
 
 class PerCopyPlayer:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 from abc import ABC, abstractmethod
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -65,6 +66,28 @@ class Policy(torch.nn.Module):
 
     def seed(self, seed: int) -> None:
         """Seed the policy's own sampling so that two policies seeded alike act alike."""
+
+    def act_seeded(self, obs: dict[str, np.ndarray], mask: np.ndarray | None, seeds: Sequence[int],
+                   memory: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray | None]:
+        """Sampled actions, row i drawn as `seed(seeds[i])` then `act` on that row alone would draw it: a batch
+        whose draws do not depend on the rows beside it (the evaluator's sampled scoring, deterministic whatever
+        the number of env copies). With `memory` (a recurrent policy's, as `act_with_memory` takes it), also the
+        memory each row carries on, else None.
+
+        This default asks one row at a time; PPO and DQN override it with one batched forward and a generator
+        per row."""
+        actions, carried = [], []
+        for i, row_seed in enumerate(seeds):
+            self.seed(int(row_seed))
+            row_obs = {key: value[i:i + 1] for key, value in obs.items()}
+            row_mask = None if mask is None else mask[i:i + 1]
+            if memory is None:
+                action, _ = self.act(row_obs, row_mask, True)
+            else:
+                action, _, after = self.act_with_memory(row_obs, row_mask, True, memory[i:i + 1])
+                carried.append(after)
+            actions.append(action)
+        return np.concatenate(actions), None if memory is None else np.concatenate(carried)
 
 
 _TYPE_NAMES = {float: "a number", int: "an integer", bool: "True or False", str: "a string", list: "a list"}

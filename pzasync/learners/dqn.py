@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import copy
 import functools
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -194,6 +195,7 @@ class QNetwork(Policy):
         self.eps_steps = int(config["epsilon_decay_steps"])
         self.agent_steps = 0
         self.rng = np.random.default_rng(torch.initial_seed())
+        self.action_count = n
 
     def forward(self, obs: dict[str, torch.Tensor]) -> torch.Tensor:
         return self.head(self.encoder(obs))
@@ -225,6 +227,18 @@ class QNetwork(Policy):
         if explore:
             actions = explore_uniformly(actions, self.epsilon, mask, q.shape[1], self.rng)
         return actions + self.start if self.start else actions, {}
+
+    def act_seeded(self, obs: dict[str, np.ndarray], mask: np.ndarray | None, seeds: Sequence[int],
+                   memory: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray | None]:
+        """`Policy.act_seeded` with one forward: each row explores with its own generator seeded `seeds[i]`."""
+        greedy, _ = self.act(obs, mask, False)
+        actions = greedy - self.start if self.start else greedy
+        n = self.action_count
+        for i, row_seed in enumerate(seeds):
+            row_mask = None if mask is None else mask[i:i + 1]
+            actions[i:i + 1] = explore_uniformly(actions[i:i + 1], self.epsilon, row_mask, n,
+                                                 np.random.default_rng(int(row_seed)))
+        return actions + self.start if self.start else actions, None
 
 
 class DuelingHead(nn.Module):

@@ -10,6 +10,7 @@ log-probabilities are those of the raw samples.
 from __future__ import annotations
 
 import copy
+from collections.abc import Sequence
 from typing import Any, Callable
 
 import numpy as np
@@ -112,13 +113,33 @@ class ActorCritic(Policy):
             extras["memory"] = memory
             return action, extras, after.cpu().numpy()
 
-    def _sample(self, features: torch.Tensor, mask: np.ndarray | None, explore: bool) -> tuple[np.ndarray, dict]:
+    def act_seeded(self, obs: dict[str, np.ndarray], mask: np.ndarray | None, seeds: Sequence[int],
+                   memory: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray | None]:
+        """`Policy.act_seeded` with one forward: each row's draw from its own generator seeded `seeds[i]`."""
+        generators = [torch.Generator().manual_seed(int(s)) for s in seeds]
+        with torch.inference_mode():
+            device = self.parameter_device()
+            features = self.encoder(obs_tensors(obs, self.layout, device=device))
+            if self.core is not None:
+                rows = features.shape[0]
+                start = np.zeros((rows, self.memory_size), np.float32) if memory is None else memory
+                features = self.core(features, torch.as_tensor(start, device=device))
+            action, _ = self._sample(features, mask, True, generators)
+            return action, None if memory is None else features.cpu().numpy()
+
+    def _sample(self, features: torch.Tensor, mask: np.ndarray | None, explore: bool,
+                generators: list[torch.Generator] | None = None) -> tuple[np.ndarray, dict]:
         """Actions and their log-probabilities (and the value, with a value head) from the heads' input.
-        Written out rather than through torch.distributions: this runs at every turn of the actor."""
+        Written out rather than through torch.distributions: this runs at every turn of the actor.
+        `generators`: one per row, each row drawn from its own (`act_seeded`), else all from `self.generator`."""
         out = self.pi(features).cpu()
         if self.discrete:
             log_probs = torch.log_softmax(masked_logits(out, mask), dim=1)
-            if explore:
+            if explore and generators is not None:
+                probs = log_probs.exp()
+                index = torch.cat([torch.multinomial(probs[i:i + 1], 1, generator=g) for i, g in enumerate(generators)])
+                index = index.squeeze(1)
+            elif explore:
                 index = torch.multinomial(log_probs.exp(), 1, generator=self.generator).squeeze(1)
             else:
                 index = log_probs.argmax(dim=1)
@@ -126,7 +147,10 @@ class ActorCritic(Policy):
             action = (index + self.start).numpy()
         else:
             sample, std = out, self.log_std.exp()
-            if explore:
+            if explore and generators is not None:
+                noise = torch.cat([torch.randn((1, out.shape[1]), generator=g) for g in generators])
+                sample = out + noise * std
+            elif explore:
                 sample = out + torch.randn(out.shape, generator=self.generator) * std
             z = (sample - out) / std
             log_prob = (-0.5 * z * z - self.log_std - _HALF_LOG_2PI).sum(-1)
