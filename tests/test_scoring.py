@@ -211,6 +211,34 @@ def test_a_recurrent_policy_carries_memory_per_copy_and_agent_and_forgets_it_at_
         "memory starts at zero exactly once per agent and episode"
 
 
+def test_a_shared_policy_always_gets_forwards_of_forward_rows_and_a_per_copy_player_one_row():
+    """Batch sizes fixed, so that float rounding cannot depend on the copies: a shared network's forwards are padded
+    to FORWARD_ROWS (and split beyond it); a per-copy player (scripted) answers its copy's one decision alone,
+    unpadded, so its own RNG draws for its real row only."""
+    from pzasync.evaluation.episodes import FORWARD_ROWS, PerCopyPlayer, PolicyPlayer, play_parallel
+
+    sizes: dict[str, list[int]] = {"shared": [], "per_copy": []}
+
+    class FirstLegal(Policy):
+        def __init__(self, name: str) -> None:
+            super().__init__()
+            self.name = name
+
+        def act(self, obs, mask, explore):
+            sizes[self.name].append(len(mask))
+            return mask.argmax(axis=1), {}
+
+    layouts = layouts_of(TTT)
+    first, second = list(layouts)
+    players = {first: PolicyPlayer(FirstLegal("shared"), layouts[first]),
+               second: PerCopyPlayer(lambda: FirstLegal("per_copy"), layouts[second], 1)}
+    for copies in (3, 11):
+        sizes["shared"].clear()
+        sizes["per_copy"].clear()
+        assert len(play_parallel(TTT, players, episodes=12, seed=0, copies=copies)) == 12
+        assert set(sizes["shared"]) == {FORWARD_ROWS} and set(sizes["per_copy"]) == {1}
+
+
 def test_the_scoring_mode_comes_from_the_option_the_recipes_or_the_env():
     assert choose_scoring(SPREAD) == ("team", "the recipes say so for simple_spread_v3")
     assert choose_scoring(SPREAD, "seats") == ("seats", "it was asked for")

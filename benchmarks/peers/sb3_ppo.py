@@ -17,10 +17,11 @@ Runs in its own virtualenv (benchmarks/peers/setup_sb3.sh) and imports nothing f
         --wrapper frame_stack_v1,stack_size=3 --seconds 600 --out /tmp/pzpeers/pistonball_s0
 
 Image observations (what SB3's `is_image_space` calls one: uint8 in [0, 255], 3 dimensions) train SB3's
-`CnnPolicy` (its NatureCNN, images scaled by 1/255), as the pistonball tutorial does; other observations, pursuit's
-7x7x3 float grid among them, `MlpPolicy` on the flattened array; `--wrapper` takes SuperSuit wrappers written as pzasync writes them, so the tutorial's
-preprocessing (grey, resized, 3 frames stacked) can be the pzasync recipe's (64x64; the tutorial's is 84x84) and
-the evaluation env applies the same (score.py reads them from run.json). `--ppo KEY=VALUE` overrides a PPO setting.
+`CnnPolicy` (its NatureCNN, images scaled by 1/255), as the pistonball tutorial does; other observations,
+pursuit's 7x7x3 float grid among them, `MlpPolicy` on the flattened array. `--wrapper` takes SuperSuit wrappers
+written as pzasync writes them, so the tutorial's preprocessing (grey, resized, 3 frames stacked) can be the
+pzasync recipe's (64x64; the tutorial's is 84x84) and the evaluation env applies the same (score.py reads them
+from run.json). `--ppo KEY=VALUE` overrides a PPO setting.
 
 Training stops at the first vector step past `--seconds` of `learn()` (a callback); what the unfinished rollout
 has collected by then is not trained on. OUT gets `policy.pt` (TorchScript: a batch of observations as the env
@@ -200,7 +201,8 @@ def main() -> None:
     parser.add_argument("--wrapper", action="append", default=[], metavar="NAME[,KEY=VALUE...]",
                         help="SuperSuit wrapper as pzasync writes them (repeatable, applied in order)")
     parser.add_argument("--policy", default="auto", choices=("auto", "MlpPolicy", "CnnPolicy"),
-                        help="SB3 policy; auto: CnnPolicy for image observations (uint8, 3 dimensions), else MlpPolicy")
+                        help="SB3 policy; auto: CnnPolicy for image observations (uint8, 3 dimensions), "
+                             "else MlpPolicy")
     parser.add_argument("--ppo", action="append", default=[], metavar="KEY=VALUE",
                         help="PPO keyword argument over the tutorials' (value read as a Python literal)")
     parser.add_argument("--seconds", type=float, default=120.0, help="wall budget of learn()")

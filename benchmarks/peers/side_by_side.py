@@ -186,8 +186,8 @@ def main() -> None:
     plot(entry, sides, base, args.out.with_suffix(".png"), args.acting)
     for side in sides:
         print(f"{side['name']:<28} at the budget {interval_text(side['at_budget']):<24} "
-              f"{episodes} episodes {interval_text(side['episodes_50']):<24} agent steps {side['agent_steps']['mean']:,.0f}  "
-              f"seeds {[r['seed'] for r in side['runs']]}")
+              f"{episodes} episodes {interval_text(side['episodes_50']):<24} "
+              f"agent steps {side['agent_steps']['mean']:,.0f}  seeds {[r['seed'] for r in side['runs']]}")
 
 
 if __name__ == "__main__":

@@ -73,10 +73,15 @@ class PolicyPlayer:
     """A `pzasync.Policy` shared by every copy, one batched forward per round: greedy; or `explore`, sampling
     its own distribution, each decision drawn as if the policy were reseeded from (seed, episode, turn) and asked
     for it alone (`Policy.act_seeded`), so that a sampled episode, like a greedy one, depends on its index alone
-    and not on the copies beside it."""
+    and not on the copies beside it.
 
-    def __init__(self, policy: Any, layout: AgentLayout, explore: bool = False) -> None:
+    `forward_rows`: the rows of every forward, a round's decisions padded to them (`FORWARD_ROWS`); None asks
+    for all of a round's decisions in one forward unpadded, for a player that only ever gets one row a call."""
+
+    def __init__(self, policy: Any, layout: AgentLayout, explore: bool = False,
+                 forward_rows: int | None = FORWARD_ROWS) -> None:
         self.policy, self.layout, self.explore = policy, layout, explore
+        self.forward_rows = forward_rows
         #: A recurrent policy's memory per (copy, agent), from its last decision in the copy's episode.
         self.memory: dict[tuple[int, str], np.ndarray] = {}
         #: Per copy: (the evaluation's seed, the episode it plays, turns this player has answered in it).
@@ -96,24 +101,26 @@ class PolicyPlayer:
                 self.turns[d.copy][2] += 1
                 seeds.append(turn_seed(seed, episode, turn))
         size = self.policy.memory_size
+        rows = self.forward_rows or len(decisions)
         actions: list[Any] = []
-        for first in range(0, len(decisions), FORWARD_ROWS):
-            chunk = decisions[first:first + FORWARD_ROWS]
-            # Padded to FORWARD_ROWS rows (copies of the first): a network's output for a row then depends on
-            # that row alone, bit for bit, not on how many rows came with it (docs/league.md, "Episodes in
-            # parallel, deterministic for a seed").
-            padded = chunk + [chunk[0]] * (FORWARD_ROWS - len(chunk))
+        for first in range(0, len(decisions), rows):
+            chunk = decisions[first:first + rows]
+            # Padded to `rows` rows (copies of the first): a network's output for a row then depends on that
+            # row alone, bit for bit, not on how many rows came with it (docs/league.md, "Episodes in parallel,
+            # deterministic for a seed").
+            padding = rows - len(chunk)
+            padded = chunk + [chunk[0]] * padding
             obs, masks = self.layout.batch([d.obs for d in padded]), _masks(padded)
             memory = None
             if size:
-                memory = np.zeros((FORWARD_ROWS, size), np.float32)
+                memory = np.zeros((rows, size), np.float32)
                 for j, d in enumerate(chunk):
                     carried = self.memory.get((d.copy, d.agent))
                     if carried is not None:
                         memory[j] = carried
             if seeds is not None:
-                row_seeds = seeds[first:first + len(chunk)]
-                out, after = self.policy.act_seeded(obs, masks, row_seeds + [0] * (FORWARD_ROWS - len(chunk)), memory)
+                row_seeds = seeds[first:first + len(chunk)] + [0] * padding
+                out, after = self.policy.act_seeded(obs, masks, row_seeds, memory)
             elif memory is None:
                 out, _ = self.policy.act(obs, masks, False)
             else:
@@ -136,7 +143,8 @@ class PerCopyPlayer:
     def start(self, copy: int, episode: int, seed: int) -> None:
         player = self.players.get(copy)
         if player is None:
-            player = self.players[copy] = PolicyPlayer(self.build(), self.layout)
+            # One decision per copy and round, so every forward is one row: nothing to pad.
+            player = self.players[copy] = PolicyPlayer(self.build(), self.layout, forward_rows=None)
         player.policy.seed(episode_seed(seed, episode, self.agent_index))
         player.start(copy, episode, seed)
 
