@@ -195,7 +195,6 @@ class QNetwork(Policy):
         self.eps_steps = int(config["epsilon_decay_steps"])
         self.agent_steps = 0
         self.rng = np.random.default_rng(torch.initial_seed())
-        self.action_count = n
 
     def forward(self, obs: dict[str, torch.Tensor]) -> torch.Tensor:
         return self.head(self.encoder(obs))
@@ -233,7 +232,7 @@ class QNetwork(Policy):
         """`Policy.act_seeded` with one forward: each row explores with its own generator seeded `seeds[i]`."""
         greedy, _ = self.act(obs, mask, False)
         actions = greedy - self.start if self.start else greedy
-        n = self.action_count
+        n = int(self.layout.action_space.n)
         for i, row_seed in enumerate(seeds):
             row_mask = None if mask is None else mask[i:i + 1]
             actions[i:i + 1] = explore_uniformly(actions[i:i + 1], self.epsilon, row_mask, n,

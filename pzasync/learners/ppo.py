@@ -106,9 +106,7 @@ class ActorCritic(Policy):
     def act_with_memory(self, obs: dict[str, np.ndarray], mask: np.ndarray | None, explore: bool,
                         memory: np.ndarray) -> tuple[np.ndarray, dict, np.ndarray]:
         with torch.inference_mode():
-            device = self.parameter_device()
-            after = self.core(self.encoder(obs_tensors(obs, self.layout, device=device)),
-                              torch.as_tensor(memory, device=device))
+            after = self._heads_input(obs, memory)
             action, extras = self._sample(after, mask, explore)
             extras["memory"] = memory
             return action, extras, after.cpu().numpy()
@@ -117,15 +115,21 @@ class ActorCritic(Policy):
                    memory: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray | None]:
         """`Policy.act_seeded` with one forward: each row's draw from its own generator seeded `seeds[i]`."""
         generators = [torch.Generator().manual_seed(int(s)) for s in seeds]
+        start = memory
+        if self.core is not None and memory is None:  # every row at its episode's start, as `act` takes it
+            start = np.zeros((len(generators), self.memory_size), np.float32)
         with torch.inference_mode():
-            device = self.parameter_device()
-            features = self.encoder(obs_tensors(obs, self.layout, device=device))
-            if self.core is not None:
-                rows = features.shape[0]
-                start = np.zeros((rows, self.memory_size), np.float32) if memory is None else memory
-                features = self.core(features, torch.as_tensor(start, device=device))
+            features = self._heads_input(obs, start)
             action, _ = self._sample(features, mask, True, generators)
             return action, None if memory is None else features.cpu().numpy()
+
+    def _heads_input(self, obs: dict[str, np.ndarray], memory: np.ndarray | None) -> torch.Tensor:
+        """The encoder's features, through the GRU core from `memory` where the policy has one."""
+        device = self.parameter_device()
+        features = self.encoder(obs_tensors(obs, self.layout, device=device))
+        if self.core is None:
+            return features
+        return self.core(features, torch.as_tensor(memory, device=device))
 
     def _sample(self, features: torch.Tensor, mask: np.ndarray | None, explore: bool,
                 generators: list[torch.Generator] | None = None) -> tuple[np.ndarray, dict]:
@@ -135,23 +139,25 @@ class ActorCritic(Policy):
         out = self.pi(features).cpu()
         if self.discrete:
             log_probs = torch.log_softmax(masked_logits(out, mask), dim=1)
-            if explore and generators is not None:
+            if explore:
                 probs = log_probs.exp()
-                index = torch.cat([torch.multinomial(probs[i:i + 1], 1, generator=g) for i, g in enumerate(generators)])
-                index = index.squeeze(1)
-            elif explore:
-                index = torch.multinomial(log_probs.exp(), 1, generator=self.generator).squeeze(1)
+                if generators is None:
+                    index = torch.multinomial(probs, 1, generator=self.generator).squeeze(1)
+                else:
+                    index = torch.cat([torch.multinomial(probs[i:i + 1], 1, generator=g)
+                                       for i, g in enumerate(generators)]).squeeze(1)
             else:
                 index = log_probs.argmax(dim=1)
             log_prob = log_probs.gather(1, index[:, None]).squeeze(1)
             action = (index + self.start).numpy()
         else:
             sample, std = out, self.log_std.exp()
-            if explore and generators is not None:
-                noise = torch.cat([torch.randn((1, out.shape[1]), generator=g) for g in generators])
+            if explore:
+                if generators is None:
+                    noise = torch.randn(out.shape, generator=self.generator)
+                else:
+                    noise = torch.cat([torch.randn((1, out.shape[1]), generator=g) for g in generators])
                 sample = out + noise * std
-            elif explore:
-                sample = out + torch.randn(out.shape, generator=self.generator) * std
             z = (sample - out) / std
             log_prob = (-0.5 * z * z - self.log_std - _HALF_LOG_2PI).sum(-1)
             action = sample.reshape(-1, *self.action_shape).numpy()
