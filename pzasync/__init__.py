@@ -40,6 +40,10 @@ def __getattr__(name: str):
         from pzasync.evaluation import report
 
         return getattr(report, name)
+    if name == "exploitability":
+        from pzasync.evaluation.exploitability import exploitability
+
+        return exploitability
     if name in ("RunResult", "AgentResult"):
         from pzasync.runtime import results
 
@@ -83,6 +87,7 @@ __all__ = [
     "clean_stale",
     "env_layouts",
     "evaluate",
+    "exploitability",
     "make_env",
     "rollout",
     "run_episodes",

@@ -90,6 +90,16 @@ class TorchScriptPolicy(Policy):
         """`Policy.act_seeded` with one forward: each row drawn from its own generator seeded `seeds[i]`."""
         return self._act(obs, mask, True, [torch.Generator().manual_seed(int(s)) for s in seeds]), None
 
+    def action_probabilities(self, obs: dict[str, np.ndarray], mask: np.ndarray | None) -> np.ndarray:
+        """The softmax of the legal actions' logits, what `explore=True` samples from (a logits module's)."""
+        if self.continuous:
+            raise NotImplementedError(f"peer policy {self.path!r} gives Box actions, not probabilities")
+        with torch.inference_mode():
+            logits = self.module(torch.as_tensor(np.asarray(obs["obs"]), dtype=torch.float32))
+            if mask is not None:
+                logits = logits.masked_fill(~torch.as_tensor(np.asarray(mask, bool)), float("-inf"))
+            return torch.softmax(logits, dim=1).numpy()
+
     def _act(self, obs: dict[str, np.ndarray], mask: np.ndarray | None, explore: bool,
              generators: list[torch.Generator] | None) -> np.ndarray:
         """`act`'s actions; `generators`, one per row, draw each row apart (else `self.generator` draws all)."""

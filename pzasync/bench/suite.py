@@ -135,6 +135,9 @@ def curve_of(rows: list[dict[str, Any]], metric: str) -> list[dict[str, Any]]:
                        "agent_steps": max(r["agent_steps"] for r in units),
                        "score": statistics.fmean(scores.values()), "scores": scores,
                        "final": any(r.get("final", False) for r in units)})
+        exact = [r["exploitability"] for r in units if "exploitability" in r]
+        if exact:  # leduc: the round's exact exploitability, the same on every unit's row
+            points[-1]["exploitability"] = exact[0]
     return points
 
 
@@ -231,6 +234,9 @@ def env_report(env_id: str, settings: SuiteSettings, out: Path,
         r["final"] = r["curve"][-1]["score"] if r["curve"] else None
     finals = [r["final"] for r in runs if r["final"] is not None]
     recipe = run.recipe
+    from pzasync.evaluation.exploitability import applies_to
+
+    extra = {"exploitability": exploitability_figures(runs)} if applies_to(run.env.name) and runs else {}
     return {
         "env": run.env.name, "short": short, "metric": metric, "yardstick": run.yardstick, "scoring": scoring,
         "scored_units": {unit: members for unit, members in sorted(units.items())},
@@ -241,7 +247,26 @@ def env_report(env_id: str, settings: SuiteSettings, out: Path,
         "baselines": {name: baseline_json(results, metric) for name, results in scored_base.items()},
         "runs": runs,
         "final": over_seeds(finals, score_bounds(metric)) if finals else None,
+        **extra,
     }
+
+
+def exploitability_figures(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """Leduc's exact exploitability (sampled; docs/league.md, "Exploitability") of each run's final policies, set
+    on each run as "exploitability", and over seeds beside untrained networks and random play."""
+    from pzasync.evaluation.exploitability import exploitability
+
+    values, untrained, random = [], None, None
+    for r in runs:
+        reports = exploitability(r["run_dir"], acting="sampled", baselines=untrained is None)
+        r["exploitability"] = reports["trained"].exploitability
+        values.append(r["exploitability"])
+        if r.get("curve") and r["curve"][-1]["final"]:  # the final round scored the same last checkpoint
+            r["curve"][-1]["exploitability"] = r["exploitability"]
+        if untrained is None:
+            untrained, random = reports["untrained"].exploitability, reports["random"].exploitability
+    return {"acting": "sampled", "unit": "big blinds a hand, lower is better", "final": over_seeds(values),
+            "untrained": untrained, "random": random}
 
 
 def score_label(entry: dict[str, Any]) -> str:
@@ -321,11 +346,17 @@ def plot_env(entry: dict[str, Any], path: str, seconds: float | None = None) -> 
     if plt is None:
         return None
     fig, (ax, side) = plt.subplots(1, 2, figsize=(12, 4.5), gridspec_kw={"width_ratios": [2, 1.3]})
+    exact = entry.get("exploitability")
     for i, run in enumerate(entry["runs"]):
         xs = [p["wall_s"] for p in run["curve"]]
         ax.plot(xs, [p["score"] for p in run["curve"]], "o-", markersize=3, color=f"C{i}", label=f"seed {run['seed']}")
-        side.plot([p["wall_s"] for p in run["training_return"]], [p["team_return"] for p in run["training_return"]],
-                  color=f"C{i}", label=f"seed {run['seed']}")
+        if exact is not None:
+            points = [p for p in run["curve"] if "exploitability" in p]
+            side.plot([p["wall_s"] for p in points], [p["exploitability"] for p in points], "o-", markersize=3,
+                      color=f"C{i}", label=f"seed {run['seed']}")
+        else:
+            side.plot([p["wall_s"] for p in run["training_return"]],
+                      [p["team_return"] for p in run["training_return"]], color=f"C{i}", label=f"seed {run['seed']}")
     for name, style in (("random", ":"), ("untrained", "--")):
         base = entry["baselines"].get(name)
         if base is not None:
@@ -336,10 +367,16 @@ def plot_env(entry: dict[str, Any], path: str, seconds: float | None = None) -> 
     ax.set_title(f"{entry['short']}: {entry['recipe']['learner']}", fontsize="medium")
     if entry["metric"] == "win_rate":
         ax.set_ylim(-0.02, 1.02)
-    if entry["recipe"]["self_play"]:
-        side.set_title("self-play: the seats' returns cancel out", fontsize="small")
+    if exact is not None:  # leduc: exact exploitability instead of the training returns
+        for name, style in (("random", ":"), ("untrained", "--")):
+            side.axhline(exact[name], color="grey" if name == "random" else "black", linestyle=style, label=name)
+        side.set_title("exact exploitability (sampled): lower is better", fontsize="small")
+        side.set_ylabel("exploitability, big blinds a hand")
+    else:
+        if entry["recipe"]["self_play"]:
+            side.set_title("self-play: the seats' returns cancel out", fontsize="small")
+        side.set_ylabel("training team return (sampled actions)")
     side.set_xlabel("wall-clock seconds")
-    side.set_ylabel("training team return (sampled actions)")
     for a in (ax, side):
         if seconds:
             a.set_xlim(0, seconds * 1.02)
@@ -368,6 +405,13 @@ def summary_rows(report: dict[str, Any]) -> list[list[str]]:
                      fmt(e["baselines"].get("random", {}).get("score"), m),
                      fmt(e["baselines"].get("untrained", {}).get("score"), m), score, str(len(e["runs"])),
                      f"{statistics.fmean(steps):,.0f}" if steps else "-"])
+        exploit = e.get("exploitability")
+        if exploit is not None:
+            final = exploit["final"]
+            score = f"{final['mean']:.3f}" + ("" if final["ci95"] is None else
+                                              f" [{final['ci95'][0]:.3f}, {final['ci95'][1]:.3f}]")
+            rows.append([e["short"], "exploitability, sampled (lower is better)", f"{exploit['random']:.3f}",
+                         f"{exploit['untrained']:.3f}", score, str(len(e["runs"])), rows[-1][-1]])
     return rows
 
 

@@ -284,6 +284,44 @@ def evaluate_cmd(run_dir: str, versus: str, episodes: int, seed: int, scoring: s
 
 
 @main.command()
+@click.argument("run_dir", type=click.Path(exists=True, file_okay=False))
+@click.option("--acting", type=click.Choice(["sampled", "greedy"]), default="sampled", show_default=True,
+              help="sampled: the policies' action distributions, what they draw from in training; greedy: their "
+                   "most likely actions, as `pzasync eval` plays by default.")
+@click.option("--baselines/--no-baselines", default=True, show_default=True,
+              help="Also untrained networks of the run's learners, and uniformly random play.")
+@click.option("--seed", default=12345, show_default=True, help="Seed of the untrained networks.")
+@click.option("--json", "json_out", default=None, is_flag=False, flag_value="-", metavar="[FILE|-]",
+              help="Also write the figures as JSON to FILE, or to stdout (the table then goes to stderr) with '-'.")
+def exploitability(run_dir: str, acting: str, baselines: bool, seed: int, json_out: str | None) -> None:
+    """Exact exploitability of a leduc_holdem_v4 run's policies: what a best response wins against each seat,
+    in big blinds a hand (0 for an equilibrium), with their self-play and against-random returns; computed over
+    every deal and betting line, no episodes played (docs/league.md, "Exploitability")."""
+    import json
+
+    from pzasync.evaluation.exploitability import exploitability as leduc_figures
+
+    out = errors if json_out == "-" else console
+    reports = leduc_figures(run_dir, acting=acting, baselines=baselines, seed=seed)
+    document = {"run": run_dir, **{name: report.to_json() for name, report in reports.items()}}
+    if json_out == "-":
+        click.echo(json.dumps(document, indent=1))
+    elif json_out is not None:
+        with open(json_out, "w") as f:
+            json.dump(document, f, indent=1)
+    table = Table(title=f"leduc exploitability of {run_dir} ({acting}), big blinds a hand")
+    for column in ("policy", "exploitability", "best response as player_0 / player_1", "self-play, player_0",
+                   "vs random as player_0 / player_1"):
+        table.add_column(column, justify="left" if column == "policy" else "right")
+    for name, r in reports.items():
+        figure = lambda value: f"{value + 0.0:+.3f}"  # noqa: E731 (no "-0.000")
+        table.add_row(name if name != "random" else "random (uniform)", f"{r.exploitability:.3f}",
+                      f"{figure(r.best_response[0])} / {figure(r.best_response[1])}", figure(r.self_play[0]),
+                      f"{figure(r.vs_random[0])} / {figure(r.vs_random[1])}")
+    out.print(table)
+
+
+@main.command()
 def clean() -> None:
     """Remove shared-memory segments left by pzasync runs whose process is gone."""
     from pzasync.transport.shm import clean_stale, list_segments

@@ -26,11 +26,12 @@ import traceback
 from dataclasses import dataclass, replace
 from typing import Any
 
-from pzasync.errors import report_unclean_exit
+from pzasync.errors import ConfigError, report_unclean_exit
 from pzasync.runtime.processes import process_context, runner_is_gone
 from pzasync.runtime.stop_signals import ignore_stop_signals, shielded
 from pzasync.logs import logger
 from pzasync.evaluation.evaluate import load_run_policies, score_units
+from pzasync.evaluation.exploitability import applies_to, leduc_exploitability
 from pzasync.evaluation.scoring import choose_scoring, units_for
 from pzasync.learners import resolve_learner, vector_to_policy
 from pzasync.runtime.rundir import draw_returns, pyplot
@@ -94,6 +95,8 @@ def evaluator_main(setup: EvaluatorSetup, rows: Any, stop: Any) -> None:
         agents = list(probe.possible_agents)
         probe.close()
         units = units_for(scoring, agents, list(policies))
+        # leduc: each round also computes the policies' exact exploitability, while they give it
+        exact = applies_to(setup.env_spec.name)
         round_index = 0
         while not _should_stop(setup, stop):
             started = time.monotonic()
@@ -112,13 +115,19 @@ def evaluator_main(setup: EvaluatorSetup, rows: Any, stop: Any) -> None:
             wall = started - setup.run_start
             results = score_units(setup.env_spec, policies, units, opponents, setup.episodes, seed=setup.seed,
                                   max_episode_steps=setup.max_episode_steps)
+            extra = {}
+            if exact:
+                try:
+                    extra["exploitability"] = leduc_exploitability(policies, "sampled").exploitability
+                except (ConfigError, NotImplementedError):  # a seat not learning, or a policy without probabilities
+                    exact = False
             for r in results:
                 learning = list(dict.fromkeys(setup.seats[a][0] for a in r.members if a in setup.seats))
                 rows.send({"kind": "eval", "round": round_index, "wall_s": round(wall, 3),
                           "agent_steps": agent_steps, "agent": r.agent, "members": list(r.members),
                           "scoring": scoring, "unit": ",".join(learning),
                           "version": min(versions[u] for u in learning), "opponent": r.opponent,
-                          **r.summary(), "eval_seconds": round(time.monotonic() - started, 3)})
+                          **r.summary(), **extra, "eval_seconds": round(time.monotonic() - started, 3)})
             round_index += 1
             deadline = started + setup.every_s
             while time.monotonic() < deadline and not _should_stop(setup, stop):

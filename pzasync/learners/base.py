@@ -48,6 +48,12 @@ class Policy(torch.nn.Module):
         and the memory each row carries to its agent's next decision."""
         raise NotImplementedError(f"{type(self).__name__} has memory_size {self.memory_size} but no act_with_memory")
 
+    def action_probabilities(self, obs: dict[str, np.ndarray], mask: np.ndarray | None) -> np.ndarray:
+        """A discrete policy's distribution over its actions, (rows, n) float: what `act(..., explore=True)` draws
+        from (column j is action `space.start + j`; illegal actions 0). For exact figures over every decision a
+        policy can face, such as leduc's exploitability (`pzasync.evaluation.exploitability`)."""
+        raise NotImplementedError(f"{type(self).__name__} does not give its action probabilities")
+
     def parameter_device(self) -> torch.device:
         """Where the parameters live (the CPU without any). Cached: `act` asks at every forward, and walking the
         parameters costs microseconds; `.to()` and friends clear the cache."""

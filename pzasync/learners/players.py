@@ -61,6 +61,14 @@ class RandomPolicy(Policy):
     def seed(self, seed: int) -> None:
         self.rng = np.random.default_rng(seed)
 
+    def action_probabilities(self, obs: dict[str, np.ndarray], mask: np.ndarray | None) -> np.ndarray:
+        """Uniform over the legal actions (a Discrete space's)."""
+        if not isinstance(self.action_space, spaces.Discrete):
+            raise NotImplementedError(f"random play over {self.action_space!r} has no probabilities per action")
+        n = len(next(iter(obs.values())))
+        legal = np.ones((n, int(self.action_space.n))) if mask is None else np.asarray(mask, np.float64)
+        return legal / legal.sum(axis=1, keepdims=True)
+
     def act(self, obs: dict[str, np.ndarray], mask: np.ndarray | None, explore: bool) -> tuple[np.ndarray, dict]:
         n, space, rng = len(next(iter(obs.values()))), self.action_space, self.rng
         if isinstance(space, spaces.Discrete):

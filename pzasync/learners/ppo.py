@@ -123,6 +123,18 @@ class ActorCritic(Policy):
             action, _ = self._sample(features, mask, True, generators)
             return action, None if memory is None else features.cpu().numpy()
 
+    def action_probabilities(self, obs: dict[str, np.ndarray], mask: np.ndarray | None) -> np.ndarray:
+        """The softmax of the legal actions' logits (a discrete policy's; a recurrent one's at its episode's start)."""
+        if not self.discrete:
+            raise NotImplementedError(f"agent {self.layout.agent!r}: a Box action's policy is a density, not "
+                                      f"probabilities over actions")
+        start = None
+        if self.core is not None:
+            start = np.zeros((len(next(iter(obs.values()))), self.memory_size), np.float32)
+        with torch.inference_mode():
+            out = self.pi(self._heads_input(obs, start)).cpu()
+            return torch.softmax(masked_logits(out, mask), dim=1).numpy()
+
     def _heads_input(self, obs: dict[str, np.ndarray], memory: np.ndarray | None) -> torch.Tensor:
         """The encoder's features, through the GRU core from `memory` where the policy has one."""
         device = self.parameter_device()

@@ -84,9 +84,10 @@ RECIPES: tuple[Recipe, ...] = (
                '(obs_method=vector); agents that die leave the episode (docs/transitions.md).'),
     replace(SELF_PLAY, env="pettingzoo.classic.leduc_holdem_v4", learner="ppo",
             why=SELF_PLAY.why + ' On leduc (docs/benchmarks.md, "Choosing the suite recipes"), 2 minutes, one '
-                'seed, 400 hands per seat against random: self-play ppo +0.91 ± 0.25 and +1.10 ± 0.24 chips a hand '
-                '(untrained +0.82, +0.26) against self-play dqn +0.45 ± 0.18 and +0.46 ± 0.17 (untrained +0.87, '
-                '-0.38); no scripted leduc player exists, so random play is the yardstick.'),
+                'seed, 400 hands per seat against random: self-play ppo +0.91 ± 0.25 and +1.10 ± 0.24 big blinds '
+                'a hand (untrained +0.82, +0.26) against self-play dqn +0.45 ± 0.18 and +0.46 ± 0.17 (untrained '
+                '+0.87, -0.38). Random play is the evaluator\'s yardstick; the suite also computes the exact '
+                'exploitability (docs/league.md, "Exploitability").'),
 )
 
 

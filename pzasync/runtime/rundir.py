@@ -98,12 +98,14 @@ class RunDirectory:
     def tensorboard_eval(self, row: dict[str, Any]) -> None:
         """Mirror one evaluation row (metrics.jsonl's "kind": "eval") to TensorBoard against agent steps: the tag
         eval/AGENT/win_rate for game results, else eval/AGENT/mean_return, with the opponent in the tag's name
-        when it is not random. Skipped without the extra."""
+        when it is not random, and on leduc eval/AGENT/exploitability. Skipped without the extra."""
         writer = self._writer()
         if writer:
             score = "win_rate" if row.get("outcomes") else "mean_return"
             against = "" if row.get("opponent", "random") == "random" else f"_vs_{safe_name(row['opponent'])}"
             writer.add_scalar(f"eval/{row['agent']}/{score}{against}", row[score], row["agent_steps"])
+            if "exploitability" in row:  # leduc: the round's exact exploitability (evaluation/exploitability.py)
+                writer.add_scalar(f"eval/{row['agent']}/exploitability", row["exploitability"], row["agent_steps"])
 
     def _writer(self) -> Any:
         """The TensorBoard writer, made on first use; False where tensorboard is not installed."""
