@@ -18,7 +18,7 @@ from rich.table import Table
 from pzasync.cli.common import console, errors, learners_from_options, parse_options, scoring_line
 from pzasync.cli.options import SectionedCommand, declared_params, given
 from pzasync.config import GROUPS
-from pzasync.errors import UserInputError
+from pzasync.errors import ConfigError, UserInputError
 from pzasync.recipes import DEFAULT_RECIPE, SELF_PLAY, TRAIN_ENV, Recipe, recipe_for, train_recipe
 from pzasync.runtime.stop_signals import StopSignals, exit_code as signal_exit_code, reason as signal_reason
 
@@ -304,6 +304,8 @@ def _train(env_id: str, *, config_file: str | None, print_config: bool, learner:
         report = _final_scores(env, result.run_dir, learners, yardstick, config.eval_scoring, final_episodes,
                                seed=config.seed + 777)
     _print_summary(result, report, yardstick)
+    if final_episodes != 0 and result.run_dir and learned:
+        _print_exploitability(env.name, result.run_dir, seed=config.seed + 777)
     if final_episodes != 0 and not learned:
         console.print("no agent learns here, so there is no trained policy to score", highlight=False)
 
@@ -346,6 +348,27 @@ def _final_scores(env: Any, run_dir: str, learners: Any, yardstick: str, scoring
         task = progress.add_task(f"evaluating: {episodes} games per seat", total=None)
         return evaluate(run_dir, env=env, vs=yardstick, episodes=episodes, seed=seed, scoring=scoring,
                         learners=learners, progress=lambda label: progress.advance(task))
+
+
+def _print_exploitability(env_name: str, run_dir: str, seed: int) -> None:
+    """On leduc, one line of exact exploitability (docs/league.md, "Exploitability") beside the final scores: it
+    ranks poker policies where chips won from random players do not. Nothing elsewhere, or where a policy does not
+    give its action probabilities (DQN) or a seat does not learn."""
+    from pzasync.evaluation.exploitability import applies_to, exploitability
+
+    if not applies_to(env_name):
+        return
+    try:
+        reports = exploitability(run_dir, acting="sampled", seed=seed)
+    except (ConfigError, NotImplementedError) as exc:
+        console.print(f"exact exploitability not computed: {exc}", highlight=False, soft_wrap=True)
+        return
+    untrained = reports.get("untrained")
+    console.print(f"exact exploitability (sampled; big blinds a hand a best response wins, lower is better): "
+                  f"trained {reports['trained'].exploitability:.3f}"
+                  + (f", untrained {untrained.exploitability:.3f}" if untrained else "")
+                  + f", random play {reports['random'].exploitability:.3f} (`pzasync exploitability {run_dir}`)",
+                  highlight=False, soft_wrap=True)
 
 
 def _print_summary(result: Any, report: Any = None, yardstick: str = "random") -> None:
