@@ -313,8 +313,10 @@ def exploitability(run_dir: str, acting: str, baselines: bool, seed: int, json_o
     for column in ("policy", "exploitability", "best response as player_0 / player_1", "self-play, player_0",
                    "vs random as player_0 / player_1"):
         table.add_column(column, justify="left" if column == "policy" else "right")
+    def figure(value: float) -> str:
+        return f"{value + 0.0:+.3f}"  # + 0.0: no "-0.000"
+
     for name, r in reports.items():
-        figure = lambda value: f"{value + 0.0:+.3f}"  # noqa: E731 (no "-0.000")
         table.add_row(name if name != "random" else "random (uniform)", f"{r.exploitability:.3f}",
                       f"{figure(r.best_response[0])} / {figure(r.best_response[1])}", figure(r.self_play[0]),
                       f"{figure(r.vs_random[0])} / {figure(r.vs_random[1])}")
