@@ -232,6 +232,7 @@ def test_only_the_trainee_seat_is_recorded_and_every_episode_says_whom_it_played
 
 
 # ---------------------------------------------------------------------------------------------- evaluator
+@pytest.mark.slow  # 6-7 s; the default run has test_exploitability.py's evaluator test, which asserts the same
 @pytest.mark.timeout(120)
 def test_the_evaluator_scores_published_policies_while_training(tmp_path):
     config = RunConfig(seed=1, out_dir=str(tmp_path), eval_vs="random", eval_every_s=0.5, eval_episodes=20)
