@@ -27,6 +27,8 @@ from pzasync.errors import ConfigError
 SCHEMA = "pzasync-suite/1"
 #: Two-sided 95% t quantiles by degrees of freedom (the interval over seeds).
 T95 = {1: 12.71, 2: 4.30, 3: 3.18, 4: 2.78, 5: 2.57, 6: 2.45, 7: 2.36, 8: 2.31, 9: 2.26}
+#: Seed of the baselines' episodes and untrained networks, the same for every env and run.
+BASELINE_SEED = 10_007
 
 
 @dataclass
@@ -226,7 +228,7 @@ def env_report(env_id: str, settings: SuiteSettings, out: Path,
     rows = [row for r in runs for row in r["evaluations"]]
     units = {row["agent"]: list(row.get("members") or [row["agent"]]) for row in rows}
     scoring = next((row["scoring"] for row in rows if row.get("scoring")), None)
-    scored_base = baselines(run, units, settings.baseline_episodes, seed=10_007) if units else {}
+    scored_base = baselines(run, units, settings.baseline_episodes, seed=BASELINE_SEED) if units else {}
     outcomes = all(row["outcomes"] for row in rows) and all(r.outcomes for v in scored_base.values() for r in v)
     metric = "win_rate" if rows and outcomes else "mean_return"
     for r in runs:
@@ -253,12 +255,13 @@ def env_report(env_id: str, settings: SuiteSettings, out: Path,
 
 def exploitability_figures(runs: list[dict[str, Any]]) -> dict[str, Any]:
     """Leduc's exact exploitability (sampled; docs/league.md, "Exploitability") of each run's final policies, set
-    on each run as "exploitability", and over seeds beside untrained networks and random play."""
+    on each run as "exploitability", and over seeds beside untrained networks (seeded as the suite's baselines)
+    and random play."""
     from pzasync.evaluation.exploitability import exploitability
 
     values, untrained, random = [], None, None
     for r in runs:
-        reports = exploitability(r["run_dir"], acting="sampled", baselines=untrained is None)
+        reports = exploitability(r["run_dir"], acting="sampled", baselines=untrained is None, seed=BASELINE_SEED)
         r["exploitability"] = reports["trained"].exploitability
         values.append(r["exploitability"])
         if r.get("curve") and r["curve"][-1]["final"]:  # the final round scored the same last checkpoint
