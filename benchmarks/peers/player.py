@@ -95,16 +95,24 @@ class TorchScriptPolicy(Policy):
         if self.continuous:
             raise NotImplementedError(f"peer policy {self.path!r} gives Box actions, not probabilities")
         with torch.inference_mode():
-            logits = self.module(torch.as_tensor(np.asarray(obs["obs"]), dtype=torch.float32))
-            if mask is not None:
-                logits = logits.masked_fill(~torch.as_tensor(np.asarray(mask, bool)), float("-inf"))
-            return torch.softmax(logits, dim=1).numpy()
+            return torch.softmax(self._masked(self._forward(obs), mask), dim=1).numpy()
+
+    def _forward(self, obs: dict[str, np.ndarray]) -> torch.Tensor:
+        """The module's output for a batch: logits, or a Box action's mean."""
+        return self.module(torch.as_tensor(np.asarray(obs["obs"]), dtype=torch.float32))
+
+    @staticmethod
+    def _masked(logits: torch.Tensor, mask: np.ndarray | None) -> torch.Tensor:
+        """Illegal actions' logits set to -inf."""
+        if mask is None:
+            return logits
+        return logits.masked_fill(~torch.as_tensor(np.asarray(mask, bool)), float("-inf"))
 
     def _act(self, obs: dict[str, np.ndarray], mask: np.ndarray | None, explore: bool,
              generators: list[torch.Generator] | None) -> np.ndarray:
         """`act`'s actions; `generators`, one per row, draw each row apart (else `self.generator` draws all)."""
         with torch.inference_mode():
-            output = self.module(torch.as_tensor(np.asarray(obs["obs"]), dtype=torch.float32))
+            output = self._forward(obs)
             if self.continuous:
                 if explore:
                     if self.std is None:
@@ -116,9 +124,7 @@ class TorchScriptPolicy(Policy):
                         noise = torch.cat([torch.randn((1, *output.shape[1:]), generator=g) for g in generators])
                     output = output + noise * self.std.reshape(output.shape[1:])
                 return np.clip(output.numpy(), self.low, self.high).astype(np.float32)
-            logits = output
-            if mask is not None:
-                logits = logits.masked_fill(~torch.as_tensor(np.asarray(mask, bool)), float("-inf"))
+            logits = self._masked(output, mask)
             if explore:
                 probs = torch.softmax(logits, dim=1)
                 if generators is None:

@@ -115,11 +115,8 @@ class ActorCritic(Policy):
                    memory: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray | None]:
         """`Policy.act_seeded` with one forward: each row's draw from its own generator seeded `seeds[i]`."""
         generators = [torch.Generator().manual_seed(int(s)) for s in seeds]
-        start = memory
-        if self.core is not None and memory is None:  # every row at its episode's start, as `act` takes it
-            start = np.zeros((len(generators), self.memory_size), np.float32)
         with torch.inference_mode():
-            features = self._heads_input(obs, start)
+            features = self._heads_input(obs, memory)
             action, _ = self._sample(features, mask, True, generators)
             return action, None if memory is None else features.cpu().numpy()
 
@@ -128,19 +125,19 @@ class ActorCritic(Policy):
         if not self.discrete:
             raise NotImplementedError(f"agent {self.layout.agent!r}: a Box action's policy is a density, not "
                                       f"probabilities over actions")
-        start = None
-        if self.core is not None:
-            start = np.zeros((len(next(iter(obs.values()))), self.memory_size), np.float32)
         with torch.inference_mode():
-            out = self.pi(self._heads_input(obs, start)).cpu()
+            out = self.pi(self._heads_input(obs, None)).cpu()
             return torch.softmax(masked_logits(out, mask), dim=1).numpy()
 
     def _heads_input(self, obs: dict[str, np.ndarray], memory: np.ndarray | None) -> torch.Tensor:
-        """The encoder's features, through the GRU core from `memory` where the policy has one."""
+        """The encoder's features, through the GRU core from `memory` where the policy has one (None: every row
+        at its episode's start, zeros, as `act` takes it)."""
         device = self.parameter_device()
         features = self.encoder(obs_tensors(obs, self.layout, device=device))
         if self.core is None:
             return features
+        if memory is None:
+            memory = np.zeros((features.shape[0], self.memory_size), np.float32)
         return self.core(features, torch.as_tensor(memory, device=device))
 
     def _sample(self, features: torch.Tensor, mask: np.ndarray | None, explore: bool,
