@@ -1,6 +1,6 @@
 """Where the actor's time per decision goes: env, policy forward, and the actor's own work (issue 38, item 1).
 
-    taskset -c 1 python benchmarks/actor_overhead.py [--copies 1,8,16] [--workers 0] [--steps 20000]
+    taskset -c 1 python benchmarks/actor_overhead.py [--copies 1,8,16] [--workers 0] [--steps 20000] [--paced]
     taskset -c 1 python benchmarks/actor_overhead.py --copies 1 --profile      # cProfile of the actor's run
     PROFILE_FILTER=pzasync PROFILE_LINES=40 taskset -c 1 python benchmarks/actor_overhead.py --profile   # its rows
     py-spy record --format raw -o stacks.txt -- python benchmarks/actor_overhead.py --copies 1 --only-run
@@ -34,19 +34,19 @@ import time
 ENV = "pettingzoo.classic.connect_four_v3"
 
 
-def build(copies: int, workers: int):
+def build(copies: int, workers: int, paced: bool = False):
     from pzasync.config import RunConfig
     from pzasync.core.environments import EnvSpec
     from pzasync.runtime.actor import acting_agents, build_actor
     from pzasync.runtime.plan import RunPlan
 
-    config = RunConfig(envs_per_actor=copies, env_workers=workers, replay_ratio=None, progress=False,
+    config = RunConfig(envs_per_actor=copies, env_workers=workers, replay_ratio=0.25 if paced else None, progress=False,
                        out_dir=None, check_rewards=True)
     plan = RunPlan(EnvSpec.of(ENV), {"player_0": ("dqn", {"learning_starts": 10**15}), "player_1": "random"},
                    config)
     plan.allocate()
     acting = acting_agents(plan)
-    return plan, build_actor(plan, acting, plan.stats, paced=False)
+    return plan, build_actor(plan, acting, plan.stats, paced=paced)
 
 
 class Clock:
@@ -156,6 +156,9 @@ def main() -> None:
     parser.add_argument("--paired", nargs=2, metavar=("CHECKOUT_A", "CHECKOUT_B"), default=None,
                         help="compare two checkouts: one worker process each, timed runs alternating in rounds")
     parser.add_argument("--rounds", type=int, default=8, help="with --paired")
+    parser.add_argument("--paced", action="store_true",
+                        help="as the async runner's actor under the bench's replay ratio 0.25 (its lead bound is "
+                             "asked for, never reached: the learner never starts)")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--profile", action="store_true", help="cProfile one run (per copies) instead")
     parser.add_argument("--only-run", action="store_true",
@@ -167,10 +170,10 @@ def main() -> None:
         return
     per_wrap = wrapper_cost()
     if args.worker:
-        serve(int(args.copies), args.workers, args.steps, per_wrap)
+        serve(int(args.copies), args.workers, args.steps, per_wrap, args.paced)
         return
     for copies in (int(c) for c in args.copies.split(",")):
-        plan, actor = build(copies, args.workers)
+        plan, actor = build(copies, args.workers, args.paced)
         try:
             actor.run(agent_steps=args.steps // 4, seed=0, keep_going=lambda: True, on_episode=lambda s: None)
             if args.only_run:
@@ -213,11 +216,11 @@ def main() -> None:
             plan.release()
 
 
-def serve(copies: int, workers: int, steps: int, per_wrap: float) -> None:
+def serve(copies: int, workers: int, steps: int, per_wrap: float, paced: bool) -> None:
     """--paired's worker: for each line "SEED" on stdin, one timed run; answers one JSON line."""
     import sys
 
-    plan, actor = build(copies, workers)
+    plan, actor = build(copies, workers, paced)
     try:
         actor.run(agent_steps=steps // 4, seed=0, keep_going=lambda: True, on_episode=lambda s: None)
         print(json.dumps({"ready": True, "pzasync": __import__("pzasync").__file__}), flush=True)
@@ -242,7 +245,7 @@ def paired(args) -> None:
         for checkout in args.paired:
             env = dict(os.environ, PYTHONPATH=os.path.abspath(checkout))
             command = [sys.executable, os.path.abspath(__file__), "--worker", "--copies", str(copies),
-                       "--workers", str(args.workers), "--steps", str(args.steps)]
+                       "--workers", str(args.workers), "--steps", str(args.steps)] + (["--paced"] if args.paced else [])
             workers.append(subprocess.Popen(command, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                             text=True))
         ready = [json.loads(w.stdout.readline()) for w in workers]

@@ -24,6 +24,7 @@ from pzasync.runtime.learner_loop import target_updates
 from pzasync.core.spaces import AgentLayout
 from pzasync.transport.protocols import PolicySource, RunControl, TransitionWriter
 from pzasync.runtime.copies import EnvCopies, EnvCopiesFactory, LocalEnvs, copies_for
+from pzasync.runtime.copies.protocol import Answer
 from pzasync.core.stepper import PendingDecision
 from pzasync.core.transitions import EpisodeSummary, Transition
 from pzasync.learners import vector_to_policy
@@ -48,6 +49,8 @@ class ActingAgent:
     #: Whether anything runs before this agent acts (a `before_decision` hook, or an opt-in wait).
     checks_first: bool = False
     nonfinite: int = 0
+    #: Under a replay ratio: the unit's buffer may hold this many transitions before the lead bound needs asking.
+    lead_checked_until: float = 0
     #: Indices of the observation leaves checked for NaN and inf (the floating ones).
     float_leaves: list[int] = field(default_factory=list)
     steps_offset: int = 0
@@ -67,6 +70,7 @@ class ActingAgent:
         if self.slot is not None:
             self.vector = np.zeros(self.slot.size, np.float32)
         self.float_leaves = [i for i, leaf in enumerate(self.layout.obs_leaves) if leaf.dtype.kind == "f"]
+        self.flat_obs = not self.layout.nested_obs
 
 
 class Actor:
@@ -119,6 +123,12 @@ class Actor:
             a.may_wait = self._may_wait(a)
             a.checks_first = a.may_wait or before_decision is not None
             a.steps_offset = a.steps  # steps taken before this run (a resumed run) are not this run's
+        #: Agents whose decisions, one at a time, need none of `_act_as_self`'s grouping (`_act_alone`): each acts
+        #: with its own module, shared with no other agent, has no memory, no hook before deciding and stores
+        #: only the policy version (no member index, no track).
+        self._alone = {a.agent: a for a in agents.values()
+                       if before_decision is None and not a.policy.memory_size and a.member is None
+                       and not self.stores_track and len(self._sharing[id(a.policy)]) == 1}
         self.total_steps = 0
         self.episodes = 0
         #: The run's `League` (RunConfig.league), which draws each episode's opponents at its start.
@@ -153,6 +163,9 @@ class Actor:
 
     def _wait_if_ahead(self, a: ActingAgent) -> None:
         """Opt-in waits: under a replay ratio (bounded lead) or on-policy backpressure. Time is reported."""
+        source = a.pace or a.buffer
+        if source.written < a.lead_checked_until:
+            return
         stats, agent = self.stats, a.unit
         if stats.get(agent, S.STATUS) == S.CRASHED:
             return
@@ -164,20 +177,35 @@ class Actor:
             due = target_updates(self.replay_ratio, (a.pace or a.buffer).written, a.learning_starts)
             return due - stats.get(agent, S.UPDATES) > self.max_lead_updates
         if not ahead():
+            if not a.on_policy:
+                a.lead_checked_until = self._lead_safe_until(a, stats.get(agent, S.UPDATES))
             return
         start = time.monotonic_ns()
         while ahead() and not stats.stop_requested and stats.get(agent, S.STATUS) != S.CRASHED:
             time.sleep(0.0001)
         stats.add(agent, S.ACTOR_WAIT_NS, time.monotonic_ns() - start)
 
-    def decide(self, pending: list[PendingDecision]) -> list[tuple[Any, dict]]:
-        """Actions (and extras to store) for a round of pending decisions: one batched forward per acting
+    def _lead_safe_until(self, a: ActingAgent, updates: int) -> float:
+        """How many transitions the unit's buffer may hold before a replay ratio's lead bound can be passed,
+        given `updates` made so far (updates never go back, so this is a lower bound): until then `ahead` is
+        False and need not be asked at every decision. Infinite for a ratio of 0 (never ahead)."""
+        if not self.replay_ratio:
+            return math.inf
+        return a.learning_starts + int((updates + self.max_lead_updates) / self.replay_ratio) - 1  # -1: rounding
+
+    def decide(self, pending: list[PendingDecision]) -> list[Answer]:
+        """Each pending decision with its action and the extras to store: one batched forward per acting
         policy, i.e. per learner unit (an agent group's members share their policy module here), and per
         league opponent standing in for one."""
+        if len(pending) == 1:
+            d = pending[0]
+            alone = self._alone.get(d.agent)
+            if alone is not None and not self.overrides[d.copy]:
+                return [self._act_alone(alone, d)]
         out: list[Any] = [None] * len(pending)
         if len(pending) == 1 and not self.overrides[pending[0].copy]:
             self._act_as_self(pending, [0], out)  # one decision, the seat's own policy: no grouping to do
-            return out
+            return [(pending[0], *out[0])]
         groups: dict[tuple[int, int], list[int]] = {}
         for i, d in enumerate(pending):
             groups.setdefault(self._acting_policy(d), []).append(i)
@@ -189,7 +217,25 @@ class Actor:
                                       rows, out)
             else:
                 self._act_as_self(decisions, rows, out)
-        return out
+        return [(d, action, extras) for d, (action, extras) in zip(pending, out)]
+
+    def _act_alone(self, a: ActingAgent, d: PendingDecision) -> Answer:
+        """One decision of an agent that acts alone with its own policy, nothing to wait for or store beyond
+        the policy version (`_alone`): `_act_as_self` without its grouping, at every decision of one env copy."""
+        if a.may_wait:
+            self._wait_if_ahead(a)
+        if a.slot is not None and a.slot.version != a.version:
+            self.refresh(a)
+        policy = a.policy
+        obs = {"obs": d.obs[None]} if a.flat_obs else a.layout.batch([d.obs])
+        actions, extras = policy.act(obs, None if d.mask is None else d.mask[None], True)
+        a.steps = steps = a.steps + 1
+        self.total_steps = total = self.total_steps + 1
+        policy.on_actor_steps(steps)
+        self.stats.record_steps(a.agent, steps - a.steps_offset, total)
+        stored = {k: v[0] for k, v in extras.items()} if extras else {}
+        stored["policy_version"] = a.version
+        return d, actions[0], stored
 
     def _acting_policy(self, d: PendingDecision) -> tuple[int, int]:
         """Which policy answers a decision: (the seat's own module, 0) or (0, the league opponent's module)."""
@@ -327,8 +373,9 @@ class Actor:
     ) -> int:
         """Play until `agent_steps` decisions or until `keep_going()` is False; returns decisions taken.
 
-        Copy k's first reset gets `seed + k`. A budget or a stop takes effect at each copy's next live
-        decision: every copy still in an episode is cut there (docs/transitions.md, rule 5)."""
+        Copy k's first reset gets `seed + k`. A budget takes effect at each copy's next live decision, a stop
+        at the next one after the round being answered (`keep_going` is asked once a round, before its env
+        steps): every copy still in an episode is cut there (docs/transitions.md, rule 5)."""
         start_steps = self.total_steps
 
         def out_of_budget() -> bool:
@@ -347,22 +394,23 @@ class Actor:
         try:
             # Rounds per group of copies (all of them in this process; one worker's with env workers, so the
             # actor answers one worker while the others step).
-            copies.start(not out_of_budget())
+            going = not out_of_budget()
+            copies.start(going)
             while (ready := copies.next_ready()) is not None:
                 group, pending = ready
                 if not pending:
                     continue  # every copy of the group is between episodes and may not start one: it is done
                 cut: list[int] = []
-                if out_of_budget():
+                if not going:
                     cut, pending = [d.copy for d in pending], []
                 elif agent_steps is not None:  # a round never takes more decisions than the budget has left
                     left = agent_steps - (self.total_steps - start_steps)
                     if left < len(pending):
                         cut, pending = [d.copy for d in pending[left:]], pending[:left]
                 pending, held = self.align(pending) if aligning and pending else (pending, [])
-                answered = ([(d, action, extras) for d, (action, extras) in zip(pending, self.decide(pending))]
-                            if pending else [])
-                copies.submit(group, answered, cut, not out_of_budget(), held)
+                answered = self.decide(pending) if pending else []
+                going = not out_of_budget()
+                copies.submit(group, answered, cut, going, held)
             copies.finish()
             return self.total_steps - start_steps
         except (PzasyncError, KeyboardInterrupt):
