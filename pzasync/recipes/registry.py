@@ -47,13 +47,15 @@ RECIPES: tuple[Recipe, ...] = (
                 '(its actions are cells, which DQN refuses to mirror); trainees drawn uniformly.'),
     # ---- the learning suite (`pzasync bench suite`, docs/benchmarks.md "Learning suite") ------------------------
     Recipe(env="mpe2.simple_spread_v3", learner="mappo,batch_size=4096,minibatch_size=256,epochs=10",
-           agent_groups={"team": ("agent_*",)}, env_kwargs={"N": 3},
+           agent_groups={"team": ("agent_*",)}, env_kwargs={"N": 3}, envs_per_actor=8,
            why='docs/benchmarks.md, "Centralized critics and memory (2026-11-25)": after 180 s, 3 seeds, '
                'mappo (critic of env.state()) -62.9 ± 3.6 team return against ppo -66.5 ± 17.7 and the random '
                'team -80.3; the three agents share one policy (their spaces are equal). Batches of 4,096 '
                'transitions, 10 epochs of minibatches of 256 ("simple_spread, 10 minutes x 3 seeds, beside both '
                'peers"): -44.1 [-47.8, -40.3] team return on 50 episodes after 10 minutes, 3 seeds, against '
-               '-58.3 [-63.7, -53.0] with the mappo defaults and -53.1 [-59.1, -47.0] for the SB3 peer.'),
+               '-58.3 [-63.7, -53.0] with the mappo defaults and -53.1 [-59.1, -47.0] for the SB3 peer. 8 env '
+               'copies (the same section, "With 8 env copies (the recipe since 2026-11-26)"): -37.7 [-40.7, '
+               '-34.8], 4.0-4.1M agent steps against 1.72-1.84M.'),
     Recipe(env="mpe2.simple_speaker_listener_v4", learner="mappo",
            why='docs/benchmarks.md, "Centralized critics and memory (2026-11-25)": after 180 s, 3 seeds, '
                'mappo -35.1 ± 3.7 team return against ppo -36.1 ± 5.2 and the random team -83.7; speaker and '
@@ -68,11 +70,15 @@ RECIPES: tuple[Recipe, ...] = (
                'copies ("pursuit, 10 minutes x 3 seeds, beside SB3"): +60.3 [22.6, 98.0] team return over 3 seeds '
                'of 10 minutes against -187.9 [-212.4, -163.4] with one copy, 1.07-1.18M agent steps against '
                '668-712k.'),
-    Recipe(env="pettingzoo.sisl.multiwalker_v9", learner="ppo", agent_groups={"walkers": ("walker_*",)},
+    Recipe(env="pettingzoo.sisl.multiwalker_v9", learner="ppo,batch_size=2048,minibatch_size=256",
+           agent_groups={"walkers": ("walker_*",)}, envs_per_actor=8,
            why='docs/benchmarks.md, "Choosing the suite recipes": nothing tried learned in 2 minutes, one seed (the '
                'walkers sharing ppo -296 team return in the last quarter, mappo with state=concat -290, the random '
                'team -283 ± 33); ppo with shared parameters is the PettingZoo tutorials\' path. mappo with '
-               'state=auto crashed in multiwalker\'s env.state() after a fall.'),
+               'state=auto crashed in multiwalker\'s env.state() after a fall. 8 env copies and 4x the batch '
+               '("multiwalker, 10 minutes x 3 seeds, beside SB3"): +11.5 [-0.3, 23.2] team return (greedy, 3 seeds '
+               'of 10 minutes) against -42.4 [-275.1, 190.3] with one copy and ppo\'s default batch, 2.26-2.34M '
+               'agent steps against 1.34-1.44M.'),
     Recipe(env="pettingzoo.butterfly.pistonball_v6", learner="ppo,batch_size=512,minibatch_size=128,epochs=3",
            agent_groups={"pistons": ("piston_*",)}, wrappers=IMAGE_WRAPPERS, envs_per_actor=16,
            why='docs/benchmarks.md, "Pistonball, 20 pistons through SuperSuit, one shared DQN policy": grey 64x64 '

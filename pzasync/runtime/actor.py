@@ -54,6 +54,8 @@ class ActingAgent:
     #: Indices of the observation leaves checked for NaN and inf (the floating ones).
     float_leaves: list[int] = field(default_factory=list)
     steps_offset: int = 0
+    #: Whether the stored observation is one array (a batch of one is then a view, not a stack).
+    flat_obs: bool = field(init=False, default=True)
     #: Whose learner counters apply (its own name, or its agent group's) and, in a group, its member index.
     unit: str = ""
     member: int | None = None
@@ -220,8 +222,8 @@ class Actor:
         return [(d, action, extras) for d, (action, extras) in zip(pending, out)]
 
     def _act_alone(self, a: ActingAgent, d: PendingDecision) -> Answer:
-        """One decision of an agent that acts alone with its own policy, nothing to wait for or store beyond
-        the policy version (`_alone`): `_act_as_self` without its grouping, at every decision of one env copy."""
+        """One decision of an agent that acts alone with its own policy and stores nothing beyond the policy
+        version (`_alone`): `_act_as_self` without its grouping, at every decision of one env copy."""
         if a.may_wait:
             self._wait_if_ahead(a)
         if a.slot is not None and a.slot.version != a.version:
