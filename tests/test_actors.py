@@ -376,17 +376,13 @@ def test_an_orphaned_actor_process_removes_the_runs_shared_memory_and_its_env_wo
 
 @pytest.mark.parametrize("ratio, starts, lead", [(0.25, 64, 16), (0.05, 200, 2), (1.0, 0, 1), (0.3, 7, 5)])
 def test_the_lead_bound_is_skipped_only_while_it_cannot_be_passed(ratio, starts, lead):
-    """`Actor._lead_safe_until` lets the actor skip asking its learner's update count: below the figure it
-    gives, no number of transitions can put the actor more than `lead` updates ahead; soon after it, one does."""
-    from types import SimpleNamespace
+    """`written_within_lead` lets the actor skip asking its learner's update count: below the figure it gives, no
+    number of transitions can put the actor more than `lead` updates ahead; soon after it, one does."""
+    from pzasync.runtime.learner_loop import target_updates, written_within_lead
 
-    from pzasync.runtime.actor import Actor
-    from pzasync.runtime.learner_loop import target_updates
-
-    actor = SimpleNamespace(replay_ratio=ratio, max_lead_updates=lead)
     for updates in (0, 1, 13, 999):
-        until = Actor._lead_safe_until(actor, SimpleNamespace(learning_starts=starts), updates)
+        until = written_within_lead(ratio, updates, lead, starts)
         assert all(target_updates(ratio, w, starts) - updates <= lead for w in range(0, int(until)))
         passed = int(until) + int(1 / ratio) + 2
         assert target_updates(ratio, passed, starts) - updates > lead, "the skip must end near the bound"
-    assert Actor._lead_safe_until(SimpleNamespace(replay_ratio=0.0, max_lead_updates=1), None, 5) == float("inf")
+    assert written_within_lead(0.0, 5, 1, 0) == float("inf")

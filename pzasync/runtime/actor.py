@@ -20,7 +20,7 @@ import numpy as np
 
 from pzasync.transport import stats as S
 from pzasync.errors import EnvCrashedError, NonFiniteError, PzasyncError
-from pzasync.runtime.learner_loop import target_updates
+from pzasync.runtime.learner_loop import target_updates, written_within_lead
 from pzasync.core.spaces import AgentLayout
 from pzasync.transport.protocols import PolicySource, RunControl, TransitionWriter
 from pzasync.runtime.copies import EnvCopies, EnvCopiesFactory, LocalEnvs, copies_for
@@ -179,21 +179,14 @@ class Actor:
             due = target_updates(self.replay_ratio, (a.pace or a.buffer).written, a.learning_starts)
             return due - stats.get(agent, S.UPDATES) > self.max_lead_updates
         if not ahead():
-            if not a.on_policy:
-                a.lead_checked_until = self._lead_safe_until(a, stats.get(agent, S.UPDATES))
+            if not a.on_policy:  # updates never go back: until the buffer holds this many, ahead() stays False
+                a.lead_checked_until = written_within_lead(self.replay_ratio, stats.get(agent, S.UPDATES),
+                                                           self.max_lead_updates, a.learning_starts)
             return
         start = time.monotonic_ns()
         while ahead() and not stats.stop_requested and stats.get(agent, S.STATUS) != S.CRASHED:
             time.sleep(0.0001)
         stats.add(agent, S.ACTOR_WAIT_NS, time.monotonic_ns() - start)
-
-    def _lead_safe_until(self, a: ActingAgent, updates: int) -> float:
-        """How many transitions the unit's buffer may hold before a replay ratio's lead bound can be passed,
-        given `updates` made so far (updates never go back, so this is a lower bound): until then `ahead` is
-        False and need not be asked at every decision. Infinite for a ratio of 0 (never ahead)."""
-        if not self.replay_ratio:
-            return math.inf
-        return a.learning_starts + int((updates + self.max_lead_updates) / self.replay_ratio) - 1  # -1: rounding
 
     def decide(self, pending: list[PendingDecision]) -> list[Answer]:
         """Each pending decision with its action and the extras to store: one batched forward per acting

@@ -10,6 +10,7 @@ metrics and error reporting; `learner_process_main` is a host of one (the Ray ba
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 import signal
 import time
@@ -69,6 +70,16 @@ class LearnerFailed:
 def target_updates(ratio: float, written: int, learning_starts: int) -> int:
     """Updates an off-policy learner should have made once `written` transitions exist."""
     return int(ratio * (written - learning_starts)) + 1 if written >= learning_starts else 0
+
+
+def written_within_lead(ratio: float, updates: int, lead: int, learning_starts: int) -> float:
+    """`target_updates` turned round: while fewer transitions than this exist, `target_updates(ratio, written,
+    learning_starts) - updates <= lead`, i.e. an actor `lead` updates ahead of a learner that has made `updates`
+    is not past its bound (one transition short of the exact figure, for float rounding). Infinite for a ratio
+    of 0, which never asks for more than one update."""
+    if not ratio:
+        return math.inf
+    return learning_starts + int((updates + lead) / ratio) - 1
 
 
 @dataclass
