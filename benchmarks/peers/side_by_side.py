@@ -122,7 +122,7 @@ def plot(entry: dict[str, Any], sides: list[dict[str, Any]], base: dict[str, Any
     fig, ax = plt.subplots(figsize=(12, 4.8))
     for i, run in enumerate(entry["runs"] if acting == "greedy" else []):
         ax.plot([p["wall_s"] for p in run["curve"]], [p["score"] for p in run["curve"]], "-", color="C0",
-                alpha=0.35 + 0.2 * i, linewidth=1, label=f"{sides[0]['name']}, seeds" if i == 0 else None)
+                alpha=min(0.95, 0.35 + 0.2 * i), linewidth=1, label=f"{sides[0]['name']}, seeds" if i == 0 else None)
     span = max(r["wall_s"] for side in sides for r in side["runs"])
     for k, side in enumerate(sides):
         colour = f"C{k}"
