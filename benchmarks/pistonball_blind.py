@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+from typing import Any
 
 import numpy as np
 import torch
@@ -62,13 +63,12 @@ def sensitivity(run_dir: str, episodes: int, seed: int) -> dict[str, dict[str, f
     episodes, and the saturated share of its heads' first tanh layer."""
     spec = EnvSpec.of_run(RunDirectory(run_dir, create=False).read_json("run.json"))
     policies = load_run_policies(run_dir)
-    seen: dict[int, tuple] = {}
-    states: dict[int, list[np.ndarray]] = {}
+    units: dict[int, tuple[str, Any, Any]] = {}  # one entry per policy module (a group's members share one)
     for agent, (policy, layout) in policies.items():
-        if id(policy) not in seen:
+        if id(policy) not in units:
             policy.seed(seed)
-        seen.setdefault(id(policy), (policy, layout))
-        states.setdefault(id(policy), [])
+            units[id(policy)] = (agent, policy, layout)
+    states: dict[int, list[np.ndarray]] = {key: [] for key in units}
     env = spec.make()
     for episode in range(episodes):
         env.reset(seed=seed + episode)
@@ -83,13 +83,12 @@ def sensitivity(run_dir: str, episodes: int, seed: int) -> dict[str, dict[str, f
             env.step(np.clip(action[0], env.action_space(agent).low, env.action_space(agent).high))
     env.close()
     report = {}
-    for key, (policy, layout) in seen.items():
+    for key, (name, policy, layout) in units.items():
         batch = {"obs": np.stack(states[key])}
         with torch.inference_mode():
             features = policy.encoder(obs_tensors(batch, layout))
             mean, value = policy.pi(features), policy.v(features).squeeze(-1)
             pre_pi, pre_v = policy.pi[0](features), policy.v[0](features)
-        name = next(a for a, (p, _) in policies.items() if id(p) == key)
         report[name] = {
             "states": len(states[key]), "pixel_std_over_states": float(batch["obs"].std(0).mean()),
             "mean_action_std": float(mean.std(0).mean()), "mean_action_min": float(mean.min()),
