@@ -177,3 +177,54 @@ def test_the_update_by_hand_leaves_adams_state_and_its_checkpoint_continues_alik
     assert resumed.update(batch) == by_hand.update(batch)
     for a, b in zip(resumed.q.parameters(), by_hand.q.parameters()):
         assert torch.equal(a, b)
+
+
+def _module_act(q, obs, mask):
+    """`QNetwork.act`'s greedy actions and Q-values through the modules (its forward by hand turned off)."""
+    q.__dict__["_pzasync_acting"] = False
+    try:
+        with torch.inference_mode():
+            values = q({"obs": torch.as_tensor(obs)}).clone()
+        return q.act({"obs": obs}, mask, False)[0], values
+    finally:
+        q.__dict__.pop("_pzasync_acting")
+
+
+@pytest.mark.parametrize("layout, options", [(BOARD, {}), (BOARD, {"torso": "mlp"}), (PLANES, {"torso": "cnn"}),
+                                             (VEC, {"activation": "tanh"}), (UNMASKED, {})])
+def test_acting_by_hand_takes_the_modules_actions_at_every_batch_size_and_after_loads(layout, options):
+    from pzasync.learners import policy_to_vector, vector_to_policy
+
+    config = DQNLearner.validate_config(layout.agent, options)
+    q, other = DQNLearner.build_policy(layout, config), DQNLearner.build_policy(layout, config)
+    rng = np.random.default_rng(3)
+    for rows in [*range(1, 41), 1, 16]:  # more row counts than the 32 whose work tensors acting keeps
+        batch = random_batch(layout, rows, rng)
+        mask = batch.get("action_mask")
+        actions, _ = q.act({"obs": batch["obs"]}, mask, False)
+        assert q.__dict__["_pzasync_acting"], "the forward by hand was used"
+        net, _key = q.__dict__["_pzasync_acting"]
+        assert len(net._work) <= 32
+        expected, values = _module_act(q, batch["obs"], mask)
+        np.testing.assert_array_equal(actions, expected)
+        with torch.inference_mode():
+            by_hand, _ = net.forward(net.inputs([batch["obs"]]))
+            torch.testing.assert_close(by_hand, values, rtol=1e-5, atol=1e-6)
+    # A new policy vector (what the actor loads at every version) is what the next act computes with.
+    vector_to_policy(policy_to_vector(other), q)
+    batch = random_batch(layout, 7, rng)
+    mask = batch.get("action_mask")
+    np.testing.assert_array_equal(q.act({"obs": batch["obs"]}, mask, False)[0],
+                                  other.act({"obs": batch["obs"]}, mask, False)[0])
+    q.to("cpu")  # `.to()` may replace the parameters (another device): the forward by hand is made again
+    assert "_pzasync_acting" not in q.__dict__
+    np.testing.assert_array_equal(q.act({"obs": batch["obs"]}, mask, False)[0], _module_act(q, batch["obs"], mask)[0])
+
+
+@pytest.mark.parametrize("options", [{"dueling": True}, {"layer_norm": True}])
+def test_networks_the_hand_does_not_compute_act_through_the_modules(options):
+    q = DQNLearner.build_policy(VEC, DQNLearner.validate_config(VEC.agent, options))
+    batch = random_batch(VEC, 4, np.random.default_rng(0))
+    actions, _ = q.act({"obs": batch["obs"]}, batch["action_mask"], False)
+    assert q.__dict__["_pzasync_acting"] is False
+    np.testing.assert_array_equal(actions, _module_act(q, batch["obs"], batch["action_mask"])[0])

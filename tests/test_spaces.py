@@ -96,3 +96,16 @@ def test_env_layouts_for_connect_four():
     layout = layouts["player_0"]
     assert layout.obs_leaves[0].shape == (6, 7, 2) and layout.obs_leaves[0].dtype == np.int8
     assert layout.mask_shape == (7,)
+
+
+def test_uniform_legal_draws_what_rng_choice_draws_and_only_legal_actions():
+    """A random player's move: the same index, from the same generator state, as rng.choice over the legal ones."""
+    from pzasync.core.spaces import uniform_legal
+
+    masks = np.random.default_rng(0).integers(0, 2, size=(500, 9)).astype(np.int8)
+    masks[masks.sum(axis=1) == 0, 4] = 1
+    ours, numpys = np.random.default_rng(11), np.random.default_rng(11)
+    drawn = [uniform_legal(ours, m) for m in masks]
+    assert drawn == [int(numpys.choice(np.flatnonzero(m))) for m in masks]
+    assert all(m[a] for m, a in zip(masks, drawn))
+    assert len(set(drawn)) == 9

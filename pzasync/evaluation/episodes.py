@@ -23,7 +23,7 @@ import numpy as np
 from gymnasium import spaces
 
 from pzasync.core.environments import EnvSpec
-from pzasync.core.spaces import AgentLayout, env_action_converter, env_layouts, probe_info_masks
+from pzasync.core.spaces import AgentLayout, env_action_converter, env_layouts, probe_info_masks, uniform_legal
 from pzasync.core.stepper import EpisodeStepper, PendingDecision
 from pzasync.core.transitions import EpisodeSummary, LayoutBook
 
@@ -184,7 +184,7 @@ class RandomPlayer:
             space = self.spaces[d.agent]
             if d.mask is not None and d.mask.any():
                 start = int(space.start) if isinstance(space, spaces.Discrete) else 0
-                out.append(int(rng.choice(np.flatnonzero(d.mask))) + start)
+                out.append(uniform_legal(rng, d.mask) + start)
             else:
                 space.seed(int(rng.integers(2**31)))
                 out.append(space.sample())

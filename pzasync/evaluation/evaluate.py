@@ -28,7 +28,7 @@ from pzasync.core.collect import run_episodes
 from pzasync.core.environments import EnvSpec
 from pzasync.errors import ConfigError
 from pzasync.core.groups import resolve_groups
-from pzasync.core.spaces import env_action_converter, AgentLayout, env_layouts, probe_info_masks
+from pzasync.core.spaces import env_action_converter, AgentLayout, env_layouts, probe_info_masks, uniform_legal
 from pzasync.specs import parse_learner_spec
 from pzasync.core.transitions import EpisodeSummary, LayoutBook
 from pzasync.core.global_state import OBSERVATION_KEY, STATE_KEY
@@ -157,7 +157,7 @@ def random_actor(env: Any, seed: int) -> ActFn:
             if start is None:
                 space = env.action_space(agent)
                 start = starts[agent] = int(space.start) if isinstance(space, spaces.Discrete) else 0
-            return int(rng.choice(np.flatnonzero(mask))) + start
+            return uniform_legal(rng, mask) + start
         space = env.action_space(agent)
         space.seed(int(rng.integers(2**31)))
         return space.sample()

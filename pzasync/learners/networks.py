@@ -288,7 +288,7 @@ class ManualNet:
     overwritten by the next call with as many rows.
     """
 
-    def __init__(self, encoder: nn.Module, head: nn.Sequential) -> None:
+    def __init__(self, encoder: nn.Module, head: nn.Sequential, row_counts: int = 8) -> None:
         leaf = encoder.leaves[0]
         self.board = isinstance(leaf, BoardEncoder)
         self.scale = float(getattr(leaf, "scale", 1.0))
@@ -305,6 +305,9 @@ class ManualNet:
         self.weights = [(m.weight, m.bias) for m in self.linears]
         self.tanh = any(isinstance(m, nn.Tanh) for m in head)
         self._work: dict[int, _Work] = {}
+        #: How many row counts keep their work tensors at once (a learner's batches have one or two; an actor's
+        #: groups, any number up to its env copies).
+        self.row_counts = row_counts
 
     @staticmethod
     def supports(encoder: nn.Module, head: nn.Module) -> bool:
@@ -328,7 +331,7 @@ class ManualNet:
         """The work tensors for `rows` rows (made at the first call with that many)."""
         work = self._work.get(rows)
         if work is None:
-            if len(self._work) >= 8:  # batches of ever new sizes: keep the memory bounded
+            if len(self._work) >= self.row_counts:  # batches of ever new sizes: keep the memory bounded
                 self._work.clear()
             work = self._work[rows] = _Work(self, rows)
         return work

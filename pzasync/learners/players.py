@@ -15,7 +15,7 @@ import torch
 from gymnasium import spaces
 
 from pzasync.errors import ConfigError
-from pzasync.core.spaces import AgentLayout
+from pzasync.core.spaces import AgentLayout, uniform_legal
 from pzasync.learners.base import Batch, Learner, LearnerContext, Option, Policy
 
 
@@ -46,8 +46,7 @@ def load_checkpoint_policy(path: str, layout: AgentLayout) -> Policy:
 
 
 def _sample_legal(rng: np.random.Generator, mask_row: np.ndarray, n: int) -> int:
-    legal = np.flatnonzero(mask_row)
-    return int(rng.choice(legal)) if legal.size else int(rng.integers(n))
+    return uniform_legal(rng, mask_row) if mask_row.any() else int(rng.integers(n))
 
 
 class RandomPolicy(Policy):

@@ -15,7 +15,7 @@ from typing import Callable
 
 from pzasync.config import AUTO, AUTO_ENVS_PER_ACTOR, RunConfig
 from pzasync.core.environments import EnvSpec
-from pzasync.core.spaces import AgentLayout
+from pzasync.core.spaces import AgentLayout, uniform_legal
 
 #: RunConfig(env_workers="auto") gives every spare core to an env whose step takes at least this long (timed
 #: on a probe copy): pistonball through SuperSuit (0.8 ms) is env-dominated (docs/benchmarks.md, "Vectorised
@@ -152,7 +152,7 @@ def env_step_seconds(env_spec: EnvSpec, layouts: dict[str, AgentLayout], seed: i
                 layout = layouts[agent]
                 _, mask = layout.split(observation, info)
                 space = layout.action_space
-                action = (int(rng.choice(np.flatnonzero(mask)) + getattr(space, "start", 0))
+                action = (uniform_legal(rng, mask) + int(getattr(space, "start", 0))
                           if mask is not None and mask.any() else space.sample())
             tick = time.perf_counter()
             env.step(action)
