@@ -3,7 +3,9 @@ targets, losses, gradients and parameters, option by option; and the networks it
 
 from __future__ import annotations
 
+import copy
 import io
+import pickle
 
 import numpy as np
 import pytest
@@ -214,8 +216,12 @@ def test_acting_by_hand_takes_the_modules_actions_at_every_batch_size_and_after_
     vector_to_policy(policy_to_vector(other), q)
     batch = random_batch(layout, 7, rng)
     mask = batch.get("action_mask")
-    np.testing.assert_array_equal(q.act({"obs": batch["obs"]}, mask, False)[0],
-                                  other.act({"obs": batch["obs"]}, mask, False)[0])
+    expected_after_load = other.act({"obs": batch["obs"]}, mask, False)[0]
+    np.testing.assert_array_equal(q.act({"obs": batch["obs"]}, mask, False)[0], expected_after_load)
+    for copied in (copy.deepcopy(q), pickle.loads(pickle.dumps(q))):  # each makes its own, on its own parameters
+        assert "_pzasync_acting" not in copied.__dict__
+        np.testing.assert_array_equal(copied.act({"obs": batch["obs"]}, mask, False)[0], expected_after_load)
+        assert copied.__dict__["_pzasync_acting"][0].weights[0][0] is copied.head[0].weight
     q.to("cpu")  # `.to()` may replace the parameters (another device): the forward by hand is made again
     assert "_pzasync_acting" not in q.__dict__
     np.testing.assert_array_equal(q.act({"obs": batch["obs"]}, mask, False)[0], _module_act(q, batch["obs"], mask)[0])

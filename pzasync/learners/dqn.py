@@ -240,8 +240,7 @@ class QNetwork(Policy):
         a policy vector copies into the parameters it reads."""
         acting = self.__dict__.get("_pzasync_acting")
         if acting is None:
-            supported = (type(self).forward is QNetwork.forward and type(self.head) is nn.Sequential
-                         and ManualNet.supports(self.encoder, self.head))
+            supported = type(self).forward is QNetwork.forward and ManualNet.supports(self.encoder, self.head)
             # Acting batches come in every size up to the env copies answered at once.
             acting = (ManualNet(self.encoder, self.head, row_counts=32), self.encoder.keys[0]) if supported else False
             self.__dict__["_pzasync_acting"] = acting
@@ -250,6 +249,12 @@ class QNetwork(Policy):
     def _apply(self, fn: Any, *args: Any, **kwargs: Any) -> QNetwork:
         self.__dict__.pop("_pzasync_acting", None)
         return super()._apply(fn, *args, **kwargs)
+
+    def __getstate__(self) -> dict[str, Any]:
+        """Pickled and deep-copied without the forward by hand (its work tensors): a copy makes its own."""
+        state = self.__dict__.copy()
+        state.pop("_pzasync_acting", None)
+        return state
 
     def act_seeded(self, obs: dict[str, np.ndarray], mask: np.ndarray | None, seeds: Sequence[int],
                    memory: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray | None]:
