@@ -38,6 +38,10 @@ class Policy(torch.nn.Module):
     #: episode starts, and calls `act_with_memory` instead of `act`.
     memory_size: int = 0
 
+    #: What a policy derives from its parameters and keeps in its `__dict__` (made again when next asked for):
+    #: `.to()` and friends drop it, and pickled or deep-copied policies leave it out.
+    derived_caches: tuple[str, ...] = ("_pzasync_device",)
+
     def act(self, obs: dict[str, np.ndarray], mask: np.ndarray | None, explore: bool) -> tuple[np.ndarray, dict]:
         raise NotImplementedError
 
@@ -64,8 +68,15 @@ class Policy(torch.nn.Module):
         return device
 
     def _apply(self, fn: Any, *args: Any, **kwargs: Any) -> Policy:
-        self.__dict__.pop("_pzasync_device", None)
+        for key in self.derived_caches:
+            self.__dict__.pop(key, None)
         return super()._apply(fn, *args, **kwargs)
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = super().__getstate__()
+        for key in self.derived_caches:
+            state.pop(key, None)
+        return state
 
     def on_actor_steps(self, agent_steps: int) -> None:
         """Told by the actor how many decisions this agent has taken (e.g. for an epsilon schedule)."""

@@ -175,6 +175,9 @@ def nstep_batch(window: dict[str, np.ndarray], valid: np.ndarray, n_step: int, g
 class QNetwork(Policy):
     """Q-values from observations; acts epsilon-greedily over legal actions."""
 
+    #: The forward by hand `act` uses (`_acting_net`), with its work tensors: a copy makes its own.
+    derived_caches = (*Policy.derived_caches, "_pzasync_acting")
+
     def __init__(self, layout: AgentLayout, config: dict[str, Any]) -> None:
         super().__init__()
         self.layout = layout
@@ -236,8 +239,8 @@ class QNetwork(Policy):
         """This network's forward by hand (`networks.ManualNet`) and its observation key, where `act` may use it
         (a float32 network on the CPU that `ManualNet.supports`, `forward` not overridden): the same Q-values
         (a test compares them) at about two thirds of the modules' cost on a batch of one, most of which is
-        their per-call overhead. Made at the first `act`; `.to()` and friends drop it, and loading a state or
-        a policy vector copies into the parameters it reads."""
+        their per-call overhead. Made at the first `act` (one of `derived_caches`); loading a state or a policy
+        vector copies into the parameters it reads."""
         acting = self.__dict__.get("_pzasync_acting")
         if acting is None:
             supported = type(self).forward is QNetwork.forward and ManualNet.supports(self.encoder, self.head)
@@ -245,16 +248,6 @@ class QNetwork(Policy):
             acting = (ManualNet(self.encoder, self.head, row_counts=32), self.encoder.keys[0]) if supported else False
             self.__dict__["_pzasync_acting"] = acting
         return acting or None
-
-    def _apply(self, fn: Any, *args: Any, **kwargs: Any) -> QNetwork:
-        self.__dict__.pop("_pzasync_acting", None)
-        return super()._apply(fn, *args, **kwargs)
-
-    def __getstate__(self) -> dict[str, Any]:
-        """Pickled and deep-copied without the forward by hand (its work tensors): a copy makes its own."""
-        state = self.__dict__.copy()
-        state.pop("_pzasync_acting", None)
-        return state
 
     def act_seeded(self, obs: dict[str, np.ndarray], mask: np.ndarray | None, seeds: Sequence[int],
                    memory: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray | None]:
