@@ -270,7 +270,7 @@ class League:
             module = self.plan.agents[seat].build_policy(self.plan.config.seed + 77)  # any seat of its unit fits
             vector_to_policy(snapshot.vector, module)
             self._snapshot_modules[snapshot.name] = module
-        module.on_actor_steps(self.acting[seat].steps)  # explore like the trainee's current schedule
+        module.on_actor_steps(self.acting[seat].count.steps)  # explore like the trainee's current schedule
         return module
 
     def _scripted_policy(self, seat: str, kind: str) -> Any:
@@ -313,11 +313,11 @@ class League:
     def _maybe_snapshot(self, agent_steps: int) -> None:
         for unit in self.learning_units:
             seats = [a for a in self.acting.values() if a.unit == unit]
-            steps = sum(a.steps for a in seats)
-            if steps < self._next_snapshot[unit] or seats[0].vector is None or seats[0].version <= 0:
+            steps = sum(a.count.steps for a in seats)
+            if steps < self._next_snapshot[unit] or seats[0].local.vector is None or seats[0].local.version <= 0:
                 continue
             self._next_snapshot[unit] = steps + self.snapshot_every
-            newest = max(seats, key=lambda a: a.version)
+            newest = seats[0].local  # the unit's one policy
             snapshot = Snapshot(unit, newest.version, agent_steps, newest.vector.copy())
             evicted = self.pool.add(snapshot)
             if evicted is not None:

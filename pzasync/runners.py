@@ -140,7 +140,7 @@ class _Runner:
     def _setup(self, plan: AgentPlan, stats: S.RunStats, threads: int, run_dir: RunDirectory | None,
                ratio: float | None) -> LearnerSetup:
         return LearnerSetup(
-            agent=plan.agent, learner_path=plan.learner_path, config=plan.options, layout=plan.layout,
+            agent=plan.agent, learner_path=plan.learner_path, config=dict(plan.options), layout=plan.layout,
             buffer=plan.buffer, slot=plan.slot, stats=stats, replay_ratio=ratio,
             publish_every=self.config.publish_every, device=self.config.device_for(plan.agent),
             seed=plan.seed(self.config.seed), torch_threads=threads,
@@ -158,7 +158,7 @@ class _Runner:
         if cfg.eval_vs is None:
             return
 
-        seats = {agent: (p.unit, p.learner_path, p.options, p.layout, p.slot)
+        seats = {agent: (p.unit, p.learner_path, dict(p.options), p.layout, p.slot)
                  for agent, p in self.plan.agents.items() if p.learns and p.slot is not None}
         if not seats:
             return
@@ -187,7 +187,7 @@ class _Runner:
             "env_kwargs": self.plan.env_spec.kwargs, "env_wrappers": list(self.plan.env_spec.wrappers),
             "runner": self.kind,
             "env_state": self.plan.env_spec.state.as_dict() if self.plan.env_spec.state else None,
-            "learners": {a: {"learner": p.learner_path, "name": p.learner_name, "options": p.options}
+            "learners": {a: {"learner": p.learner_path, "name": p.learner_name, "options": dict(p.options)}
                          for a, p in self.plan.agents.items()},
             "config": self.config.as_dict(),
         })
@@ -209,14 +209,14 @@ class _Runner:
                 published_version=stats.get(unit, S.VERSION), last_metrics=report.get("metrics", {}),
                 episode_returns=monitor.returns.get(agent, []),
                 agent_steps=stats.get(agent, S.STEPS) + self._resumed_steps.get(agent, 0),
-                transitions_written=(acting.written if acting else 0) + (pool.written(agent) if pool else 0),
+                transitions_written=(acting.count.written if acting else 0) + (pool.written(agent) if pool else 0),
                 transitions_dropped=(host.transitions_dropped(unit) if host is not None
                                      else p.buffer.dropped if p.buffer is not None else 0),
                 policy_lag_mean=report.get("lag_mean", 0.0), policy_lag_p95=report.get("lag_p95", 0.0),
                 learner_wait_s=stats.get(unit, S.LEARNER_WAIT_NS) / 1e9,
                 actor_wait_s=stats.get(unit, S.ACTOR_WAIT_NS) / 1e9,
                 restarts=stats.get(unit, S.RESTARTS), error=monitor.errors.get(unit),
-                nonfinite_transitions=(acting.nonfinite if acting else 0) + (pool.nonfinite(agent) if pool else 0),
+                nonfinite_transitions=(acting.count.nonfinite if acting else 0) + (pool.nonfinite(agent) if pool else 0),
                 learner_cpu_seconds=report.get("process_cpu_seconds") if measured else None,
                 learner_peak_rss_mb=report.get("process_peak_rss_mb") if measured else None,
                 learner_pid=report.get("pid") if measured else None,

@@ -522,33 +522,6 @@ def test_mirror_is_refused_where_actions_are_not_the_board_columns():
     assert learner.config["mirror"] is True
 
 
-@pytest.mark.parametrize("learner_cls, layout", [(DQNLearner, BOARD), (PPOLearner, VEC)])
-def test_fused_adam_takes_the_plain_adam_steps_and_resumes_old_optimiser_state(learner_cls, layout):
-    """networks.adam (torch's fused kernel) moves the parameters as plain Adam does, step after step, and a
-    checkpoint whose optimiser state was saved by plain Adam loads and keeps stepping the same way."""
-    learner = learner_cls(LearnerContext(layout.agent, layout, {}, "cpu", 0))
-    params = [p for p in learner.policy.parameters()]
-    plain_params = [p.detach().clone().requires_grad_(True) for p in params]
-    initial = [p.detach().clone() for p in params]
-    plain = torch.optim.Adam(plain_params, lr=1e-3)
-    fused = networks.adam(params, 1e-3)
-    assert fused.defaults["fused"] is True and learner.optimizer.defaults["fused"] is True
-    rng = torch.Generator().manual_seed(0)
-    for step in range(6):
-        if step == 3:  # the plain optimiser's state, as an old checkpoint holds it, into a new fused one
-            fused = networks.adam(params, 1e-3)
-            fused.load_state_dict(copy.deepcopy(plain.state_dict()))  # a checkpoint holds its own tensors
-        grads = [torch.randn(p.shape, generator=rng) for p in params]
-        for p, q, g in zip(params, plain_params, grads):
-            p.grad, q.grad = g.clone(), g.clone()
-        fused.step()
-        plain.step()
-        for p, q in zip(params, plain_params):
-            torch.testing.assert_close(p, q, rtol=1e-5, atol=1e-6)
-    assert min((p - p0).abs().max().item() for p, p0 in zip(params, initial)) > 1e-3  # every tensor moved
-
-
-# ------------------------------------------------------------------------------- prioritized replay
 def test_prioritized_replay_draws_rows_by_priority_and_weights_them_back():
     """Rows are drawn in proportion to their priority, and each row's loss weight is (N P)^-beta over the
     batch's largest; new rows enter with the top priority; a row the actor overwrote takes its new row's."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -89,9 +90,9 @@ def test_snapshot_pool_is_bounded_and_mirrors_its_files(tmp_path):
 # ---------------------------------------------------------------------------------------------- the draw
 class _Seat:
     def __init__(self, unit: str) -> None:
-        self.unit, self.steps, self.version = unit, 0, 1
-        self.vector = np.zeros(1, np.float32)
-        self.layout = None
+        self.unit, self.layout = unit, None
+        self.count = SimpleNamespace(steps=0)
+        self.local = SimpleNamespace(version=1, vector=np.zeros(1, np.float32))
 
 
 def test_matches_are_drawn_by_weight_and_opponents_installed_only_in_other_seats():
@@ -158,7 +159,7 @@ def test_each_snapshot_has_one_module_shared_by_every_seat_and_dropped_on_evicti
     modules: dict[str, set[int]] = {}
     for version in (1, 2, 3):
         for a in acting.values():
-            a.version, a.steps, a.vector = version, version * 10, np.full(size, version, np.float32)
+            a.local.version, a.count.steps, a.local.vector = version, version * 10, np.full(size, version, np.float32)
         for _ in range(40):
             match = league.start_episode(agent_steps=version * 20)
             (seat, module), = match.overrides.items()
@@ -180,7 +181,7 @@ def test_with_several_copies_a_drawn_snapshot_serves_that_many_episodes_and_all_
     league = League(plan, acting, seed=0)
     for version in (1, 2, 3, 4):  # fill the pool with 4 snapshots
         for a in acting.values():
-            a.version, a.steps, a.vector = version, version * 10, np.full(size, version, np.float32)
+            a.local.version, a.count.steps, a.local.vector = version, version * 10, np.full(size, version, np.float32)
         league.start_episode(agent_steps=version)
     names = [next(iter(league.start_episode(agent_steps=99).opponents.values())) for _ in range(4000)]
     runs = [names[i:i + 4] for i in range(0, len(names), 4)]

@@ -28,7 +28,7 @@ from pzasync.core.spaces import env_layouts, probe_info_masks
 from pzasync.errors import RemoteEnvError, RemoteProtocolError, RemoteSpaceError
 from pzasync.remote import Connection, EnvServer, connect
 from pzasync.remote.protocol import MAGIC, EnvLayout, Kind, frame, json_frame, read_frame, space_from_json, space_to_json
-from pzasync.runtime.actor import ActingAgent, Actor
+from pzasync.runtime.actor import ActingAgent, Actor, ActorContext, LocalPolicy
 from pzasync.runtime.copies.remote import RemoteEnvs
 
 pytestmark = [pytest.mark.timeout(120), pytest.mark.usefixtures("no_remote_server_left")]
@@ -67,10 +67,10 @@ def remote_actor(env_id: str, copies: int, timeout_s: float = 30.0, max_episode_
     layouts = env_layouts(probe, probe_info_masks(probe, seed=0))
     probe.close()
     writers = {agent: ListWriter() for agent in layouts}
-    agents = {agent: ActingAgent(agent, layout, HashedPolicy(layout), learns=False, buffer=writers[agent],
+    agents = {agent: ActingAgent(agent, layout, LocalPolicy(HashedPolicy(layout)), learns=False, buffer=writers[agent],
                                  tracks=copies) for agent, layout in layouts.items()}
-    actor = Actor(RemoteEnvs(spec, copies, timeout_s), agents, Counters(), replay_ratio=None, max_lead=64,
-                  backpressure=False, max_episode_steps=max_episode_steps)
+    actor = Actor(ActorContext(RemoteEnvs(spec, copies, timeout_s), agents, Counters(),
+                               max_episode_steps=max_episode_steps))
     return actor, writers, layouts
 
 

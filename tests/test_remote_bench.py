@@ -20,7 +20,7 @@ from pzasync.cli import main
 from pzasync.core.collect import transitions_to_arrays
 from pzasync.core.environments import EnvSpec, make_env
 from pzasync.core.spaces import env_layouts, probe_info_masks
-from pzasync.runtime.actor import ActingAgent, Actor
+from pzasync.runtime.actor import ActingAgent, Actor, ActorContext, LocalPolicy
 from pzasync.runtime.copies.remote import RemoteEnvs
 
 pytestmark = [pytest.mark.timeout(240), pytest.mark.usefixtures("no_remote_server_left")]
@@ -54,10 +54,10 @@ def test_the_http_baseline_carries_the_same_transitions_as_the_env_in_process(ht
     probe = make_env(env_id)
     layouts = env_layouts(probe, probe_info_masks(probe, seed=0))
     writers = {agent: ListWriter() for agent in layouts}
-    agents = {agent: ActingAgent(agent, layout, HashedPolicy(layout), learns=False, buffer=writers[agent],
+    agents = {agent: ActingAgent(agent, layout, LocalPolicy(HashedPolicy(layout)), learns=False, buffer=writers[agent],
                                  tracks=copies) for agent, layout in layouts.items()}
-    actor = Actor(RemoteEnvs(EnvSpec.of(address), copies, 30.0, connection=HttpConnection), agents, Counters(),
-                  replay_ratio=None, max_lead=64, backpressure=False)
+    actor = Actor(ActorContext(RemoteEnvs(EnvSpec.of(address), copies, 30.0, connection=HttpConnection), agents,
+                               Counters()))
     try:
         taken = actor.run(agent_steps=300, seed=4, keep_going=lambda: True, on_episode=lambda s: None)
     finally:

@@ -256,7 +256,7 @@ def test_a_run_resumes_from_its_directory(tmp_path):
     first = SequentialRunner(C4, learners, RunConfig(seed=0, out_dir=str(tmp_path))).run(agent_steps=1500)
     resumed_runner = SequentialRunner.resume(first.run_dir)
     acting = resumed_runner._acting_agents()
-    assert acting["player_0"].steps == first.agents["player_0"].agent_steps
+    assert acting["player_0"].count.steps == first.agents["player_0"].agent_steps
     assert acting["player_0"].policy.epsilon < 1.0, "exploration continues where it stopped"
     second = resumed_runner.run(agent_steps=1000)
     assert second.run_dir == first.run_dir

@@ -15,8 +15,9 @@ import pytest
 import torch
 
 from pzasync import AsyncRunner, RunConfig, SequentialRunner, rollout
-from pzasync.runtime.actor import Actor, ActingAgent
+from pzasync.runtime.actor import Actor, ActingAgent, ActorContext, LocalPolicy
 from pzasync.core.collect import transitions_to_arrays
+from pzasync.runtime.copies import LocalEnvs
 from pzasync.runtime.copies.workers import EnvWorkers
 from pzasync.core.environments import EnvSpec
 from pzasync.errors import EnvCrashedError, RewardConservationError
@@ -104,11 +105,11 @@ def vector_actor(env_id, copies: int, workers: int = 0, timeout_s: float = 60.0,
     layouts = env_layouts(probe, probe_info_masks(probe, seed=0))
     probe.close()
     writers = {agent: ListWriter() for agent in layouts}
-    agents = {agent: ActingAgent(agent, layout, HashedPolicy(layout), learns=False, buffer=writers[agent],
+    agents = {agent: ActingAgent(agent, layout, LocalPolicy(HashedPolicy(layout)), learns=False, buffer=writers[agent],
                                  tracks=copies)
               for agent, layout in layouts.items()}
-    envs = EnvWorkers(spec, copies, workers, timeout_s) if workers else [spec.make() for _ in range(copies)]
-    actor = Actor(envs, agents, Counters(), replay_ratio=None, max_lead=64, backpressure=False, **kwargs)
+    envs = EnvWorkers(spec, copies, workers, timeout_s) if workers else LocalEnvs([spec.make() for _ in range(copies)])
+    actor = Actor(ActorContext(envs, agents, Counters(), **kwargs))
     return actor, writers
 
 
@@ -212,8 +213,8 @@ def test_rewards_are_conserved_per_copy():
 
 def test_a_copy_that_loses_a_reward_is_named():
     layouts_actor, _ = vector_actor("pettingzoo.classic.connect_four_v3", 3)
-    actor = Actor([leaky_connect_four(k == 2) for k in range(3)], layouts_actor.agents, Counters(),
-                  replay_ratio=None, max_lead=64, backpressure=False)
+    actor = Actor(ActorContext(LocalEnvs([leaky_connect_four(k == 2) for k in range(3)]), layouts_actor.agents,
+                               Counters()))
     with pytest.raises(RewardConservationError, match="env copy 2"):
         actor.run(agent_steps=400, seed=0, keep_going=lambda: True, on_episode=lambda s: None)
 

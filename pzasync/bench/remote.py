@@ -35,7 +35,7 @@ from pzasync.core.environments import EnvSpec, make_env
 from pzasync.core.spaces import env_layouts, probe_info_masks
 from pzasync.learners import Policy
 from pzasync.remote.client import Connection
-from pzasync.runtime.actor import ActingAgent, Actor
+from pzasync.runtime.actor import ActingAgent, Actor, ActorContext, LocalPolicy
 from pzasync.runtime.copies.local import LocalEnvs
 from pzasync.runtime.copies.remote import RemoteEnvs
 
@@ -135,9 +135,10 @@ class _Counters:
 def actor_steps_per_second(factory: Any, layouts: dict, steps: int) -> float:
     """Agent steps per second of the actor (runtime/actor.py) on `factory`'s copies, with a batched
     first-legal policy and nothing learning."""
-    agents = {a: ActingAgent(a, layout, _FirstLegal(), learns=False, buffer=_Discard(), tracks=factory.copies)
+    policy = LocalPolicy(_FirstLegal())  # one module for every agent: one forward per round
+    agents = {a: ActingAgent(a, layout, policy, learns=False, buffer=_Discard(), tracks=factory.copies)
               for a, layout in layouts.items()}
-    actor = Actor(factory, agents, _Counters(), replay_ratio=None, max_lead=64, backpressure=False)
+    actor = Actor(ActorContext(factory, agents, _Counters()))
     start = time.perf_counter()
     taken = actor.run(agent_steps=steps, seed=0, keep_going=lambda: True, on_episode=lambda s: None)
     return taken / (time.perf_counter() - start)

@@ -11,6 +11,8 @@ import re
 from dataclasses import Field, dataclass, field, fields
 from typing import Any, Callable, ClassVar, Iterator
 
+import numpy as np
+
 from pzasync.errors import ConfigError
 from pzasync.specs import parse_key_value
 
@@ -21,16 +23,19 @@ NONE = "none"
 
 _KIND_NAMES = {int: "an integer", float: "a number", str: "a string", bool: "True or False", dict: "a dict",
                list: "a list"}
+_PLURALS = {"a number": "numbers", "an integer": "integers", "a string": "strings"}
 
 
-def _is_kind(value: Any, kind: Any) -> bool:
-    """isinstance, except that bools are not numbers, ints pass as floats, tuples pass as lists."""
+def is_kind(value: Any, kind: Any) -> bool:
+    """isinstance, except that bools are not numbers, ints pass as floats, tuples pass as lists, and numpy's
+    scalars pass as the Python type they stand for."""
+    is_bool = isinstance(value, (bool, np.bool_))
     if kind is bool:
-        return isinstance(value, bool)
+        return is_bool
     if kind is int:
-        return isinstance(value, int) and not isinstance(value, bool)
+        return isinstance(value, (int, np.integer)) and not is_bool
     if kind is float:
-        return isinstance(value, (int, float)) and not isinstance(value, bool) and not math.isnan(value)
+        return isinstance(value, (int, float, np.integer, np.floating)) and not is_bool
     if kind is list:
         return isinstance(value, (list, tuple))
     return isinstance(value, kind)
@@ -38,19 +43,22 @@ def _is_kind(value: Any, kind: Any) -> bool:
 
 @dataclass(frozen=True)
 class Check:
-    """The rule of one option's value.
+    """The rule of one option's value: the one validator of run options, bench settings and learner options.
 
-    `kind`: int (bools are not), float (ints pass, NaN does not), bool, str, dict, list (tuples pass), or a
-    class or tuple of classes for isinstance. `ge`/`gt`: bounds of a number; `finite`: no infinity.
-    `choices`: the values allowed. `optional`: None passes. `also`: literal values that pass besides the kind
-    (e.g. "auto"). `items`: the rule of a list's items or a dict's values (a dict's keys must be strings).
-    `test`: one more predicate. The error says "must be" and then `why`, or else `what` (or the kind's noun)
-    with the bounds, the `also` values and "or None".
+    `kind`: int (bools are not), float (ints pass; NaN never does), bool, str, dict, list (tuples pass), or a
+    class or tuple of classes for isinstance; numpy scalars pass as their Python kind. `ge`/`gt`/`le`/`lt`:
+    bounds of a number; `finite`: no infinity. `choices`: the values allowed. `optional`: None passes. `also`:
+    literal values that pass besides the kind (e.g. "auto"). `items`: the rule of a list's items or a dict's
+    values (a dict's keys must be strings). `test`: one more predicate. The error says "must be" and then
+    `why`, or else `what` (or the kind's noun) with the bounds, the items' rule, the `also` values and
+    "or None".
     """
 
     kind: Any = object
     ge: float | None = None
     gt: float | None = None
+    le: float | None = None
+    lt: float | None = None
     finite: bool = False
     choices: tuple[Any, ...] | None = None
     optional: bool = False
@@ -60,18 +68,25 @@ class Check:
     what: str | None = None
     why: str | None = None
 
+    def type_ok(self, value: Any) -> bool:
+        """Whether `value` is of the right kind, whatever its range (for "(got str)" in an error)."""
+        return (value is None and self.optional) or any(type(value) is type(a) and value == a for a in self.also) \
+            or is_kind(value, self.kind)
+
     def accepts(self, value: Any) -> bool:
         if value is None:
             return self.optional
         if any(type(value) is type(a) and value == a for a in self.also):
             return True
-        if not _is_kind(value, self.kind):
+        if not is_kind(value, self.kind):
             return False
-        if self.choices is not None and value not in self.choices:
+        if self.choices is not None and not any(type(value) is type(c) and value == c for c in self.choices):
             return False
         if self.kind in (int, float):
-            if (self.finite and not math.isfinite(value) or self.ge is not None and value < self.ge
-                    or self.gt is not None and value <= self.gt):
+            if math.isnan(value) or self.finite and not math.isfinite(value):
+                return False
+            if (self.ge is not None and value < self.ge or self.gt is not None and value <= self.gt
+                    or self.le is not None and value > self.le or self.lt is not None and value >= self.lt):
                 return False
         if self.items is not None:
             if isinstance(value, dict):
@@ -81,19 +96,46 @@ class Check:
                 return False
         return self.test is None or bool(self.test(value))
 
+    def typed(self, value: Any) -> Any:
+        """An accepted value as its kind's Python type: ints of a float option as floats, numpy scalars as
+        Python ones (anything else, lists included, unchanged)."""
+        if value is None or self.kind not in (int, float, bool) or not is_kind(value, self.kind):
+            return value
+        return self.kind(value)
+
     def describe(self) -> str:
-        """What the value must be, in words: "must be an integer >= 1 or 'auto'", "must be one of (...)"."""
+        """What the value must be, in words: "must be an integer >= 1 or 'auto'", "must be one of (...)",
+        "must be a number in (0, 1]", "must be a list of integers >= 1"."""
+        return "must be " + self.text()
+
+    def text(self, plural: bool = False) -> str:
+        """`describe` without "must be"; `plural` for a list's items ("integers >= 1")."""
         if self.why is not None:
-            return "must be " + self.why
+            return self.why
         if self.choices is not None:
-            return f"must be one of {self.choices!r}"
-        text = self.what or _KIND_NAMES.get(self.kind, getattr(self.kind, "__name__", str(self.kind)))
-        if self.ge is not None:
-            text += f" >= {self.ge:g}"
-        elif self.gt is not None:
-            text += f" > {self.gt:g}"
+            text = self.what or f"one of {self.choices!r}"
+        else:
+            text = self.what or _KIND_NAMES.get(self.kind, getattr(self.kind, "__name__", str(self.kind)))
+            if plural:
+                text = _PLURALS.get(text, text)
+            low = ("[", self.ge) if self.ge is not None else ("(", self.gt) if self.gt is not None else None
+            high = ("]", self.le) if self.le is not None else (")", self.lt) if self.lt is not None else None
+            if low and high:
+                text += f" in {low[0]}{low[1]:g}, {high[1]:g}{high[0]}"
+            elif low:
+                text += f" {'>=' if low[0] == '[' else '>'} {low[1]:g}"
+            elif high:
+                text += f" {'<=' if high[0] == ']' else '<'} {high[1]:g}"
+            if self.items is not None and self.kind is list:
+                text += " of " + self.items.text(plural=True)
         text += "".join(f" or {a!r}" for a in self.also)
-        return "must be " + text + (" or None" if self.optional else "")
+        return text + (" or None" if self.optional else "")
+
+
+def one_of(*choices: Any, optional: bool = False) -> Check:
+    """A check for one of a few literal values, said as "one of 'relu', 'tanh'"."""
+    return Check(type(choices[0]), choices=tuple(choices), optional=optional,
+                 what="one of " + ", ".join(repr(c) for c in choices))
 
 
 @dataclass(frozen=True)

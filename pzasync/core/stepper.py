@@ -16,7 +16,7 @@ from typing import Any, Callable, Iterator
 import numpy as np
 
 from pzasync.errors import RewardConservationError
-from pzasync.core.transitions import EpisodeSummary, LayoutBook, RewardLedger, Transition, TransitionAssembler, last_reader
+from pzasync.core.transitions import EpisodeSummary, LayoutBook, RewardLedger, Transition, TransitionAssembler
 
 
 @dataclass(slots=True)
@@ -67,9 +67,6 @@ class EpisodeStepper:
         self._first_reset = True
         self._turns: Iterator[str] | None = None
         self._pending: tuple | None = None
-        #: `env.last()`, or its equivalent past forwarding wrappers (`transitions.last_reader`), made at the
-        #: first reset, once the env has its state.
-        self._last: Callable[[], tuple] | None = None
 
     @property
     def episode_index(self) -> int:
@@ -89,8 +86,6 @@ class EpisodeStepper:
 
     def after_reset(self) -> None:
         """Complete a `request_reset`: the env's state after the reset is current."""
-        if self._last is None:
-            self._last = last_reader(self.env)
         self.assembler.start_episode()
         self.ledger.start(self.env)
         self._turns = iter(self.env.agent_iter())
@@ -102,7 +97,7 @@ class EpisodeStepper:
         passed to `on_episode`, ended by the env or cut at `max_episode_steps`)."""
         if self._pending is not None:
             raise RuntimeError(f"env copy {self.copy}: advance() called with a decision still pending")
-        env, assembler, last = self.env, self.assembler, self._last
+        env, assembler, last = self.env, self.assembler, self.env.last
         for agent in self._turns:
             observation, reward, terminated, truncated, info = last()
             if terminated or truncated:

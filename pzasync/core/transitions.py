@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 
@@ -96,91 +96,6 @@ class LayoutBook:
         return layout
 
 
-def _forwarding_getattrs() -> tuple[Any, ...]:
-    from pettingzoo.utils.wrappers import BaseWrapper, OrderEnforcingWrapper
-
-    return BaseWrapper.__getattr__, OrderEnforcingWrapper.__getattr__
-
-
-class ForwardedAttribute:
-    """`getattr(env, name)` without the walk through PettingZoo wrappers' `__getattr__`, which forward a name
-    they lack to the env they wrap: about a microsecond per wrapper, at every step of a classic env's three.
-
-    The owner is the first object down the `.env` chain that has `name` itself; the wrappers above it are
-    skipped only while each forwards with PettingZoo's own `__getattr__` (after reset, OrderEnforcing's just
-    forwards) and still lacks an attribute of that name, checked at every read. Anything else (another
-    `__getattr__`, a wrapper that sets the attribute itself) reads through `getattr(env, name)`, as before.
-    """
-
-    def __init__(self, env: Any, name: str) -> None:
-        self.env, self.name = env, name
-        forwarding = _forwarding_getattrs()
-        self._skipped: list[dict] = []
-        self._owner: Any = None
-        if name.startswith("_") and name != "_cumulative_rewards":
-            return  # PettingZoo's wrappers refuse to forward other private names: leave that to them
-        obj: Any = env
-        while not _has_own(obj, name):
-            if getattr(type(obj), "__getattr__", None) not in forwarding or "env" not in vars(obj):
-                return  # an unknown way of forwarding: no owner, always ask the env
-            self._skipped.append(vars(obj))
-            obj = vars(obj)["env"]
-        self._owner = obj if self._skipped else None
-
-    def get(self) -> Any:
-        owner, name = self._owner, self.name
-        if owner is None:
-            return getattr(self.env, name)
-        for skipped in self._skipped:  # a loop, not any(<generator>): this runs at every step
-            if name in skipped:
-                return getattr(self.env, name)
-        return getattr(owner, name)
-
-
-def last_reader(env: Any) -> Callable[[], tuple]:
-    """A function returning what `env.last()` returns, with the state dicts read by `ForwardedAttribute`.
-
-    `AECEnv.last` reads five attributes through the wrappers' `__getattr__` forwarding, about 6 of the
-    17 µs a connect four `last()` takes. Used only where the env's class keeps `AECEnv.last` (on a wrapped
-    env that is what `last()` runs, whatever the inner envs define); `observe` is still called on `env`
-    itself, through every wrapper. Anything else gets `env.last` unchanged."""
-    from pettingzoo.utils.env import AECEnv
-
-    if getattr(type(env), "last", None) is not AECEnv.last:
-        return env.last
-    names = ("agent_selection", "_cumulative_rewards", "terminations", "truncations", "infos")
-    fields = [ForwardedAttribute(env, name) for name in names]
-    first = fields[0]
-    if all(f._owner is first._owner and f._skipped == first._skipped for f in fields) and first._owner is not None:
-        # The usual case: one env down the chain owns all five. One check per skipped wrapper (does it now
-        # have any of the five itself?) replaces five reads through ForwardedAttribute.
-        owner, skipped, wanted = first._owner, tuple(first._skipped), frozenset(names)
-
-        def last_from_owner() -> tuple:
-            for own in skipped:
-                if not wanted.isdisjoint(own):
-                    return env.last()
-            agent = owner.agent_selection
-            assert agent is not None
-            return (env.observe(agent), owner._cumulative_rewards[agent], owner.terminations[agent],
-                    owner.truncations[agent], owner.infos[agent])
-
-        return last_from_owner
-    selection, cumulative, terminations, truncations, infos = (f.get for f in fields)
-
-    def last() -> tuple:
-        agent = selection()
-        assert agent is not None
-        return env.observe(agent), cumulative()[agent], terminations()[agent], truncations()[agent], infos()[agent]
-
-    return last
-
-
-def _has_own(obj: Any, name: str) -> bool:
-    """Whether `name` is found on `obj` without its `__getattr__`: in its instance dict or its class's MRO."""
-    return name in getattr(obj, "__dict__", {}) or any(name in vars(k) for k in type(obj).__mro__)
-
-
 class RewardLedger:
     """What the env paid each agent, summed from `env.rewards` after every step, independently of `last()`.
 
@@ -195,13 +110,10 @@ class RewardLedger:
     def __init__(self) -> None:
         self.paid: dict[str, float] = defaultdict(float)
         self.since_decision: dict[str, float] = defaultdict(float)
-        self._rewards: ForwardedAttribute | None = None
 
     def start(self, env: Any) -> None:
         self.paid.clear()
         self.since_decision.clear()
-        if self._rewards is None or self._rewards.env is not env:
-            self._rewards = ForwardedAttribute(env, "rewards")
         for agent, value in env._cumulative_rewards.items():
             if value:
                 self.paid[agent] += float(value)
@@ -212,8 +124,7 @@ class RewardLedger:
 
     def after_step(self, env: Any) -> None:
         paid, since = self.paid, self.since_decision
-        rewards = self._rewards.get() if self._rewards is not None and self._rewards.env is env else env.rewards
-        for agent, value in rewards.items():
+        for agent, value in env.rewards.items():
             if value:
                 paid[agent] += float(value)
                 since[agent] += float(value)

@@ -16,8 +16,10 @@ from typing import Any
 from pzasync.core.global_state import StateRequest, check_source
 from pzasync.errors import ConfigError
 from pzasync.specs import import_object
-from pzasync.learners.base import (Batch, Learner, LearnerContext, Option, Policy, policy_size, policy_to_vector, trajectory_ids,
-                   vector_to_policy)
+from pzasync.config.declare import Check, option
+from pzasync.learners.base import (Batch, Learner, LearnerContext, Policy, policy_size, policy_to_vector,
+                                   trajectory_ids, vector_to_policy)
+from pzasync.learners.options import LearnerOptions, Option
 
 BUILTIN: dict[str, str] = {
     "dqn": "pzasync.learners.dqn:DQNLearner",
@@ -109,12 +111,15 @@ __all__ = [
     "BUILTIN",
     "SCRIPTED",
     "Batch",
+    "Check",
     "Learner",
     "LearnerContext",
+    "LearnerOptions",
     "Option",
     "Policy",
     "is_scripted",
     "known_learner_names",
+    "option",
     "policy_size",
     "policy_to_vector",
     "resolve_learner",

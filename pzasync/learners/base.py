@@ -10,17 +10,17 @@ and the extras the learner declared.
 
 from __future__ import annotations
 
-import math
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Mapping
 
 import numpy as np
 import torch
 
 from pzasync.core.spaces import AgentLayout
-from pzasync.errors import ConfigError
+from pzasync.config.declare import Check
+from pzasync.learners.options import LearnerOptions, Option, options_from_defaults
 
 Batch = dict[str, np.ndarray]
 
@@ -37,10 +37,6 @@ class Policy(torch.nn.Module):
     #: feed-forward policy). The actor keeps it per (env copy, agent), starts it at zeros when that agent's
     #: episode starts, and calls `act_with_memory` instead of `act`.
     memory_size: int = 0
-
-    #: What a policy derives from its parameters and keeps in its `__dict__` (made again when next asked for):
-    #: `.to()` and friends drop it, and pickled or deep-copied policies leave it out.
-    derived_caches: tuple[str, ...] = ("_pzasync_device",)
 
     def act(self, obs: dict[str, np.ndarray], mask: np.ndarray | None, explore: bool) -> tuple[np.ndarray, dict]:
         raise NotImplementedError
@@ -59,24 +55,8 @@ class Policy(torch.nn.Module):
         raise NotImplementedError(f"{type(self).__name__} does not give its action probabilities")
 
     def parameter_device(self) -> torch.device:
-        """Where the parameters live (the CPU without any). Cached: `act` asks at every forward, and walking the
-        parameters costs microseconds; `.to()` and friends clear the cache."""
-        device = self.__dict__.get("_pzasync_device")
-        if device is None:
-            device = next((t.device for t in self.parameters()), torch.device("cpu"))
-            self.__dict__["_pzasync_device"] = device
-        return device
-
-    def _apply(self, fn: Any, *args: Any, **kwargs: Any) -> Policy:
-        for key in self.derived_caches:
-            self.__dict__.pop(key, None)
-        return super()._apply(fn, *args, **kwargs)
-
-    def __getstate__(self) -> dict[str, Any]:
-        state = super().__getstate__()
-        for key in self.derived_caches:
-            state.pop(key, None)
-        return state
+        """Where the parameters live (the CPU without any): where `act` puts its inputs."""
+        return next((t.device for t in self.parameters()), torch.device("cpu"))
 
     def on_actor_steps(self, agent_steps: int) -> None:
         """Told by the actor how many decisions this agent has taken (e.g. for an epsilon schedule)."""
@@ -105,84 +85,6 @@ class Policy(torch.nn.Module):
                 carried.append(after)
             actions.append(action)
         return np.concatenate(actions), None if memory is None else np.concatenate(carried)
-
-
-_TYPE_NAMES = {float: "a number", int: "an integer", bool: "True or False", str: "a string", list: "a list"}
-
-
-def _is_kind(value: Any, kind: Any) -> bool:
-    """isinstance, except that bools are not numbers, ints pass as floats, and tuples pass as lists."""
-    is_bool = isinstance(value, (bool, np.bool_))
-    if kind is bool:
-        return is_bool
-    if kind is int:
-        return isinstance(value, (int, np.integer)) and not is_bool
-    if kind is float:
-        return isinstance(value, (int, float, np.integer, np.floating)) and not is_bool
-    if kind is list:
-        return isinstance(value, (list, tuple))
-    return isinstance(value, kind)
-
-
-@dataclass(frozen=True)
-class Option:
-    """The rule for one learner option, checked by `Learner.validate_config` before any process starts.
-
-    `type`: `float` (any finite real number; ints are accepted), `int` (bools are not), `bool`, `str`, `list`
-    (a list or tuple; `item` is then the rule of every element), or any class or tuple of classes for
-    isinstance. `ge`/`gt`/`le`/`lt`: inclusive/exclusive bounds for numbers. `choices`: the allowed values.
-    `optional`: None is allowed too. `what`: the noun used in the error message instead of the type's.
-    """
-
-    type: Any = object
-    ge: float | None = None
-    gt: float | None = None
-    le: float | None = None
-    lt: float | None = None
-    choices: tuple[Any, ...] | None = None
-    optional: bool = False
-    item: Option | None = None
-    what: str | None = None
-
-    def type_ok(self, value: Any) -> bool:
-        return (value is None and self.optional) or _is_kind(value, self.type)
-
-    def accepts(self, value: Any) -> bool:
-        if value is None:
-            return self.optional
-        if not _is_kind(value, self.type):
-            return False
-        if self.choices is not None and not any(type(value) is type(c) and value == c for c in self.choices):
-            return False
-        if self.type in (int, float):
-            if not math.isfinite(value):
-                return False
-            if ((self.ge is not None and value < self.ge) or (self.gt is not None and value <= self.gt)
-                    or (self.le is not None and value > self.le) or (self.lt is not None and value >= self.lt)):
-                return False
-        if self.item is not None:
-            return all(self.item.accepts(v) for v in value)
-        return True
-
-    def describe(self, plural: bool = False) -> str:
-        """What is accepted, in words: 'a number in (0, 1]', 'an integer >= 1', "one of 'relu', 'tanh'"."""
-        if self.choices is not None:
-            text = "one of " + ", ".join(repr(c) for c in self.choices)
-        else:
-            text = self.what or _TYPE_NAMES.get(self.type, getattr(self.type, "__name__", str(self.type)))
-            if plural:
-                text = {"a number": "numbers", "an integer": "integers", "a string": "strings"}.get(text, text)
-            low = ("[", self.ge) if self.ge is not None else ("(", self.gt) if self.gt is not None else None
-            high = ("]", self.le) if self.le is not None else (")", self.lt) if self.lt is not None else None
-            if low and high:
-                text += f" in {low[0]}{low[1]:g}, {high[1]:g}{high[0]}"
-            elif low:
-                text += f" {'>=' if low[0] == '[' else '>'} {low[1]:g}"
-            elif high:
-                text += f" {'<=' if high[0] == ']' else '<'} {high[1]:g}"
-            if self.item is not None:
-                text += " of " + self.item.describe(plural=True)
-        return text + (" or None" if self.optional else "")
 
 
 @dataclass
@@ -219,8 +121,11 @@ class Learner(ABC):
       - `on_policy`: fed every transition once, in order, in chunks (True), or random samples (False).
       - `extras`: per-transition fields the policy's `act` returns, name -> numpy dtype string.
       - `learns`: False for players that never update (no learner process is started).
-      - `defaults`: the options it accepts, with their defaults; `schema`: `Option` rules for their values.
-    Instance attributes the runtime reads (set them in `__init__`, from the config):
+      - `Options`: its options class (learners/options.py), each option declared once with its default, doc
+        and `Check`; or, the older form, `defaults` (every option with its default) and `schema` (`Option`
+        rules for their values), from which the class is made.
+    Instance attributes the runtime reads (set by `__init__` from the options):
+      - `config`: the checked options, typed attributes (`self.config.lr`) that can also be read by key.
       - `batch_size`: rows per `update` (off-policy samples, or on-policy chunk length).
       - `learning_starts`: transitions in the buffer before the first off-policy update.
     """
@@ -228,48 +133,54 @@ class Learner(ABC):
     on_policy: ClassVar[bool] = False
     learns: ClassVar[bool] = True
     extras: ClassVar[dict[str, str]] = {}
-    #: Config keys this learner accepts, with defaults; anything else is refused by `validate_config`.
+    #: The options this learner accepts (a `LearnerOptions` dataclass); anything else is refused up front.
+    Options: ClassVar[type[LearnerOptions]] = LearnerOptions
+    #: Every option with its default (`Options.defaults()`, or a plug-in's own dict from which `Options` is made).
     defaults: ClassVar[dict[str, Any]] = {}
-    #: Rules for option values (name -> `Option`), checked by `validate_config` on the merged config. A class's
-    #: schema adds to its parents' (see `option_rules`); a rule for a key that is not in `defaults` is skipped.
-    schema: ClassVar[dict[str, Option]] = {
+    #: A plug-in's rules for the values of its `defaults` (name -> `Option`); a class's schema adds to its
+    #: parents' (see `option_rules`); a rule for a key that is not in `defaults` is skipped.
+    schema: ClassVar[dict[str, Check]] = {
         "batch_size": Option(int, ge=1),
         "learning_starts": Option(int, ge=0),
     }
 
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        own = vars(cls)
+        if "Options" in own:
+            cls.defaults = cls.Options.defaults()
+        elif "defaults" in own or "schema" in own:
+            cls.Options = options_from_defaults(cls, cls.option_rules())
+
     def __init__(self, ctx: LearnerContext) -> None:
         self.ctx = ctx
         self.config = self.validate_config(ctx.agent, ctx.config)
-        self.batch_size: int = int(self.config.get("batch_size", 64))
-        self.learning_starts: int = int(self.config.get("learning_starts", self.batch_size))
+        self.batch_size: int = self.config.get("batch_size", 64)
+        self.learning_starts: int = self.config.get("learning_starts", self.batch_size)
 
     @classmethod
-    def option_rules(cls) -> dict[str, Option]:
-        """The `schema` of this class and of its bases, subclasses overriding a base's rule for the same key."""
-        rules: dict[str, Option] = {}
+    def option_rules(cls) -> dict[str, Check]:
+        """The rules of this class's options and of its bases' (`schema`s and `Options` classes), subclasses
+        overriding a base's rule for the same key."""
+        rules: dict[str, Check] = {}
         for klass in reversed(cls.__mro__):
-            rules.update(vars(klass).get("schema", {}))
+            own = vars(klass)
+            rules.update(own.get("schema", {}))
+            if "Options" in own:
+                rules.update(own["Options"].checks())
         return rules
 
     @classmethod
-    def validate_config(cls, agent: str, config: dict[str, Any]) -> dict[str, Any]:
-        """Merge `config` over `defaults`, refusing unknown keys and values that break the `schema` (one line,
-        naming the agent, the option, the value and what is accepted) before anything starts."""
+    def validate_config(cls, agent: str, config: Mapping[str, Any]) -> Any:
+        """`config` over the defaults, checked (one line naming the agent, the option, the value and what is
+        accepted) before anything starts: the learner's `Options`."""
+        return cls.Options.parse(agent, cls.__name__, config)
 
-        unknown = sorted(set(config) - set(cls.defaults))
-        if unknown:
-            raise ConfigError(
-                f"agent {agent!r}: learner {cls.__name__} has no option(s) {unknown}; "
-                f"known options: {sorted(cls.defaults)}"
-            )
-        merged = {**cls.defaults, **config}
-        for key, rule in cls.option_rules().items():
-            if key in merged and not rule.accepts(value := merged[key]):
-                got = "" if rule.type_ok(value) else f" (got {type(value).__name__})"
-                raise ConfigError(
-                    f"agent {agent!r}: {cls.__name__} option {key}={value!r}: must be {rule.describe()}{got}"
-                )
-        return merged
+    @classmethod
+    def checked(cls, agent: str, config: Mapping[str, Any]) -> Any:
+        """`config` as this learner's checked `Options`: itself where it already is, else `validate_config`'s (a
+        plain dict handed to `build_policy` is checked by the same one validator)."""
+        return config if isinstance(config, cls.Options) else cls.validate_config(agent, config)
 
     @classmethod
     def check_spaces(cls, layout: AgentLayout) -> None:
@@ -343,20 +254,11 @@ def policy_to_vector(policy: torch.nn.Module, out: np.ndarray | None = None) -> 
 
 
 def vector_to_policy(vector: np.ndarray, policy: torch.nn.Module) -> None:
-    """Load a flat vector produced by `policy_to_vector` into a policy of the same architecture.
-
-    The actor calls this at every new version and the league at every snapshot swap, so the tensor list is
-    built once per module: `state_dict()` walks every submodule and costs more than the copies themselves.
-    The cached tensors are the module's own (loading copies into them in place, never replaces them).
-    """
-    tensors = policy.__dict__.get("_pzasync_state_tensors")
-    if tensors is None:
-        tensors = [tensor for _k, tensor in policy_tensors(policy)]
-        policy.__dict__["_pzasync_state_tensors"] = tensors
+    """Load a flat vector produced by `policy_to_vector` into a policy of the same architecture, in place."""
     offset = 0
     source = torch.from_numpy(vector)
     with torch.no_grad():
-        for tensor in tensors:
+        for _name, tensor in policy_tensors(policy):
             n = tensor.numel()
             tensor.copy_(source[offset:offset + n].view_as(tensor))
             offset += n

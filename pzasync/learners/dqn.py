@@ -16,6 +16,7 @@ from __future__ import annotations
 import copy
 import functools
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -23,49 +24,18 @@ import torch
 from gymnasium import spaces
 from torch import nn
 
-from pzasync.errors import UnsupportedSpaceError
+from pzasync.config.declare import option
 from pzasync.core.spaces import AgentLayout
-from pzasync.learners.adam_step import FusedAdamStep
-from pzasync.learners.base import Batch, Learner, LearnerContext, Option, Policy, trajectory_ids
-from pzasync.learners.networks import (ACTIVATIONS, BOARD_CHANNELS, TORSOS, Encoder, ManualNet, adam,
-                                       explore_uniformly, masked_logits, mlp, obs_keys, obs_tensors)
+from pzasync.errors import ConfigError, UnsupportedSpaceError
+from pzasync.learners.base import Batch, Learner, LearnerContext, Policy, trajectory_ids
+from pzasync.learners.networks import (ACTIVATIONS, BOARD_CHANNELS, TORSOS, Encoder, explore_uniformly,
+                                       masked_logits, mlp, obs_tensors)
+from pzasync.learners.options import LearnerOptions, Option
 from pzasync.learners.prioritized import PrioritizedReplay
-
-
-def check_options(agent: str, config: dict[str, Any]) -> None:
-    """Refuse bad values of the n-step, dueling, target and torso options where they are used (a config that
-    did not go through `validate_config`, such as an old checkpoint's, may lack them: defaults apply)."""
-    from pzasync.errors import ConfigError
-    from pzasync.learners.networks import BOARD_CHANNELS, TORSOS
-
-    def bad(key: str, why: str) -> None:
-        raise ConfigError(f"agent {agent!r}: DQN option {key!r} {why}, got {config.get(key)!r}")
-
-    n = config.get("n_step", 1)
-    if isinstance(n, (bool, np.bool_)) or not isinstance(n, (int, np.integer)) or n < 1:
-        bad("n_step", "must be an integer >= 1")
-    if not isinstance(config.get("dueling", False), (bool, np.bool_)):
-        bad("dueling", "must be True or False")
-    tau = config.get("target_tau", 1.0)
-    if isinstance(tau, (bool, np.bool_)) or not isinstance(tau, (int, float, np.integer, np.floating)) \
-            or not 0.0 < tau <= 1.0:
-        bad("target_tau", "must be a number in (0, 1]")
-    if config.get("torso", "auto") not in TORSOS:
-        bad("torso", f"must be one of {list(TORSOS)}")
-    channels = config.get("board_channels", BOARD_CHANNELS)
-    if isinstance(channels, (bool, np.bool_)) or not isinstance(channels, (int, np.integer)) or channels < 1:
-        bad("board_channels", "must be an integer >= 1")
-    for key in ("mirror", "clipped_double", "prioritized", "layer_norm"):
-        if not isinstance(config.get(key, False), (bool, np.bool_)):
-            bad(key, "must be True or False")
-    if config.get("prioritized", False) and n != 1:
-        bad("prioritized", "works with one-step targets only (n_step=1)")
 
 
 def check_mirror(layout: AgentLayout) -> None:
     """`mirror` needs one board-shaped (height, width, channels) observation and one action per column."""
-    from pzasync.errors import ConfigError
-
     leaves = layout.obs_leaves
     shape = tuple(leaves[0].shape) if len(leaves) == 1 else None
     n = getattr(layout.action_space, "n", None)
@@ -175,27 +145,22 @@ def nstep_batch(window: dict[str, np.ndarray], valid: np.ndarray, n_step: int, g
 class QNetwork(Policy):
     """Q-values from observations; acts epsilon-greedily over legal actions."""
 
-    #: The forward by hand `act` uses (`_acting_net`), with its work tensors: a copy makes its own.
-    derived_caches = (*Policy.derived_caches, "_pzasync_acting")
-
-    def __init__(self, layout: AgentLayout, config: dict[str, Any]) -> None:
+    def __init__(self, layout: AgentLayout, config: DQNOptions) -> None:
         super().__init__()
         self.layout = layout
         self.start = int(layout.action_space.start)
-        check_options(layout.agent, config)
-        if config.get("mirror", False):
+        if config.mirror:
             check_mirror(layout)
-        # A config without `board_channels` (an old checkpoint's) was saved with BOARD_CHANNELS filters.
-        self.encoder = Encoder(layout, config.get("torso", "auto"), int(config.get("board_channels", BOARD_CHANNELS)))
-        n, hidden, activation = int(layout.action_space.n), config["hidden"], config["activation"]
-        norm = bool(config.get("layer_norm", False))
-        if config.get("dueling", False):
-            self.head: nn.Module = DuelingHead(self.encoder.out_dim, hidden, n, activation, norm)
+        self.encoder = Encoder(layout, config.torso, config.board_channels)
+        n = int(layout.action_space.n)
+        if config.dueling:
+            self.head: nn.Module = DuelingHead(self.encoder.out_dim, config.hidden, n, config.activation,
+                                               config.layer_norm)
         else:
-            self.head = mlp(self.encoder.out_dim, hidden, n, activation, norm)
+            self.head = mlp(self.encoder.out_dim, config.hidden, n, config.activation, config.layer_norm)
         # Plain attributes, not state: the policy slot must not carry (and overwrite) them.
-        self.eps_start, self.eps_end = float(config["epsilon_start"]), float(config["epsilon_end"])
-        self.eps_steps = int(config["epsilon_decay_steps"])
+        self.eps_start, self.eps_end, self.eps_steps = config.epsilon_start, config.epsilon_end, \
+            config.epsilon_decay_steps
         self.agent_steps = 0
         self.rng = np.random.default_rng(torch.initial_seed())
 
@@ -207,8 +172,7 @@ class QNetwork(Policy):
         self.rng = np.random.default_rng(seed)
 
     def on_actor_steps(self, agent_steps: int) -> None:
-        # Straight into __dict__: nn.Module.__setattr__ costs microseconds, and this runs at every decision.
-        self.__dict__["agent_steps"] = agent_steps
+        self.agent_steps = agent_steps
 
     @property
     def epsilon(self) -> float:
@@ -219,47 +183,23 @@ class QNetwork(Policy):
     def act(self, obs: dict[str, np.ndarray], mask: np.ndarray | None, explore: bool) -> tuple[np.ndarray, dict]:
         with torch.inference_mode():
             # The actor's copy may live on a GPU (RunConfig.actor_device).
-            device = self.parameter_device()
-            acting = self._acting_net() if device.type == "cpu" else None
-            if acting is not None:
-                net, key = acting
-                q, _ = net.forward(net.inputs([obs[key]]))
-            else:
-                q = self(obs_tensors(obs, self.layout, device=device))
-            if device.type == "cpu":  # numpy's masked argmax costs a third of torch's on a small batch
-                values = q.numpy()
-                actions = (values if mask is None else np.where(mask, values, -np.inf)).argmax(axis=1)
-            else:
-                actions = masked_logits(q, mask).argmax(dim=1).cpu().numpy()
+            q = self(obs_tensors(obs, self.layout, device=self.parameter_device()))
+            actions = masked_logits(q, mask).argmax(dim=1).cpu().numpy()
         if explore:
             actions = explore_uniformly(actions, self.epsilon, mask, q.shape[1], self.rng)
-        return actions + self.start if self.start else actions, {}
-
-    def _acting_net(self) -> tuple[ManualNet, str] | None:
-        """This network's forward by hand (`networks.ManualNet`) and its observation key, where `act` may use it
-        (a float32 network on the CPU that `ManualNet.supports`, `forward` not overridden): the same Q-values
-        (a test compares them) at about two thirds of the modules' cost on a batch of one, most of which is
-        their per-call overhead. Made at the first `act` (one of `derived_caches`); loading a state or a policy
-        vector copies into the parameters it reads."""
-        acting = self.__dict__.get("_pzasync_acting")
-        if acting is None:
-            supported = type(self).forward is QNetwork.forward and ManualNet.supports(self.encoder, self.head)
-            # Acting batches come in every size up to the env copies answered at once.
-            acting = (ManualNet(self.encoder, self.head, row_counts=32), self.encoder.keys[0]) if supported else False
-            self.__dict__["_pzasync_acting"] = acting
-        return acting or None
+        return actions + self.start, {}
 
     def act_seeded(self, obs: dict[str, np.ndarray], mask: np.ndarray | None, seeds: Sequence[int],
                    memory: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray | None]:
         """`Policy.act_seeded` with one forward: each row explores with its own generator seeded `seeds[i]`."""
         greedy, _ = self.act(obs, mask, False)
-        actions = greedy - self.start if self.start else greedy
+        actions = greedy - self.start
         n = int(self.layout.action_space.n)
         for i, row_seed in enumerate(seeds):
             row_mask = None if mask is None else mask[i:i + 1]
             actions[i:i + 1] = explore_uniformly(actions[i:i + 1], self.epsilon, row_mask, n,
                                                  np.random.default_rng(int(row_seed)))
-        return actions + self.start if self.start else actions, None
+        return actions + self.start, None
 
 
 class DuelingHead(nn.Module):
@@ -279,42 +219,57 @@ class DuelingHead(nn.Module):
         return self.value(features) + advantage - advantage.mean(dim=1, keepdim=True)
 
 
+@dataclass(kw_only=True, eq=False)
+class DQNOptions(LearnerOptions):
+    """DQN's options (docs/learners.md, "DQN")."""
+
+    lr: float = option(5e-4, "Adam's learning rate.", Option(float, gt=0))
+    gamma: float = option(0.99, "Discount per agent step.", Option(float, ge=0, le=1))
+    batch_size: int = option(64, "Rows per update.", Option(int, ge=1))
+    learning_starts: int = option(1000, "Transitions in the buffer before the first update.", Option(int, ge=0))
+    target_update_interval: int = option(250, "Updates between hard copies of the online network into the "
+                                              "target (with target_tau 1.0).", Option(int, ge=1))
+    epsilon_start: float = option(1.0, "Exploration rate at the first decision.", Option(float, ge=0, le=1))
+    epsilon_end: float = option(0.05, "Exploration rate after epsilon_decay_steps decisions.",
+                                Option(float, ge=0, le=1))
+    epsilon_decay_steps: int = option(20_000, "Agent decisions over which epsilon falls linearly.",
+                                      Option(int, ge=0))
+    max_grad_norm: float = option(10.0, "Gradients are clipped to this norm.", Option(float, gt=0))
+    hidden: list[int] = option([128, 128], "Widths of the head's hidden layers.",
+                               Option(list, item=Option(int, ge=1)))
+    activation: str = option("relu", "Activation between hidden layers.", Option(str, choices=tuple(ACTIVATIONS)))
+    double: bool = option(True, "Double DQN: the online network chooses the next action, the target values it.",
+                          Option(bool))
+    n_step: int = option(1, "Rewards summed per target along one agent's trajectory (1: one-step targets).",
+                         Option(int, ge=1))
+    dueling: bool = option(False, "A dueling head: Q = V + A - mean(A).", Option(bool))
+    target_tau: float = option(1.0, "1.0: hard target copies every target_update_interval updates; below 1: "
+                                    "Polyak averaging after every update.", Option(float, gt=0, le=1))
+    torso: str = option("auto", "How 3-dim Box observations are encoded: 'auto', 'mlp' or 'cnn' "
+                                "(networks.leaf_kind).", Option(str, choices=TORSOS))
+    mirror: bool = option(False, "Train on left-right mirror images of half of each batch (board games played "
+                                 "by column, such as connect four).", Option(bool))
+    clipped_double: bool = option(False, "Bootstrap from the lower of the target's and the online network's "
+                                         "value of the chosen next action.", Option(bool))
+    prioritized: bool = option(False, "Replay rows in proportion to their last TD error (one-step targets "
+                                      "only).", Option(bool))
+    layer_norm: bool = option(False, "LayerNorm before each hidden activation.", Option(bool))
+    board_channels: int = option(BOARD_CHANNELS, "Filters of the board convolution, where the torso has one.",
+                                 Option(int, ge=1))
+
+    def check_together(self, agent: str, learner: str) -> None:
+        if self.prioritized and self.n_step != 1:
+            raise ConfigError(f"agent {agent!r}: {learner} option prioritized=True works with one-step targets "
+                              f"only (n_step=1), got n_step={self.n_step!r}")
+
+
 class DQNLearner(Learner):
     """Double DQN with a target network (hard or soft updates), optional n-step returns and dueling head,
     the Huber loss and gradient clipping."""
 
     on_policy = False
-    extras: dict[str, str] = {}
-    defaults = {
-        "lr": 5e-4, "gamma": 0.99, "batch_size": 64, "learning_starts": 1000, "target_update_interval": 250,
-        "epsilon_start": 1.0, "epsilon_end": 0.05, "epsilon_decay_steps": 20_000, "max_grad_norm": 10.0,
-        "hidden": [128, 128], "activation": "relu", "double": True,
-        # n-step returns (1: one-step targets); dueling head; target_tau 1.0: hard copy every
-        # target_update_interval updates, < 1: Polyak averaging after every update; observation torso.
-        "n_step": 1, "dueling": False, "target_tau": 1.0, "torso": "auto",
-        # Train on left-right mirror images of half of each batch (board games played by column).
-        "mirror": False,
-        # Bootstrap from min(target, online) value of the chosen next action (against overestimation).
-        "clipped_double": False,
-        # Replay rows in proportion to their last TD error (learners/prioritized.py); one-step targets only.
-        "prioritized": False,
-        # LayerNorm before each hidden activation (keeps values from running away at high replay ratios).
-        "layer_norm": False,
-        # Filters of the board convolution (networks.BoardEncoder), where the torso has one.
-        "board_channels": BOARD_CHANNELS,
-    }
-
-    #: Checked by `Learner.validate_config` (with the base's batch_size >= 1 and learning_starts >= 0).
-    schema = {
-        "lr": Option(float, gt=0), "gamma": Option(float, ge=0, le=1),
-        "target_update_interval": Option(int, ge=1), "epsilon_start": Option(float, ge=0, le=1),
-        "epsilon_end": Option(float, ge=0, le=1), "epsilon_decay_steps": Option(int, ge=0),
-        "max_grad_norm": Option(float, gt=0), "hidden": Option(list, item=Option(int, ge=1)),
-        "activation": Option(str, choices=tuple(ACTIVATIONS)), "double": Option(bool),
-        "n_step": Option(int, ge=1), "dueling": Option(bool), "target_tau": Option(float, gt=0, le=1),
-        "torso": Option(str, choices=TORSOS), "mirror": Option(bool), "clipped_double": Option(bool),
-        "prioritized": Option(bool), "layer_norm": Option(bool), "board_channels": Option(int, ge=1),
-    }
+    Options = DQNOptions
+    config: DQNOptions
 
     def __init__(self, ctx: LearnerContext) -> None:
         super().__init__(ctx)
@@ -323,22 +278,12 @@ class DQNLearner(Learner):
         self.q = self.build_policy(ctx.layout, self.config).to(self.device)
         self.target = copy.deepcopy(self.q)
         self.target.requires_grad_(False)
-        self.optimizer = adam(self.q.parameters(), float(self.config["lr"]))
+        self.optimizer = torch.optim.Adam(self.q.parameters(), lr=self.config.lr)
         self.updates = 0
-        self.n_step = int(self.config["n_step"])
-        self.tau = float(self.config["target_tau"])
         #: Buffer rows read after each sampled row for n-step returns (0 when n_step is 1).
-        self.window = nstep_window(self.n_step, ctx.tracks)
+        self.window = nstep_window(self.config.n_step, ctx.tracks)
         #: With `prioritized`: the rows' priorities (built at the first sample, when the buffer is known).
         self.replay: PrioritizedReplay | None = None
-        #: The online and target networks' forward and backward by hand (`networks.ManualNet`), where the
-        #: network is one it computes and the learner runs on the CPU; None: autograd (see `_update_by_hand`).
-        self.manual = self._manual_nets()
-        self._params = list(self.q.parameters())
-        self._adam_step = FusedAdamStep(self.optimizer)
-        self._obs_key, self._next_obs_key = obs_keys(ctx.layout)[0], obs_keys(ctx.layout, "next_obs")[0]
-        self._flat_grad: torch.Tensor | None = None
-        self._grad_views: list[torch.Tensor] = []
 
     @classmethod
     def check_spaces(cls, layout: AgentLayout) -> None:
@@ -349,8 +294,8 @@ class DQNLearner(Learner):
             )
 
     @classmethod
-    def build_policy(cls, layout: AgentLayout, config: dict[str, Any]) -> QNetwork:
-        return QNetwork(layout, config)
+    def build_policy(cls, layout: AgentLayout, config: DQNOptions) -> QNetwork:
+        return QNetwork(layout, cls.checked(layout.agent, config))
 
     @property
     def policy(self) -> QNetwork:
@@ -359,20 +304,19 @@ class DQNLearner(Learner):
     def sample(self, buffer: Any, rng: np.random.Generator) -> Batch:
         """One-step rows (`buffer.sample`, or drawn by priority with `prioritized`) or, with n_step > 1,
         n-step transitions from windows of rows; with `mirror`, half of them mirrored."""
-        if self.config["prioritized"]:
+        config = self.config
+        if config.prioritized:
             batch = self._sample_prioritized(buffer, rng)
-        elif self.n_step == 1:
+        elif config.n_step == 1:
             batch = buffer.sample(self.batch_size, rng)
         else:
             window, valid = buffer.sample_windows(self.batch_size, min(self.window, buffer.capacity - 1), rng)
             keys = [name for name in window if name == "obs" or name.startswith("obs/")]
-            batch = nstep_batch(window, valid, self.n_step, float(self.config["gamma"]), keys, self.ctx.tracks > 1)
-        return mirror_batch(batch, rng, self.q.start) if self.config["mirror"] else batch
+            batch = nstep_batch(window, valid, config.n_step, config.gamma, keys, self.ctx.tracks > 1)
+        return mirror_batch(batch, rng, self.q.start) if config.mirror else batch
 
     def _sample_prioritized(self, buffer: Any, rng: np.random.Generator) -> Batch:
         if not hasattr(buffer, "gather_logical"):
-            from pzasync.errors import ConfigError
-
             raise ConfigError(f"agent {self.ctx.agent!r}: DQN option prioritized=True needs the learner to read one "
                               f"buffer (one actor, shared memory); this learner reads a {type(buffer).__name__}")
         if self.replay is None:
@@ -385,7 +329,7 @@ class DQNLearner(Learner):
         next_obs = obs_tensors(batch, self.ctx.layout, "next_obs", self.device)
         with torch.no_grad():
             target_q = self.target(next_obs)
-            chooser = self.q(next_obs) if self.config["double"] else target_q
+            chooser = self.q(next_obs) if self.config.double else target_q
             return self._bootstrap(target_q, chooser, batch)
 
     def _bootstrap(self, target_q: torch.Tensor, chooser: torch.Tensor, batch: Batch) -> torch.Tensor:
@@ -397,7 +341,7 @@ class DQNLearner(Learner):
             legal = None if next_mask is None else torch.as_tensor(next_mask, dtype=torch.bool, device=dev)
             best = (chooser if legal is None else chooser.masked_fill(~legal, -1e9)).argmax(dim=1, keepdim=True)
             next_q = target_q.gather(1, best).squeeze(1)
-            if self.config["clipped_double"]:  # the lower of the two networks' values of that action
+            if self.config.clipped_double:  # the lower of the two networks' values of that action
                 next_q = torch.minimum(next_q, chooser.gather(1, best).squeeze(1))
             # No bootstrap after a termination, nor from a next state without legal actions.
             stop = torch.as_tensor(batch["terminated"], dtype=torch.bool, device=dev)
@@ -405,16 +349,13 @@ class DQNLearner(Learner):
             reward = torch.as_tensor(batch["reward"], device=dev, dtype=torch.float32)
             if "discount" in batch:  # n-step transitions (`nstep_batch`): gamma ** steps used, per row
                 return reward + torch.as_tensor(batch["discount"], device=dev, dtype=torch.float32) * next_q
-            return reward + float(self.config["gamma"]) * next_q
+            return reward + self.config.gamma * next_q
 
     def _action_index(self, batch: Batch) -> torch.Tensor:
         index = torch.as_tensor(batch["action"], device=self.device, dtype=torch.int64).reshape(-1, 1)
         return index - self.q.start if self.q.start else index
 
     def update(self, batch: Batch) -> dict[str, float]:
-        if self.manual is not None and len(batch["action"]):
-            with torch.no_grad():
-                return self._update_by_hand(batch)
         target = self.compute_targets(batch)
         index = self._action_index(batch)
         q = self.q(obs_tensors(batch, self.ctx.layout, "obs", self.device)).gather(1, index).squeeze(1)
@@ -425,7 +366,7 @@ class DQNLearner(Learner):
             loss = nn.functional.smooth_l1_loss(q, target)
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
-        grad_norm = nn.utils.clip_grad_norm_(self.q.parameters(), float(self.config["max_grad_norm"]))
+        grad_norm = nn.utils.clip_grad_norm_(self.q.parameters(), self.config.max_grad_norm)
         self.optimizer.step()
         self.updates += 1
         self.update_target()
@@ -443,109 +384,15 @@ class DQNLearner(Learner):
             metrics["nstep_mean"] = float(np.mean(batch["nstep"]))
         return metrics
 
-    def _manual_nets(self) -> tuple[ManualNet, ManualNet] | None:
-        """ManualNets of the online and the target network, where `update` may use them: on the CPU, for a
-        network `ManualNet.supports`, and unless a subclass changed how the network or the targets are computed."""
-        if (self.device.type != "cpu" or type(self.q).forward is not QNetwork.forward
-                or type(self).compute_targets is not DQNLearner.compute_targets
-                or type(self)._bootstrap is not DQNLearner._bootstrap
-                or not ManualNet.supports(self.q.encoder, self.q.head)):
-            return None
-        return ManualNet(self.q.encoder, self.q.head), ManualNet(self.target.encoder, self.target.head)
-
-    def _grad_buffer(self) -> torch.Tensor:
-        """One flat gradient tensor of which every parameter's `.grad` is a view (made again if something
-        replaced them), so clipping is one norm and one multiplication."""
-        params, views = self._params, self._grad_views
-        if self._flat_grad is None or any(p.grad is not v for p, v in zip(params, views)):
-            flat = torch.zeros(sum(p.numel() for p in params), dtype=torch.float32)
-            views, offset = [], 0
-            for p in params:
-                views.append(flat[offset:offset + p.numel()].view_as(p))
-                offset += p.numel()
-            for p, view in zip(params, views):
-                p.grad = view
-            self._flat_grad, self._grad_views = flat, views
-        return self._flat_grad
-
-    def _update_by_hand(self, batch: Batch) -> dict[str, float]:
-        """`update` with `ManualNet`s: the same targets, Huber loss, clipping and Adam step, without autograd.
-
-        One forward of the online network over the observations and the next observations together (with
-        `double`) gives both the Q-values trained on and the chooser of the targets; the backward runs over the
-        first half only. The targets and the loss's gradient with respect to the network's outputs are
-        computed in numpy on those outputs (`_targets_numpy`): on a batch of a few dozen rows, torch's
-        per-op overhead is most of their cost. The gradient of the mean Huber loss (smooth L1, beta 1) with
-        respect to the chosen Q-value is clamp(q - target, -1, 1) / rows (times the row's weight with
-        `prioritized`), autograd's own arithmetic. Adam steps through `FusedAdamStep` (the same step)."""
-        online, target_net = self.manual
-        n = len(batch["action"])
-        config = self.config
-        double = bool(config["double"])
-        x = online.inputs([batch[self._obs_key], batch[self._next_obs_key]])
-        q_rows, saved = online.forward(x if double else x[:n], keep=n)
-        target_q, _ = target_net.forward(x[n:])
-        values, target_values = q_rows.numpy(), target_q.numpy()
-        target = self._targets_numpy(target_values, values[n:] if double else target_values, batch)
-        rows = np.arange(n)
-        index = np.asarray(batch["action"], dtype=np.int64).reshape(-1)
-        if self.q.start:
-            index = index - self.q.start
-        q = values[rows, index]
-        error = q - target
-        slope = np.clip(error, -1.0, 1.0) * (1.0 / n)
-        size = np.abs(error)
-        losses = np.where(size < 1.0, 0.5 * size * size, size - 0.5)
-        if "weight" in batch:  # prioritized replay: importance-sampling weights per row
-            weight = np.asarray(batch["weight"], dtype=np.float32)
-            losses, slope = weight * losses, slope * weight
-        grad_q = np.zeros((n, values.shape[1]), dtype=np.float32)
-        grad_q[rows, index] = slope
-        grads = self._grad_buffer()
-        online.backward(saved, torch.from_numpy(grad_q))
-        grad_norm = torch.linalg.vector_norm(grads)
-        norm, max_norm = grad_norm.item(), float(config["max_grad_norm"])
-        if norm > 0.999 * max_norm:
-            # nn.utils.clip_grad_norm_'s arithmetic, on the one flat gradient (well inside the bound its
-            # product with 1.0 changes nothing and is skipped).
-            scale = (max_norm / (grad_norm + 1e-6)).clamp_(max=1.0)
-            if scale.item() < 1.0:
-                grads.mul_(scale)
-        self._adam_step()
-        self.updates += 1
-        self.update_target()
-        if self.replay is not None and "logical" in batch:
-            self.replay.update(batch["logical"], target - q)
-        # Sums over n: np.mean's arithmetic without its Python overhead.
-        return self._metrics(batch, loss=losses.sum() / n, q_mean=q.sum() / n, target_mean=target.sum() / n,
-                             grad_norm=norm)
-
-    def _targets_numpy(self, target_q: np.ndarray, chooser: np.ndarray, batch: Batch) -> np.ndarray:
-        """`_bootstrap` in numpy, for `_update_by_hand`: the same float32 arithmetic, row by row (keep the two
-        alike; tests/test_learner_manual.py compares the updates they lead to)."""
-        rows = np.arange(len(target_q))
-        next_mask = batch.get("next_action_mask")
-        legal = None if next_mask is None else np.asarray(next_mask, dtype=bool)
-        best = (chooser if legal is None else np.where(legal, chooser, np.float32(-1e9))).argmax(axis=1)
-        next_q = target_q[rows, best]
-        if self.config["clipped_double"]:  # the lower of the two networks' values of that action
-            next_q = np.minimum(next_q, chooser[rows, best])
-        # No bootstrap after a termination, nor from a next state without legal actions.
-        stop = np.asarray(batch["terminated"], dtype=bool)
-        next_q = np.where(stop if legal is None else stop | ~legal.any(axis=1), np.float32(0.0), next_q)
-        reward = np.asarray(batch["reward"], dtype=np.float32)
-        if "discount" in batch:  # n-step transitions (`nstep_batch`): gamma ** steps used, per row
-            return reward + np.asarray(batch["discount"], dtype=np.float32) * next_q
-        return reward + float(self.config["gamma"]) * next_q
-
     def update_target(self) -> None:
         """After each update: Polyak averaging (target += tau * (online - target)) when target_tau < 1, else a
         hard copy every `target_update_interval` updates."""
-        if self.tau < 1.0:
+        tau = self.config.target_tau
+        if tau < 1.0:
             with torch.no_grad():
                 for target, online in zip(self.target.parameters(), self.q.parameters()):
-                    target.lerp_(online, self.tau)
-        elif self.updates % int(self.config["target_update_interval"]) == 0:
+                    target.lerp_(online, tau)
+        elif self.updates % self.config.target_update_interval == 0:
             self.target.load_state_dict(self.q.state_dict())
 
     def state_dict(self) -> dict[str, Any]:
@@ -558,4 +405,4 @@ class DQNLearner(Learner):
         if "optimizer" in state:
             # A copy: Adam would otherwise share moment tensors with the state it was given.
             self.optimizer.load_state_dict(copy.deepcopy(state["optimizer"]))
-        self.updates = int(state.get("updates", 0))
+        self.updates = state.get("updates", 0)

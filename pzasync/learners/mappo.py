@@ -17,6 +17,7 @@ from a memory the learner carries per track (`critic_memory_pass`).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -26,9 +27,11 @@ from torch import nn
 from pzasync.core.global_state import OBSERVATION_KEY, STATE_KEY
 from pzasync.core.spaces import AgentLayout
 from pzasync.errors import ConfigError, UnsupportedSpaceError
-from pzasync.learners.base import Batch, LearnerContext, Option, trajectory_ids
-from pzasync.learners.networks import Encoder, adam, mlp, obs_tensors
-from pzasync.learners.ppo import ActorCritic, Dist, DiagGaussian, PPOLearner
+from pzasync.config.declare import option
+from pzasync.learners.base import Batch, LearnerContext, trajectory_ids
+from pzasync.learners.networks import Encoder, mlp, obs_tensors
+from pzasync.learners.options import Option, redeclare
+from pzasync.learners.ppo import ActorCritic, Dist, DiagGaussian, PPOLearner, PPOOptions
 from pzasync.learners.recurrent import Chunk, gru_core
 
 
@@ -63,17 +66,16 @@ class CentralCritic(nn.Module):
     """V(state [, one-hot member index] [, own observation]) -> one value per row (normalised with value_norm);
     with `critic_memory` a GRU cell between those features and the value MLP, carrying `memory_size` floats."""
 
-    def __init__(self, layout: AgentLayout, config: dict[str, Any], members: int) -> None:
+    def __init__(self, layout: AgentLayout, config: MAPPOOptions, members: int) -> None:
         super().__init__()
-        torso = config.get("torso", "auto")
-        self.state = Encoder(layout, torso, only=STATE_KEY)
-        self.own = Encoder(layout, torso, only=OBSERVATION_KEY) if config["critic_obs"] else None
-        self.members = members if config["agent_id"] and members > 1 else 0
+        self.state = Encoder(layout, config.torso, only=STATE_KEY)
+        self.own = Encoder(layout, config.torso, only=OBSERVATION_KEY) if config.critic_obs else None
+        self.members = members if config.agent_id and members > 1 else 0
         width = self.state.out_dim + self.members + (self.own.out_dim if self.own is not None else 0)
-        self.core = gru_core(width, int(config["memory_size"])) if config["critic_memory"] else None
-        self.v = mlp(self.core.hidden_size if self.core is not None else width, list(config["critic_hidden"]), 1,
-                     config["activation"])
-        self.norm = RunningNorm() if config["value_norm"] else None
+        self.core = gru_core(width, config.memory_size) if config.critic_memory else None
+        self.v = mlp(self.core.hidden_size if self.core is not None else width, config.critic_hidden, 1,
+                     config.activation)
+        self.norm = RunningNorm() if config.value_norm else None
 
     def features(self, obs: dict[str, torch.Tensor], member: torch.Tensor | None) -> torch.Tensor:
         """What the value MLP (or the core, with memory) reads: the encoded state, member id and own observation."""
@@ -93,32 +95,43 @@ class CentralCritic(nn.Module):
         return self.v(features).squeeze(-1)
 
 
+@dataclass(kw_only=True, eq=False)
+class MAPPOOptions(PPOOptions):
+    """PPO's options with a smaller chunk and a larger step, and the critic's (docs/learners.md, "MAPPO")."""
+
+    lr: float = redeclare(PPOOptions, "lr", 1e-3)
+    batch_size: int = redeclare(PPOOptions, "batch_size", 256)
+    state: str = option("auto", "Where the global state comes from: 'auto', 'env', 'concat' or "
+                                "'module:callable' (core/global_state.py).",
+                        Option(str, what="'auto', 'env', 'concat' or 'module:callable'"))
+    agent_id: bool = option(True, "In an agent group, the critic also reads the member's one-hot index.",
+                            Option(bool))
+    critic_obs: bool = option(False, "The critic also reads the agent's own observation.", Option(bool))
+    critic_hidden: list[int] = option([128, 128], "Widths of the critic's hidden layers.",
+                                      Option(list, item=Option(int, ge=1)))
+    value_norm: bool = option(True, "The critic predicts returns standardised by their running mean and "
+                                    "variance.", Option(bool))
+    critic_memory: bool = option(False, "A GRU in the critic too (needs memory='gru': it trains on the "
+                                        "policy's sequences).", Option(bool))
+
+    def check_together(self, agent: str, learner: str) -> None:
+        if self.critic_memory and self.memory != "gru":
+            raise ConfigError(f"agent {agent!r}: {learner} option critic_memory=True needs memory='gru' (the "
+                              f"critic trains on the recurrent policy's sequences); got memory={self.memory!r}")
+
+
 class MAPPOLearner(PPOLearner):
     """PPO with a centralized critic over the global state (module docstring); options as PPO's, plus `state`,
-    `agent_id`, `critic_obs`, `critic_hidden` and `value_norm` (docs/learners.md, "mappo")."""
+    `agent_id`, `critic_obs`, `critic_hidden`, `value_norm` and `critic_memory` (docs/learners.md, "mappo")."""
 
     extras = {"log_prob": "float32"}
-    defaults = {
-        **PPOLearner.defaults,
-        # Smaller chunks and a larger step than ppo's defaults: on simple_spread (3 agents, one shared policy)
-        # 40k agent steps reached a team return of -62.7 with these against -85.4 (30k) with ppo's 512 and 3e-4
-        # (docs/benchmarks.md, "Centralized critics and memory").
-        "lr": 1e-3, "batch_size": 256,
-        "state": "auto",  # where the global state comes from: "auto", "env", "concat" or "module:callable"
-        "agent_id": True, "critic_obs": False, "critic_hidden": [128, 128], "value_norm": True,
-        # A GRU in the critic too (needs memory="gru": it trains on the policy's sequences).
-        "critic_memory": False,
-    }
-    schema = {
-        "state": Option(str, what="'auto', 'env', 'concat' or 'module:callable'"), "agent_id": Option(bool),
-        "critic_obs": Option(bool), "critic_hidden": Option(list, item=Option(int, ge=1)), "value_norm": Option(bool),
-        "critic_memory": Option(bool),
-    }
+    Options = MAPPOOptions
+    config: MAPPOOptions
 
     def __init__(self, ctx: LearnerContext) -> None:
         super().__init__(ctx)
         self.critic = CentralCritic(ctx.layout, self.config, len(ctx.members)).to(self.device)
-        self.optimizer = adam(self.trainable(), float(self.config["lr"]), eps=1e-5)
+        self.optimizer = torch.optim.Adam(self.trainable(), lr=self.config.lr, eps=1e-5)
         #: With critic_memory: the critic's memory after each track's last row so far (zeros after an episode's
         #: end), where that track's next chunk goes on; and the memory entering / leaving each row of the chunk
         #: being trained (`critic_memory_pass`).
@@ -127,16 +140,8 @@ class MAPPOLearner(PPOLearner):
         self.critic_out: torch.Tensor | None = None
 
     @classmethod
-    def validate_config(cls, agent: str, config: dict[str, Any]) -> dict[str, Any]:
-        merged = super().validate_config(agent, config)
-        if merged["critic_memory"] and merged["memory"] != "gru":
-            raise ConfigError(f"agent {agent!r}: MAPPOLearner option critic_memory=True needs memory='gru' (the "
-                              f"critic trains on the recurrent policy's sequences); got memory={merged['memory']!r}")
-        return merged
-
-    @classmethod
-    def state_source(cls, config: dict[str, Any]) -> str | None:
-        return str(config["state"])
+    def state_source(cls, config: MAPPOOptions) -> str | None:
+        return cls.checked("?", config).state
 
     @classmethod
     def check_spaces(cls, layout: AgentLayout) -> None:
@@ -149,8 +154,8 @@ class MAPPOLearner(PPOLearner):
                 f"(which adds it) or with EnvSpec.with_state")
 
     @classmethod
-    def build_policy(cls, layout: AgentLayout, config: dict[str, Any]) -> ActorCritic:
-        return ActorCritic(layout, config, observation_key=OBSERVATION_KEY, value_head=False)
+    def build_policy(cls, layout: AgentLayout, config: MAPPOOptions) -> ActorCritic:
+        return ActorCritic(layout, cls.checked(layout.agent, config), observation_key=OBSERVATION_KEY, value_head=False)
 
     def _member(self, batch: Batch) -> torch.Tensor | None:
         if not self.critic.members:

@@ -136,37 +136,22 @@ class BoardEncoder(nn.Module):
     a board game's tactics are made of (a filter learns "three of mine and an empty fourth"). Its
     `channels` features per placement (BOARD_CHANNELS unless DQN's `board_channels` option says otherwise)
     are flattened, without pooling (position matters), and the raw cells are appended so nothing the MLP
-    trunk could use is lost. One small conv keeps the cost near the flattening MLP's (figures in
-    docs/learners.md).
+    trunk could use is lost.
     """
 
     def __init__(self, space: spaces.Box, channels: int | None = None) -> None:
         super().__init__()
         h, w, c = (int(d) for d in space.shape)
-        channels = int(BOARD_CHANNELS if channels is None else channels)
+        channels = BOARD_CHANNELS if channels is None else channels
         self.scale = 1.0 / 255.0 if space.dtype == np.uint8 else 1.0
         kh, kw = min(BOARD_KERNEL, h), min(BOARD_KERNEL, w)
         self.conv = nn.Sequential(nn.Conv2d(c, channels, (kh, kw)), nn.ReLU(), nn.Flatten())
         self.out_dim = channels * (h - kh + 1) * (w - kw + 1) + h * w * c
-        # The convolution is computed as one matmul over gathered patches: for boards this small, conv2d's
-        # per-call set-up dominates (docs/learners.md, the torso table). Row p of
-        # `patches` lists placement p's cells in the flattened HWC board, in the (channel, row, column)
-        # order of the conv weight, so the parameters (and checkpoints) are those of the Conv2d.
-        ho, wo = h - kh + 1, w - kw + 1
-        index = [[((r + i) * w + (q + j)) * c + ch for ch in range(c) for i in range(kh) for j in range(kw)]
-                 for r in range(ho) for q in range(wo)]
-        self.register_buffer("patches", torch.as_tensor(index, dtype=torch.int64), persistent=False)
-        # The same gather as one index_select over the flattened index (a third of advanced indexing's cost).
-        self.register_buffer("patch_cells", self.patches.flatten(), persistent=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        flat = x.reshape(x.shape[0], -1).float()
-        if self.scale != 1.0:
-            flat = flat * self.scale
-        conv = self.conv[0]
-        patches = flat.index_select(1, self.patch_cells).view(x.shape[0], *self.patches.shape)
-        lines = nn.functional.linear(patches, conv.weight.flatten(1), conv.bias)  # (B, place, filters)
-        return torch.cat([torch.relu(lines).transpose(1, 2).flatten(1), flat], dim=1)
+        x = x.float() * self.scale if self.scale != 1.0 else x.float()
+        lines = self.conv(x.permute(0, 3, 1, 2))
+        return torch.cat([lines, x.reshape(x.shape[0], -1)], dim=1)
 
 
 #: BoardEncoder: filters per kernel placement, and the kernel's side (a line of four on connect four).
@@ -272,175 +257,6 @@ def mlp(in_dim: int, hidden: Sequence[int], out_dim: int | None, activation: str
     return nn.Sequential(*layers)
 
 
-class ManualNet:
-    """Forward and backward of a small network by hand, without autograd: for the network the default board
-    learner builds (one `BoardEncoder` or `FlatEncoder` leaf, then an `mlp` head of Linear layers with ReLU or
-    Tanh between them and no LayerNorm). Everything else goes through autograd (see `supports`).
-
-    On one CPU thread a DQN update of the connect four network spent more time in autograd's and the modules'
-    per-op overhead, and in allocating (and page-faulting) fresh activation tensors, than in its matrix
-    products. By hand, `forward` keeps only the activations the gradient needs, for the first `keep` rows (so
-    one forward serves rows that are trained on and rows that are only evaluated), `backward` writes each
-    parameter's gradient straight into its `.grad`, and both write into work tensors made once per row count
-    (`_Work`), which `inputs` fills directly. The arithmetic is that of the modules' forward and autograd's
-    backward (a test checks both against autograd); the parameters stay the modules' own, so checkpoints,
-    policy vectors and optimisers are unchanged. What `forward` returns lives in those work tensors: it is
-    overwritten by the next call with as many rows.
-    """
-
-    def __init__(self, encoder: nn.Module, head: nn.Sequential, row_counts: int = 8) -> None:
-        leaf = encoder.leaves[0]
-        self.board = isinstance(leaf, BoardEncoder)
-        self.scale = float(getattr(leaf, "scale", 1.0))
-        self.in_dim = int(leaf.out_dim)  # a flat leaf's cells
-        self.places = self.kernel = self.filters = 0
-        if self.board:
-            self.conv = leaf.conv[0]
-            self.cells = leaf.patch_cells
-            self.places, self.kernel = (int(d) for d in leaf.patches.shape)
-            self.filters = int(self.conv.weight.shape[0])
-            self.in_dim -= self.filters * self.places  # the board's cells: what follows the lines
-        self.linears = [m for m in head if isinstance(m, nn.Linear)]
-        #: The layers' parameters (looked up once: a module's attribute lookup costs as much as a small op).
-        self.weights = [(m.weight, m.bias) for m in self.linears]
-        self.tanh = any(isinstance(m, nn.Tanh) for m in head)
-        self._work: dict[int, _Work] = {}
-        #: How many row counts keep their work tensors at once (a learner's batches have one or two; an actor's
-        #: groups, any number up to its env copies).
-        self.row_counts = row_counts
-
-    @staticmethod
-    def supports(encoder: nn.Module, head: nn.Module) -> bool:
-        """Whether this encoder and head are ones `ManualNet` computes exactly: one board or flat leaf, and a
-        head of Linear, activation, Linear, ..., Linear with one activation kind (ReLU or Tanh), float32 on
-        the CPU."""
-        if type(encoder) is not Encoder or len(encoder.leaves) != 1 or type(head) is not nn.Sequential:
-            return False
-        if type(encoder.leaves[0]) not in (BoardEncoder, FlatEncoder):
-            return False
-        layers = list(head)
-        if not layers or len(layers) % 2 != 1 or any(type(m) is not nn.Linear for m in layers[::2]):
-            return False
-        kinds = {type(m) for m in layers[1::2]}
-        if len(kinds) > 1 or not kinds <= {nn.ReLU, nn.Tanh}:
-            return False
-        tensors = [*encoder.parameters(), *head.parameters()]
-        return all(t.dtype == torch.float32 and t.device.type == "cpu" for t in tensors)
-
-    def work(self, rows: int) -> _Work:
-        """The work tensors for `rows` rows (made at the first call with that many)."""
-        work = self._work.get(rows)
-        if work is None:
-            if len(self._work) >= self.row_counts:  # batches of ever new sizes: keep the memory bounded
-                self._work.clear()
-            work = self._work[rows] = _Work(self, rows)
-        return work
-
-    def inputs(self, arrays: Sequence[np.ndarray]) -> torch.Tensor:
-        """The observation arrays (each `(rows, *leaf shape)`), one after the other, as one float32 tensor of
-        flattened, scaled rows: what the encoder's forward starts from. It is this net's work tensor for that
-        many rows (for a board, the cells beside the line features), so `forward` copies nothing."""
-        rows = sum(len(a) for a in arrays)
-        x = self.work(rows).x
-        start = 0
-        for a in arrays:
-            x[start:start + len(a)].copy_(torch.as_tensor(a).reshape(len(a), -1))
-            start += len(a)
-        if self.scale != 1.0:
-            x.mul_(self.scale)
-        return x
-
-    def forward(self, x: torch.Tensor, keep: int = 0) -> tuple[torch.Tensor, list[torch.Tensor]]:
-        """Outputs for the rows of `x` (from `inputs`), and what `backward` needs for the first `keep` rows."""
-        n = x.shape[0]
-        work = self.work(n)
-        if self.board:
-            if x is not work.x:
-                work.x.copy_(x)
-            conv = self.conv
-            torch.index_select(work.x, 1, self.cells, out=work.patches)
-            torch.addmm(conv.bias, work.placed_patches, conv.weight.view(self.filters, self.kernel).t(),
-                        out=work.lines)
-            # ReLU, written in the BoardEncoder's order (filter-major lines, then the raw cells already there).
-            torch.clamp_min(work.lines_by_filter, 0, out=work.features_by_filter)
-            h = work.features
-            saved = [work.placed_patches[:keep * self.places], h[:keep]] if keep else []
-        else:
-            h = x
-            saved = [h[:keep]] if keep else []
-        last = len(self.linears) - 1
-        for i, (weight, bias) in enumerate(self.weights):
-            h = torch.addmm(bias, h, weight.t(), out=work.layers[i])
-            if i < last:
-                h = h.tanh_() if self.tanh else h.relu_()
-                if keep:
-                    saved.append(h[:keep])
-        return h, saved
-
-    def backward(self, saved: list[torch.Tensor], grad_out: torch.Tensor) -> None:
-        """Write the parameters' gradients (into their `.grad` tensors, which must exist: they are overwritten,
-        not added to) of sum(grad_out * outputs) over the rows `forward` kept."""
-        aten = torch.ops.aten
-        acts = saved[-len(self.linears):]
-        grad = grad_out
-        work = self.work(grad.shape[0])
-        for i in range(len(self.weights) - 1, -1, -1):
-            (weight, bias), a = self.weights[i], acts[i]
-            torch.mm(grad.t(), a, out=weight.grad)
-            torch.sum(grad, 0, out=bias.grad)
-            if i > 0:
-                back = torch.mm(grad, weight, out=work.grads[i])
-                grad = (aten.tanh_backward.grad_input(back, a, grad_input=back) if self.tanh
-                        else aten.threshold_backward.grad_input(back, a, 0, grad_input=back))
-        if self.board:
-            patches, features = saved[0], saved[1]
-            lines = self.filters * self.places
-            back = torch.mm(grad, self.weights[0][0][:, :lines], out=work.grad_lines)
-            # ReLU's gradient: where the line (so its ReLU, saved in the features) is positive.
-            aten.threshold_backward.grad_input(back, features[:, :lines], 0, grad_input=back)
-            work.grad_by_place.copy_(work.grad_lines_by_place)
-            torch.mm(work.grad_placed.t(), patches, out=self.conv.weight.grad.view(self.filters, self.kernel))
-            torch.sum(work.grad_placed, 0, out=self.conv.bias.grad)
-
-
-class _Work:
-    """`ManualNet`'s work tensors for one row count, and the views of them its forward and backward use (made
-    once: on batches of a few dozen rows, making views costs as much as some of the arithmetic)."""
-
-    def __init__(self, net: ManualNet, rows: int) -> None:
-        empty = torch.empty
-        places, kernel, filters = net.places, net.kernel, net.filters
-        lines = filters * places
-        #: Forward: the line features and raw cells side by side, the patches, the lines per placement.
-        self.features = empty(rows, lines + net.in_dim)
-        self.x = self.features[:, lines:]
-        self.patches = empty(rows, places * kernel)
-        self.placed_patches = self.patches.view(rows * places, kernel)
-        self.lines = empty(rows * places, filters)
-        self.lines_by_filter = self.lines.view(rows, places, filters).transpose(1, 2)
-        self.features_by_filter = self.features[:, :lines].view(rows, filters, places)
-        self.layers = [empty(rows, layer.out_features) for layer in net.linears]
-        #: Backward (with `rows` the rows kept): each layer's input gradient, then the lines' two orders.
-        self.grads = [empty(rows, layer.in_features) for layer in net.linears]
-        self.grad_lines = empty(rows, lines)
-        self.grad_lines_by_place = self.grad_lines.view(rows, filters, places).transpose(1, 2)
-        self.grad_placed = empty(rows * places, filters)
-        self.grad_by_place = self.grad_placed.view(rows, places, filters)
-
-
-def check_activation(agent: str, name: Any) -> None:
-    """Refuse an unknown activation name before anything is built, naming the agent."""
-    from pzasync.errors import ConfigError
-
-    if name not in ACTIVATIONS:
-        raise ConfigError(f"agent {agent!r}: activation must be one of {sorted(ACTIVATIONS)}, got {name!r}")
-
-
-def adam(parameters: Any, lr: float, **options: Any) -> torch.optim.Adam:
-    """Adam with torch's fused kernel: one pass over all parameters instead of about ten small ops per
-    tensor. The learners' networks are small, so per-op overhead is most of a step (0.47 against about
-    0.15 ms per DQN update on the connect four network, one CPU thread; docs/learners.md)."""
-    return torch.optim.Adam(parameters, lr=lr, fused=True, **options)
 
 
 def masked_logits(logits: torch.Tensor, mask: Any) -> torch.Tensor:

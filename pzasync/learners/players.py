@@ -1,28 +1,31 @@
 """Players that never learn (uniform random over legal actions, a frozen checkpoint) and the checkpoint format.
 
-A checkpoint is one file written by `save_checkpoint`: `{"learner": "module:Class", "config": validated
-options, "agent": name, "state": learner.state_dict()}`. A `fixed` player rebuilds that learner's policy for
+A checkpoint is one file written by `save_checkpoint`: `{"learner": "module:Class", "config": the checked
+options as a dict, "agent": name, "state": learner.state_dict()}`. A `fixed` player rebuilds that learner's policy for
 its own layout, loads `state["policy"]`, and always acts greedily.
 """
 
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import torch
 from gymnasium import spaces
 
-from pzasync.errors import ConfigError
+from pzasync.config.declare import option
 from pzasync.core.spaces import AgentLayout, uniform_legal
-from pzasync.learners.base import Batch, Learner, LearnerContext, Option, Policy
+from pzasync.errors import ConfigError
+from pzasync.learners.base import Batch, Learner, LearnerContext, Policy
+from pzasync.learners.options import LearnerOptions, Option
 
 
 def save_checkpoint(path: str, learner: Learner) -> None:
     """Write a learner's full state (networks, optimiser) with what is needed to rebuild its policy."""
     cls = type(learner)
-    torch.save({"learner": f"{cls.__module__}:{cls.__qualname__}", "config": dict(learner.config),
+    torch.save({"learner": f"{cls.__module__}:{cls.__qualname__}", "config": dict(learner.config.items()),
                 "agent": learner.ctx.agent, "state": learner.state_dict()}, path)
 
 
@@ -32,7 +35,7 @@ def load_checkpoint_policy(path: str, layout: AgentLayout) -> Policy:
 
     checkpoint = torch.load(path, map_location="cpu", weights_only=False)
     cls, _ = resolve_learner(checkpoint["learner"], layout.agent)
-    policy = cls.build_policy(layout, checkpoint["config"])
+    policy = cls.build_policy(layout, cls.Options.saved(checkpoint["config"]))
     try:
         policy.load_state_dict(checkpoint["state"]["policy"])
     except RuntimeError as exc:
@@ -141,22 +144,25 @@ class GreedyPolicy(Policy):
         return actions, {}
 
 
+@dataclass(kw_only=True, eq=False)
+class FixedOptions(LearnerOptions):
+    """The `fixed` player's one option."""
+
+    checkpoint: str | os.PathLike | None = option(None, "The checkpoint file whose policy plays (required).",
+                                                  Option((str, os.PathLike), optional=True, what="a file path"))
+
+    def check_together(self, agent: str, learner: str) -> None:
+        if not self.checkpoint:
+            raise ConfigError(f"agent {agent!r}: the 'fixed' player needs {{'checkpoint': path}}")
+        if not os.path.isfile(self.checkpoint):
+            raise ConfigError(f"agent {agent!r}: checkpoint {str(self.checkpoint)!r} does not exist")
+
+
 class FixedPlayer(_NoUpdates):
     """`("fixed", {"checkpoint": path})`: the greedy policy of a saved checkpoint, never updated."""
 
-    defaults: dict[str, Any] = {"checkpoint": None}
-    schema = {"checkpoint": Option((str, os.PathLike), optional=True, what="a file path")}
+    Options = FixedOptions
 
     @classmethod
-    def validate_config(cls, agent: str, config: dict[str, Any]) -> dict[str, Any]:
-        config = super().validate_config(agent, config)
-        path = config["checkpoint"]
-        if not path:
-            raise ConfigError(f"agent {agent!r}: the 'fixed' player needs {{'checkpoint': path}}")
-        if not os.path.isfile(path):
-            raise ConfigError(f"agent {agent!r}: checkpoint {str(path)!r} does not exist")
-        return config
-
-    @classmethod
-    def build_policy(cls, layout: AgentLayout, config: dict[str, Any]) -> Policy:
-        return GreedyPolicy(load_checkpoint_policy(str(config["checkpoint"]), layout))
+    def build_policy(cls, layout: AgentLayout, config: FixedOptions) -> Policy:
+        return GreedyPolicy(load_checkpoint_policy(str(cls.checked(layout.agent, config).checkpoint), layout))

@@ -11,17 +11,20 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Sequence
-from typing import Any, Callable
+from dataclasses import dataclass
+from typing import Any, Callable, ClassVar
 
 import numpy as np
 import torch
 from gymnasium import spaces
 from torch import nn
 
-from pzasync.errors import UnsupportedSpaceError
+from pzasync.config.declare import option
 from pzasync.core.spaces import AgentLayout
-from pzasync.learners.base import Batch, Learner, LearnerContext, Option, Policy, trajectory_ids
-from pzasync.learners.networks import ACTIVATIONS, TORSOS, Encoder, adam, masked_logits, mlp, obs_tensors
+from pzasync.errors import UnsupportedSpaceError
+from pzasync.learners.base import Batch, Learner, LearnerContext, Policy, trajectory_ids
+from pzasync.learners.networks import ACTIVATIONS, TORSOS, Encoder, masked_logits, mlp, obs_tensors
+from pzasync.learners.options import LearnerOptions, Option
 from pzasync.learners.recurrent import Chunk, gru_core, memory_tensor, sequence_chunks, sequence_outputs
 
 Dist = torch.distributions.Distribution
@@ -51,7 +54,7 @@ class ActorCritic(Policy):
     where the global state is beside it); `value_head=False`: no value head (the value lives in a critic the
     learner keeps, as `mappo`'s does), so acting computes no value and stores none."""
 
-    def __init__(self, layout: AgentLayout, config: dict[str, Any], observation_key: str | None = None,
+    def __init__(self, layout: AgentLayout, config: PPOOptions, observation_key: str | None = None,
                  value_head: bool = True) -> None:
         super().__init__()
         space = layout.action_space
@@ -60,12 +63,12 @@ class ActorCritic(Policy):
         self.start = int(space.start) if self.discrete else 0
         self.action_shape = tuple(space.shape) if not self.discrete else ()
         outputs = int(space.n) if self.discrete else int(np.prod(space.shape))
-        self.encoder = Encoder(layout, config.get("torso", "auto"), only=observation_key)
-        hidden, activation = list(config["hidden"]), config["activation"]
-        recurrent = config.get("memory", "none") == "gru"
+        self.encoder = Encoder(layout, config.torso, only=observation_key)
+        hidden, activation = config.hidden, config.activation
+        recurrent = config.memory == "gru"
         #: With memory="gru": a GRU cell between the encoder and the heads (learners/recurrent.py).
-        self.core = gru_core(self.encoder.out_dim, int(config["memory_size"])) if recurrent else None
-        self.memory_size = int(config["memory_size"]) if recurrent else 0
+        self.core = gru_core(self.encoder.out_dim, config.memory_size) if recurrent else None
+        self.memory_size = config.memory_size if recurrent else 0
         width = self.memory_size or self.encoder.out_dim
         self.pi = mlp(width, hidden, outputs, activation)
         self.v = mlp(width, hidden, 1, activation) if value_head else None
@@ -73,7 +76,7 @@ class ActorCritic(Policy):
             self.pi[-1].weight.mul_(0.01)
             self.pi[-1].bias.zero_()
         if not self.discrete:
-            self.log_std = nn.Parameter(torch.full((outputs,), float(config["init_log_std"])))
+            self.log_std = nn.Parameter(torch.full((outputs,), config.init_log_std))
         self.generator = torch.Generator().manual_seed(torch.initial_seed())
 
     def seed(self, seed: int) -> None:
@@ -176,36 +179,49 @@ class ActorCritic(Policy):
         return action, extras
 
 
+@dataclass(kw_only=True, eq=False)
+class PPOOptions(LearnerOptions):
+    """PPO's options (docs/learners.md, "PPO")."""
+
+    lr: float = option(3e-4, "Adam's learning rate.", Option(float, gt=0))
+    gamma: float = option(0.99, "Discount per agent step.", Option(float, ge=0, le=1))
+    gae_lambda: float = option(0.95, "GAE's lambda.", Option(float, ge=0, le=1))
+    clip: float = option(0.2, "The clipped objective's range: ratios outside 1 +- clip earn nothing more.",
+                         Option(float, gt=0))
+    epochs: int = option(4, "Passes over each chunk.", Option(int, ge=1))
+    minibatch_size: int = option(64, "Rows per gradient step.", Option(int, ge=1))
+    batch_size: int = option(512, "Transitions per chunk (one update), read in order.", Option(int, ge=1))
+    vf_coef: float = option(0.5, "Weight of the value loss.", Option(float, ge=0))
+    ent_coef: float = option(0.01, "Weight of the entropy bonus.", Option(float, ge=0))
+    max_grad_norm: float = option(0.5, "Gradients are clipped to this norm.", Option(float, gt=0))
+    hidden: list[int] = option([64, 64], "Widths of the policy's and the value's hidden layers.",
+                               Option(list, item=Option(int, ge=1)))
+    activation: str = option("tanh", "Activation between hidden layers.", Option(str, choices=tuple(ACTIVATIONS)))
+    init_log_std: float = option(-0.5, "Initial log standard deviation of Box actions.", Option(float))
+    normalize_advantages: bool = option(True, "Standardise advantages per minibatch.", Option(bool))
+    torso: str = option("auto", "How 3-dim Box observations are encoded: 'auto', 'mlp' or 'cnn' "
+                                "(networks.leaf_kind).", Option(str, choices=TORSOS))
+    memory: str = option("none", "'gru': a recurrent core trained on sequences of seq_len rows "
+                                 "(learners/recurrent.py).", Option(str, choices=("none", "gru")))
+    memory_size: int = option(64, "Floats of the recurrent core's memory.", Option(int, ge=1))
+    seq_len: int = option(16, "Rows per training sequence of a recurrent policy.", Option(int, ge=1))
+    burn_in: int = option(0, "Rows at a sequence's start that only warm the memory up.", Option(int, ge=0))
+
+
 class PPOLearner(Learner):
     """Clipped PPO over chunks of `batch_size` transitions read in order, `epochs` passes of minibatches."""
 
     on_policy = True
     extras = {"log_prob": "float32", "value": "float32"}
-    defaults = {
-        "lr": 3e-4, "gamma": 0.99, "gae_lambda": 0.95, "clip": 0.2, "epochs": 4, "minibatch_size": 64,
-        "batch_size": 512, "vf_coef": 0.5, "ent_coef": 0.01, "max_grad_norm": 0.5, "hidden": [64, 64],
-        "activation": "tanh", "init_log_std": -0.5, "normalize_advantages": True,
-        "torso": "auto",  # observation torso: "auto", "mlp" or "cnn" (networks.leaf_kind)
-        # A recurrent core ("gru") trained on sequences of seq_len rows (learners/recurrent.py), or "none".
-        "memory": "none", "memory_size": 64, "seq_len": 16, "burn_in": 0,
-    }
-    #: Checked by `Learner.validate_config` (with the base's batch_size >= 1).
-    schema = {
-        "lr": Option(float, gt=0), "gamma": Option(float, ge=0, le=1), "gae_lambda": Option(float, ge=0, le=1),
-        "clip": Option(float, gt=0), "epochs": Option(int, ge=1), "minibatch_size": Option(int, ge=1),
-        "vf_coef": Option(float, ge=0), "ent_coef": Option(float, ge=0), "max_grad_norm": Option(float, gt=0),
-        "hidden": Option(list, item=Option(int, ge=1)), "activation": Option(str, choices=tuple(ACTIVATIONS)),
-        "init_log_std": Option(float), "normalize_advantages": Option(bool), "torso": Option(str, choices=TORSOS),
-        "memory": Option(str, choices=("none", "gru")), "memory_size": Option(int, ge=1), "seq_len": Option(int, ge=1),
-        "burn_in": Option(int, ge=0),
-    }
+    Options: ClassVar[type[LearnerOptions]] = PPOOptions
+    config: PPOOptions
 
     def __init__(self, ctx: LearnerContext) -> None:
         super().__init__(ctx)
         torch.manual_seed(ctx.seed)
         self.device = torch.device(ctx.device)
         self.net = self.build_policy(ctx.layout, self.config).to(self.device)
-        self.optimizer = adam(self.net.parameters(), float(self.config["lr"]), eps=1e-5)
+        self.optimizer = torch.optim.Adam(self.net.parameters(), lr=self.config.lr, eps=1e-5)
         self.rng = np.random.default_rng(ctx.seed)
 
     @classmethod
@@ -217,15 +233,15 @@ class PPOLearner(Learner):
             )
 
     @classmethod
-    def build_policy(cls, layout: AgentLayout, config: dict[str, Any]) -> ActorCritic:
-        return ActorCritic(layout, config)
+    def build_policy(cls, layout: AgentLayout, config: PPOOptions) -> ActorCritic:
+        return ActorCritic(layout, cls.checked(layout.agent, config))
 
     @classmethod
-    def extra_fields(cls, config: dict[str, Any]) -> dict[str, str]:
+    def extra_fields(cls, config: PPOOptions) -> dict[str, str]:
         """With memory="gru", the memory each decision started from (what a training sequence starts from)."""
-        extras = dict(cls.extras)
-        if config.get("memory") == "gru":
-            extras["memory"] = f"float32[{int(config['memory_size'])}]"
+        extras, options = dict(cls.extras), cls.checked("?", config)
+        if options.memory == "gru":
+            extras["memory"] = f"float32[{options.memory_size}]"
         return extras
 
     @property
@@ -282,7 +298,7 @@ class PPOLearner(Learner):
     def chunks(self, batch: Batch) -> list[Chunk]:
         """A recurrent policy's training sequences in this batch (learners/recurrent.py)."""
         done = np.logical_or(batch["terminated"], batch["truncated"])
-        return sequence_chunks(trajectory_ids(batch), done, int(self.config["seq_len"]), int(self.config["burn_in"]))
+        return sequence_chunks(trajectory_ids(batch), done, self.config.seq_len, self.config.burn_in)
 
     def sequence_pass(self, inputs: dict[str, Any], chunks: list[Chunk], encode: Encode | None = None,
                       core: nn.Module | None = None, memory: torch.Tensor | None = None
@@ -321,7 +337,7 @@ class PPOLearner(Learner):
     def minibatches(self, batch: Batch) -> list[Any]:
         """One epoch's minibatches in a random order: row indices, or for a recurrent policy lists of chunks
         (about `minibatch_size` rows each)."""
-        n, size = len(batch["reward"]), int(self.config["minibatch_size"])
+        n, size = len(batch["reward"]), self.config.minibatch_size
         if not self.recurrent:
             order = torch.as_tensor(self.rng.permutation(n), device=self.device)
             return [order[start:start + size] for start in range(0, n, size)]
@@ -344,7 +360,7 @@ class PPOLearner(Learner):
         rewards = np.asarray(batch["reward"], dtype=np.float64)
         alive = 1.0 - np.asarray(batch["terminated"], dtype=np.float64)
         goes_on = 1.0 - np.logical_or(batch["terminated"], batch["truncated"]).astype(np.float64)
-        gamma, lam = float(self.config["gamma"]), float(self.config["gae_lambda"])
+        gamma, lam = self.config.gamma, self.config.gae_lambda
         deltas = rewards + gamma * next_values * alive - values
         advantages = np.zeros_like(deltas)
         # Env copies and an agent group's members interleave in one chunk: each track's own transitions, in
@@ -371,10 +387,10 @@ class PPOLearner(Learner):
             actions = actions - self.net.start
         old_log_prob = torch.as_tensor(batch["log_prob"], device=dev, dtype=torch.float32)
         parameters = self.trainable()
-        clip = float(cfg["clip"])
+        clip = cfg.clip
         totals = dict.fromkeys(("policy_loss", "value_loss", "entropy", "approx_kl", "clip_fraction"), 0.0)
         steps = 0
-        for _ in range(int(cfg["epochs"])):
+        for _ in range(cfg.epochs):
             for part in self.minibatches(batch):
                 if self.recurrent:
                     rows, dist, value = self.evaluate_sequences(inputs, part)
@@ -385,15 +401,15 @@ class PPOLearner(Learner):
                 log_ratio = dist.log_prob(actions[idx]) - old_log_prob[idx]
                 ratio = log_ratio.exp()
                 adv = advantages[idx]
-                if cfg["normalize_advantages"] and len(idx) > 1:
+                if cfg.normalize_advantages and len(idx) > 1:
                     adv = (adv - adv.mean()) / (adv.std() + 1e-8)
                 policy_loss = -torch.min(ratio * adv, ratio.clamp(1 - clip, 1 + clip) * adv).mean()
                 value_loss = 0.5 * (targets[idx] - value).pow(2).mean()
                 entropy = dist.entropy().mean()
-                loss = policy_loss + float(cfg["vf_coef"]) * value_loss - float(cfg["ent_coef"]) * entropy
+                loss = policy_loss + cfg.vf_coef * value_loss - cfg.ent_coef * entropy
                 self.optimizer.zero_grad(set_to_none=True)
                 loss.backward()
-                nn.utils.clip_grad_norm_(parameters, float(cfg["max_grad_norm"]))
+                nn.utils.clip_grad_norm_(parameters, cfg.max_grad_norm)
                 self.optimizer.step()
                 with torch.no_grad():
                     totals["policy_loss"] += float(policy_loss)

@@ -24,16 +24,19 @@ from __future__ import annotations
 
 import importlib
 import inspect
+from dataclasses import dataclass
 from typing import Any, Callable
 
 import numpy as np
 import torch
 
-from pzasync.errors import ConfigError, UnsupportedSpaceError
-from pzasync.specs import import_object
+from pzasync.config.declare import option
 from pzasync.core.spaces import AgentLayout
-from pzasync.learners.base import Option, Policy
+from pzasync.errors import ConfigError, UnsupportedSpaceError
+from pzasync.learners.base import Policy
+from pzasync.learners.options import LearnerOptions, Option
 from pzasync.learners.players import _NoUpdates
+from pzasync.specs import import_object
 
 from pzasync.players.boards import GAME_NAMES, ConnectFour, Game, TicTacToe, game_for
 from pzasync.players.search import root_scores, solve_tictactoe
@@ -149,15 +152,21 @@ class OnePlyPlayer(_BoardPlayer):
         return OnePlyPolicy(cls._game(layout))
 
 
+@dataclass(kw_only=True, eq=False)
+class NegamaxOptions(LearnerOptions):
+    """The `negamax` player's search depth."""
+
+    depth: int = option(4, "Plies searched (alpha-beta).", Option(int, ge=1))
+
+
 class NegamaxPlayer(_BoardPlayer):
     """`("negamax", {"depth": 4})`: depth-limited negamax with alpha-beta (connect four, tictactoe)."""
 
-    defaults: dict[str, Any] = {"depth": 4}
-    schema = {"depth": Option(int, ge=1)}
+    Options = NegamaxOptions
 
     @classmethod
-    def build_policy(cls, layout: AgentLayout, config: dict[str, Any]) -> Policy:
-        return NegamaxPolicy(cls._game(layout), int(config.get("depth", cls.defaults["depth"])))
+    def build_policy(cls, layout: AgentLayout, config: NegamaxOptions) -> Policy:
+        return NegamaxPolicy(cls._game(layout), cls.checked(layout.agent, config).depth)
 
 
 class PerfectPlayer(_BoardPlayer):
@@ -222,6 +231,22 @@ def player_policy(obj: Any, layout: AgentLayout) -> Policy:
     return FunctionPolicy(obj)
 
 
+@dataclass(kw_only=True, eq=False)
+class ScriptedOptions(LearnerOptions):
+    """A user's player: a `module:callable` path, or the object itself."""
+
+    player: Any = option(None, "The player: 'module:callable' naming a function fn(obs, mask) -> action or a "
+                               "Policy subclass, or that object (required).", Option(optional=True))
+
+    def check_together(self, agent: str, learner: str) -> None:
+        if self.player is None:
+            raise ConfigError(f"agent {agent!r}: ScriptedPlayer needs {{'player': 'module:callable'}}")
+        obj = import_player(self.player, agent) if isinstance(self.player, str) else self.player
+        if not is_player_object(obj):
+            raise ConfigError(f"agent {agent!r}: player {self.player!r} is neither a function nor a Policy "
+                              f"subclass")
+
+
 class ScriptedPlayer(_NoUpdates):
     """A user's never-learning player, `("pzasync.learners.scripted:ScriptedPlayer", {"player": ...})`.
 
@@ -229,21 +254,10 @@ class ScriptedPlayer(_NoUpdates):
     `player` is that path (or the object itself when it cannot be imported by name).
     """
 
-    defaults: dict[str, Any] = {"player": None}
+    Options = ScriptedOptions
 
     @classmethod
-    def validate_config(cls, agent: str, config: dict[str, Any]) -> dict[str, Any]:
-        config = super().validate_config(agent, config)
-        player = config["player"]
-        if player is None:
-            raise ConfigError(f"agent {agent!r}: ScriptedPlayer needs {{'player': 'module:callable'}}")
-        obj = import_player(player, agent) if isinstance(player, str) else player
-        if not is_player_object(obj):
-            raise ConfigError(f"agent {agent!r}: player {player!r} is neither a function nor a Policy subclass")
-        return config
-
-    @classmethod
-    def build_policy(cls, layout: AgentLayout, config: dict[str, Any]) -> Policy:
-        player = config["player"]
+    def build_policy(cls, layout: AgentLayout, config: ScriptedOptions) -> Policy:
+        player = cls.checked(layout.agent, config).player
         return player_policy(import_player(player, layout.agent) if isinstance(player, str) else player, layout)
 

@@ -141,8 +141,8 @@ def actor_process_main(setup: ActorSetup, conn: Any) -> None:
         if episodes:
             conn.send(list(episodes))
         cpu, rss = process_usage()
-        conn.send(ActorDone(k, {a: x.written for a, x in acting.items()},
-                            {a: x.nonfinite for a, x in acting.items()}, cpu - cpu_at_start, rss))
+        conn.send(ActorDone(k, {a: x.count.written for a, x in acting.items()},
+                            {a: x.count.nonfinite for a, x in acting.items()}, cpu - cpu_at_start, rss))
     except BaseException as exc:  # noqa: BLE001 - everything is reported to the runner, which decides
         if setup.orphaned():
             unlink_run(plan.run_id, setup.parent_pid)

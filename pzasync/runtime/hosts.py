@@ -23,8 +23,9 @@ from typing import Any, Callable
 
 from pzasync.transport import stats as S
 from pzasync.errors import LearnerCrashedError, LearnerStartupError, learner_error, report_unclean_exit
-from pzasync.runtime.learner_loop import (LearnerDriver, LearnerFailed, LearnerReport, LearnerSetup, MessagePipe,
-                           learner_host_process_main, restarted, start_driver)
+from pzasync.runtime.host_loop import MessagePipe, learner_host_process_main
+from pzasync.runtime.learner_loop import (LearnerDriver, LearnerFailed, LearnerReport, LearnerSetup, restarted,
+                                          start_driver)
 from pzasync.runtime.copies.wire import enlarge_pipe
 from pzasync.runtime.processes import process_context
 from pzasync.runtime.stop_signals import shielded
@@ -243,7 +244,7 @@ class InlineHost(LearnerHost):
 
 class ProcessHost(LearnerHost):
     """Learner host processes on shared memory (the async runner's default host): the learning units are
-    spread over `RunConfig.learner_processes` processes (`learner_loop.learner_host_main`), each
+    spread over `RunConfig.learner_processes` processes (`host_loop.LearnerHostLoop`), each
     updating its learners in turn. A learner that raises is restarted alone, inside its host; a host process
     that dies or hangs takes its learners with it, and each is reported, charged to its own restart budget and
     restarted."""

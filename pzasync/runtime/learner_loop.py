@@ -3,8 +3,7 @@
 `LearnerDriver.try_update` is the single step both runners use, so they run the same algorithm: an off-policy
 learner updates while its update count is behind `replay_ratio * (transitions - learning_starts)` (or freely
 when there is no ratio); an on-policy learner updates once per `batch_size` transitions read in order.
-`learner_host_main` runs one or several drivers in a process (a learner host) with per-learner heartbeats,
-metrics and error reporting; `learner_process_main` is a host of one (the Ray backend's learner actors).
+A learner host process (host_loop.py) runs one or several drivers in turn.
 """
 
 from __future__ import annotations
@@ -12,8 +11,6 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
-import signal
-import time
 import traceback
 from collections import deque
 from dataclasses import dataclass
@@ -23,9 +20,6 @@ import numpy as np
 
 from pzasync.transport import stats as S
 from pzasync.errors import LearnerCrashedError, error_type_path
-from pzasync.transport.shm import run_id_of, unlink_run
-from pzasync.runtime.processes import runner_is_gone
-from pzasync.runtime.stop_signals import ignore_stop_signals
 from pzasync.transport.protocols import PolicyPublisher, RunControl, TransitionSource
 from pzasync.learners import LearnerContext, resolve_learner, policy_to_vector, vector_to_policy
 from pzasync.learners.players import save_checkpoint
@@ -88,6 +82,8 @@ class LearnerSetup:
 
     agent: str
     learner_path: str  # "module:Class"
+    #: The learner's options as a plain dict (a Ray worker unpickles the setup before it can import a plug-in's
+    #: module); the learner checks them again when it is built.
     config: dict[str, Any]
     layout: Any
     buffer: TransitionSource
@@ -224,175 +220,3 @@ class LearnerDriver:
         tmp = f"{path}.tmp"
         save_checkpoint(tmp, self.learner)
         os.replace(tmp, path)
-
-
-def learner_process_main(setup: LearnerSetup, messages: Any, checkpoint_every_s: float,
-                         is_orphaned: Any = None) -> None:
-    """Body of a process (or Ray actor) that hosts one learner: `learner_host_main` with a host of one."""
-    learner_host_main([setup], messages, checkpoint_every_s, is_orphaned=is_orphaned)
-
-
-class MessagePipe:
-    """The sending end of a pipe, with the one call `learner_host_main` makes of its messages: `put`.
-
-    A local learner host process reports through it (not a multiprocessing queue: the runner's end then reads
-    end-of-file when the host dies, and no queue lock or feeder thread is left for a dead process to hold)."""
-
-    def __init__(self, conn: Any) -> None:
-        self.conn = conn
-
-    def put(self, message: Any) -> None:
-        self.conn.send(message)
-
-
-def learner_host_process_main(setups: list[LearnerSetup], messages: Any, checkpoint_every_s: float,
-                              commands: Any = None) -> None:
-    """Body of a local learner host process: `learner_host_main`, ignoring SIGTERM and SIGINT (the
-    runner stops the run, stop_signals.py)."""
-    ignore_stop_signals()
-    try:
-        learner_host_main(setups, messages, checkpoint_every_s, commands)
-    finally:
-        messages.conn.close()
-
-
-def learner_host_main(setups: list[LearnerSetup], messages: Any, checkpoint_every_s: float, commands: Any = None,
-                      is_orphaned: Any = None) -> None:
-    """Body of a learner host process: its learners update in turn, each as its own schedule allows, until the
-    run asks to stop.
-
-    Every learner keeps its own driver (model, optimiser, buffer, slot, metrics) and its own heartbeat word.
-    Reports and failures go to `messages.put` as `LearnerReport` / `LearnerFailed`, per learner: a learner that
-    raises is reported and dropped, the others go on, and the host starts it again when `commands` (the
-    receiving end of a pipe) brings its restarted `LearnerSetup`. Ctrl-C is the runner's to handle (a terminal
-    sends SIGINT to the whole process group), so it is ignored here. If the runner's process dies (SIGKILL),
-    the host notices within half a second (`is_orphaned`, by default: its parent changed), unlinks the run's
-    shared memory and exits.
-    """
-    import threading
-
-    if threading.current_thread() is threading.main_thread():
-        signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ray's workers too; local hosts also ignore SIGTERM
-    first = setups[0]
-    parent = first.parent_pid or os.getppid()
-    if is_orphaned is None:
-        def is_orphaned() -> bool:
-            return runner_is_gone(parent)
-    stats = first.stats
-    for setup in setups:
-        stats.beat(setup.agent)
-    attached = list(setups)  # every setup received: their shared memory is closed on the way out
-    drivers: dict[str, LearnerDriver] = {}
-    idle_since: dict[str, int | None] = {}
-    orphaned = is_orphaned()
-
-    def fail(unit: str, exc: BaseException) -> None:
-        drivers.pop(unit, None)
-        stats.set(unit, S.STATUS, S.CRASHED)
-        if not is_orphaned():
-            messages.put(LearnerFailed.from_exception(unit, exc))
-
-    def start(setup: LearnerSetup) -> None:
-        try:
-            drivers[setup.agent] = start_driver(setup)
-        except Exception as exc:  # noqa: BLE001 - reported per learner; the host's other learners go on
-            fail(setup.agent, exc)
-            return
-        idle_since[setup.agent] = None
-        stats.set(setup.agent, S.STATUS, S.RUNNING)
-        stats.beat(setup.agent)
-
-    try:
-        if orphaned:
-            return
-        import torch
-
-        torch.set_num_threads(first.torch_threads)
-        for setup in setups:
-            start(setup)
-        clock = {"report": time.monotonic(), "checkpoint": time.monotonic() + (
-            checkpoint_every_s if checkpoint_every_s > 0 else float("inf"))}
-
-        def periodic() -> bool:
-            """Heartbeats, reports, restarted learners and checkpoints when due; False once orphaned. Called
-            after every update, so that a host whose pass over its learners is long still beats for each."""
-            now = time.monotonic()
-            if now >= clock["report"]:
-                if is_orphaned():
-                    return False
-                while commands is not None and commands.poll():
-                    setup = commands.recv()  # a restarted learner of this host
-                    attached.append(setup)
-                    start(setup)
-                for unit, driver in drivers.items():
-                    stats.beat(unit)
-                    messages.put(LearnerReport(unit, driver.report()))
-                clock["report"] = now + 0.5
-            if now >= clock["checkpoint"]:
-                for driver in drivers.values():
-                    if driver.setup.checkpoint_path:
-                        driver.save_checkpoint(driver.setup.checkpoint_path)
-                clock["checkpoint"] = now + checkpoint_every_s
-            return True
-
-        idle_sleep = 0.0001
-        while not stats.stop_requested and not orphaned:
-            if not drivers and commands is None:
-                break  # a host of one whose learner failed: nothing can bring it back here
-            progressed = False
-            for unit, driver in list(drivers.items()):  # one update each per pass: fair turns
-                try:
-                    updated = driver.try_update()
-                except Exception as exc:  # noqa: BLE001 - this learner is reported and restarted alone
-                    fail(unit, exc)
-                    continue
-                since = idle_since[unit]
-                if updated:
-                    progressed = True
-                    if since is not None:
-                        stats.add(unit, S.LEARNER_WAIT_NS, time.monotonic_ns() - since)
-                        idle_since[unit] = None
-                    if not periodic():
-                        orphaned = True
-                        break
-                elif since is None:
-                    idle_since[unit] = time.monotonic_ns()
-            if orphaned:
-                break
-            if progressed:
-                idle_sleep = 0.0001
-            else:
-                # Back off while there is nothing to do, so idle learners leave the cores to the actor.
-                time.sleep(idle_sleep)
-                idle_sleep = min(0.002, idle_sleep * 2)
-            if not periodic():
-                orphaned = True
-        for driver in drivers.values():
-            if driver.setup.checkpoint_path:
-                driver.save_checkpoint(driver.setup.checkpoint_path)
-        if not orphaned:
-            for unit, driver in drivers.items():
-                messages.put(LearnerReport(unit, driver.report()))
-                stats.set(unit, S.STATUS, S.DONE)
-    except BaseException as exc:  # noqa: BLE001 - every failure is reported to the runner, then re-raised
-        for unit in drivers:  # outside any one learner's update: every learner of this host failed with it
-            stats.set(unit, S.STATUS, S.CRASHED)
-        orphaned = orphaned or is_orphaned()
-        if not orphaned:
-            for unit in drivers:
-                messages.put(LearnerFailed.from_exception(unit, exc))
-        if not isinstance(exc, Exception):
-            raise
-    finally:
-        if orphaned:
-            # The owner is gone and will never unlink: remove the whole run's memory (other learners may not
-            # have lived long enough to do their part). Do not wait on the dead runner's pipe.
-            if hasattr(messages, "cancel_join_thread"):
-                messages.cancel_join_thread()
-            unlink_run(run_id_of(first.buffer.name), parent)
-        closed: set[int] = set()
-        for setup in attached:
-            for part in (setup.buffer, setup.slot, setup.stats):
-                if id(part) not in closed:
-                    closed.add(id(part))
-                    part.close()

@@ -141,13 +141,13 @@ class RunMonitor:
     def take_snapshot(self) -> None:
         """Copy every learning agent's acting policy, with the time and counts it belongs to."""
         actor, stats = self._actor, self.plan.stats
-        learning = [a for a in actor.agents.values() if a.learns and a.vector is not None]
+        learning = [a for a in actor.agents.values() if a.learns and a.local.vector is not None]
         steps = self.total_steps()
         self.snapshots.append(PolicySnapshot(
             agent_steps=steps, seconds=time.monotonic() - self._acting_start,
             updates={a.agent: stats.get(a.unit, S.UPDATES) for a in learning},
-            versions={a.agent: a.version for a in learning},
-            vectors={a.agent: a.vector.copy() for a in learning}))
+            versions={a.agent: a.local.version for a in learning},
+            vectors={a.agent: a.local.vector.copy() for a in learning}))
         self._next_snapshot = (steps // self.snapshot_every + 1) * self.snapshot_every
 
     def learner_error(self, agent: str, summary: str, trace: str) -> None:

@@ -1,7 +1,7 @@
 """What runs inside Ray's processes for the Ray backend (backends/ray/host.py has the host that drives them).
 
 - `LearnerActor`: one learner unit in a Ray actor: the same learning loop as a local learner process
-  (`learner_loop.learner_process_main`), on the run's shared memory when it is on the actor's node, or on a
+  (`host_loop.learner_process_main`), on the run's shared memory when it is on the actor's node, or on a
   local ring buffer filled with the chunks the host pushes when it is on another node.
 - `VersionedVector`: such a learner's policy publisher: its newest vector and version, handed out whole.
 - `RemoteRun`: the whole run (actor, monitor, learner host) as a Ray actor (`RunConfig.ray_actor_resources`).
@@ -19,7 +19,8 @@ from typing import Any
 import numpy as np
 
 from pzasync.transport import stats as S
-from pzasync.runtime.learner_loop import LearnerReport, LearnerSetup, learner_process_main
+from pzasync.runtime.host_loop import learner_process_main
+from pzasync.runtime.learner_loop import LearnerReport, LearnerSetup
 from pzasync.transport.shm import _alive, new_run_id
 from pzasync.runners import AsyncRunner
 from pzasync.transport.buffer import SharedRingBuffer
