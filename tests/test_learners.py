@@ -127,6 +127,27 @@ def test_policy_vector_round_trip():
     assert torch.equal(a(x), b(x))
 
 
+@pytest.mark.parametrize("learner_cls", [DQNLearner, PPOLearner])
+@pytest.mark.parametrize("made", ["deepcopy", "pickle", "to", "double", "loaded twice"])
+def test_a_vector_loads_into_copies_of_a_policy_made_every_way(learner_cls, made):
+    """A load changes the policy it is given, whatever that policy was made from (issue 54: a deep copy of a
+    policy that had loaded once kept the original's tensors cached, and loads into the copy changed nothing)."""
+    import copy
+    import pickle
+
+    policy = learner_cls.build_policy(VEC, learner_cls.validate_config("agent_0", {}))
+    vector_to_policy(np.full(policy_size(policy), 1.0, np.float32), policy)
+    copies = {"deepcopy": lambda p: copy.deepcopy(p), "pickle": lambda p: pickle.loads(pickle.dumps(p)),
+              "to": lambda p: copy.deepcopy(p).to("cpu"), "double": lambda p: copy.deepcopy(p).double(),
+              "loaded twice": lambda p: p}
+    other = copies[made](policy)
+    vector_to_policy(np.full(policy_size(other), 2.0, np.float32), other)
+    assert all(torch.all(t == 2.0) for t in other.state_dict().values() if torch.is_floating_point(t)), made
+    assert np.all(policy_to_vector(other) == 2.0)
+    if made != "loaded twice":
+        assert np.all(policy_to_vector(policy) == 1.0), "the original is not touched by a load into its copy"
+
+
 # -------------------------------------------------------------------------------------------- DQN
 def test_dqn_acts_only_legal_actions_greedy_and_exploring():
     policy = dqn().policy
