@@ -1,8 +1,9 @@
 """pzasync: an asynchronous actor-learner runtime for any PettingZoo environment.
 
-Data flows env -> actor (`collect.run_episodes`, `transitions.TransitionAssembler`) -> per-agent
-`TransitionWriter` (a `SharedRingBuffer`) -> learner, in a `LearnerHost` (runtime/hosts.py; backends/ray/host.py) ->
-per-agent `PolicyPublisher` (a `PolicySlot`) -> back to the actor. See docs/architecture.md.
+Data flows env copies -> actor (runtime/actor.py: each copy an `EpisodeStepper`, its transitions assembled by a
+`TransitionAssembler`) -> per-unit `TransitionWriter` (a `SharedRingBuffer`) -> learner, in a `LearnerHost`
+(runtime/hosts.py; backends/ray/host.py) -> per-unit `PolicyPublisher` (a `PolicySlot`) -> back to the actor.
+`train` (a `Trainer`) is what `pzasync train` does. See docs/architecture.md.
 """
 
 from pzasync.transport.buffer import SharedRingBuffer
@@ -32,7 +33,7 @@ def __getattr__(name: str):
         from pzasync import runners
 
         return getattr(runners, name)
-    if name in ("Learner", "Policy", "LearnerContext", "Option"):
+    if name in ("Learner", "Policy", "LearnerContext", "LearnerOptions", "Option", "Check", "option"):
         from pzasync import learners
 
         return getattr(learners, name)
@@ -44,6 +45,10 @@ def __getattr__(name: str):
         from pzasync.evaluation.exploitability import exploitability
 
         return exploitability
+    if name in ("train", "Trainer", "TrainResult"):
+        from pzasync import training
+
+        return getattr(training, name)
     if name in ("RunResult", "AgentResult"):
         from pzasync.runtime import results
 
@@ -56,13 +61,17 @@ __all__ = [
     "AgentLayout",
     "AgentResult",
     "AsyncRunner",
+    "Check",
     "Learner",
     "LearnerContext",
+    "LearnerOptions",
     "Option",
     "Policy",
     "RunConfig",
     "RunResult",
     "SequentialRunner",
+    "TrainResult",
+    "Trainer",
     "ConfigError",
     "EnvSpec",
     "EnvSpecError",
@@ -89,6 +98,8 @@ __all__ = [
     "evaluate",
     "exploitability",
     "make_env",
+    "option",
     "rollout",
     "run_episodes",
+    "train",
 ]

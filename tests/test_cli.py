@@ -124,7 +124,7 @@ def test_train_weighs_league_trainee_seats_and_refuses_bad_ones(tmp_path):
 
 @pytest.mark.parametrize("args, message", [
     (["--backend", "ray", "--runner", "sequential"], "--backend ray: only the async runner has learners apart"),
-    (["--ray-address", "auto"], "--ray-address needs --backend ray"),
+    (["--ray-address", "auto"], "option ray_address='auto': connects to a Ray cluster: it needs backend='ray'"),
     (["--runner", "sequential", "--learner-processes", "2"], "--learner-processes: learner host processes are"),
     (["--learner-processes", "0"], "option learner_processes=0: must be an integer >= 1"),
     (["--actors", "many"], "'many' is neither an integer nor 'auto'"),
@@ -178,7 +178,7 @@ def test_train_with_no_learning_agent_ends_cleanly_without_scores(tmp_path):
 def test_the_final_evaluation_fits_a_quarter_of_the_training_time(tmp_path, monkeypatch):
     import importlib
 
-    train_cli = importlib.import_module("pzasync.cli.train")  # the module, not the command of that name
+    train_cli = importlib.import_module("pzasync.training.trainer")  # where `pzasync train`'s final evaluation is sized
     monkeypatch.setattr(train_cli, "FINAL_SHARE", 1e-4)  # any real game costs more than this share of the run
     result = CliRunner().invoke(main, ["train", "pettingzoo.classic.tictactoe_v3", "--steps", "300", "--runner",
                                        "sequential", "--out", str(tmp_path), "--eval-every", "0"],
@@ -187,3 +187,20 @@ def test_the_final_evaluation_fits_a_quarter_of_the_training_time(tmp_path, monk
     text = " ".join(result.output.split())
     assert f"final evaluation: {train_cli.FINAL_EPISODES_FLOOR} games per seat and opponent (400 would take" in text
     assert "--final-episodes N chooses" in text and "untrained" in text, "the summary still comes, on fewer games"
+
+
+def test_learners_lists_every_builtin_and_each_ones_options_from_its_declarations():
+    from pzasync.learners import BUILTIN
+    from pzasync.learners.dqn import DQNOptions
+
+    result = CliRunner().invoke(main, ["learners"], env={"COLUMNS": "200"})
+    assert result.exit_code == 0, result.output
+    assert all(name in result.output for name in BUILTIN)
+    result = CliRunner().invoke(main, ["learners", "dqn"], env={"COLUMNS": "250"})
+    assert result.exit_code == 0, result.output
+    for name, doc in DQNOptions.docs().items():
+        row = next(line for line in result.output.splitlines() if line.startswith(f"│ {name} "))
+        assert doc.split(".")[0][:30] in row, (name, row)
+    assert "a number in (0, 1]" in result.output, "target_tau's rule, in words"
+    result = CliRunner().invoke(main, ["learners", "nope"], env={"COLUMNS": "200"})
+    assert result.exit_code == 2 and result.output.startswith("error: unknown learner 'nope'"), result.output

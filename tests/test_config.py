@@ -140,6 +140,29 @@ def test_print_config_then_config_gives_the_same_run_options(tmp_path):
     assert "\nprogress = true\n" in printed("--progress")
 
 
+def test_print_config_writes_every_learner_option_and_config_reads_them_back(tmp_path):
+    from pzasync.learners.dqn import DQNOptions
+    from pzasync.training.learner_file import learners_of
+
+    first = printed("--learner", "dqn,lr=0.002,hidden=[32]")
+    learners = learners_of(first)
+    (name, (learner, options)), = learners.items()
+    assert (name, learner) == ("*", "dqn") and set(options) == set(DQNOptions.names())
+    assert options["lr"] == 0.002 and options["hidden"] == [32] and options["gamma"] == 0.99, "defaults filled in"
+    assert "# Adam's learning rate.\nlr = 0.002\n" in first, "each option under its doc"
+    path = tmp_path / "run.toml"
+    path.write_text(first)
+    assert printed("--config", str(path)) == first, "the file runs again the same way"
+    assert learners_of(printed("--config", str(path), "--learner", "ppo")) == {"*": ("ppo", learners_of(
+        printed("--learner", "ppo"))["*"][1])}, "--learner replaces the file's learners"
+    path.write_text(first.replace("lr = 0.002", "lr = -1"))
+    code, output = invoke("train", TTT, "--config", str(path), "--steps", "10", "--out", str(tmp_path / "runs"))
+    assert code == 2 and "DQNLearner option lr=-1: must be a number > 0" in output, output
+    path.write_text('[learners."*"]\nlr = 0.1\n')
+    code, output = invoke("train", TTT, "--config", str(path), "--print-config")
+    assert code == 2 and 'needs learner = "NAME"' in output, output
+
+
 def test_flags_override_the_file_and_the_recipe_fills_what_neither_gives(tmp_path):
     path = tmp_path / "run.toml"
     path.write_text("seed = 5\n[learning]\npublish_every = 7\n[evaluation]\neval_episodes = 30\n")

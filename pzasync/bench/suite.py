@@ -79,25 +79,13 @@ class SuiteRun:
 
 
 def suite_run(env_id: str) -> SuiteRun:
-    """The env, learners and run options of `pzasync train ENV` without options (tests/test_suite.py checks
-    that they are `cli.train_choices`'): the env's recipe, or the one chosen from its spaces."""
-    from pzasync.core.environments import EnvSpec
-    from pzasync.learners.fitting import fit_learners
-    from pzasync.learners.space_defaults import recipe_from_spaces
-    from pzasync.recipes import recipe_for
-    from pzasync.specs import learner_spec_of
+    """The env, learners and run options of `pzasync train ENV` without options (a `Trainer`'s): the env's recipe,
+    or the one chosen from its spaces, with learners fitted to the spaces."""
+    from pzasync.training import Trainer
 
-    recipe, notes = recipe_for(env_id), []
-    if recipe is None:
-        recipe, notes = recipe_from_spaces(EnvSpec.of(env_id))
-    env = EnvSpec.of(env_id, recipe.wrappers, **recipe.env_kwargs)
-    groups = {"players": ["*"]} if recipe.self_play else {k: list(v) for k, v in recipe.agent_groups.items()}
-    league = {"*": recipe.league} if recipe.league not in (None, "none") else {}
-    learners, fitted = fit_learners(env, learner_spec_of(recipe.learner_spec), groups)
-    config = {"agent_groups": groups, "league": league,
-              "league_trainee_weights": dict(recipe.league_trainee_weights) if league else {},
-              "envs_per_actor": recipe.envs_per_actor}
-    return SuiteRun(env, learners, config, recipe.vs, recipe, notes + fitted)
+    trainer = Trainer(env_id, options={"out_dir": None}, say=lambda note: None)
+    return SuiteRun(trainer.env, trainer.learners, trainer.choices.config, trainer.choices.yardstick,
+                    trainer.choices.recipe, trainer.notes)
 
 
 def seat_score(result: Any, metric: str) -> float:

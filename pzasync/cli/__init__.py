@@ -21,11 +21,12 @@ from rich.table import Table
 from pzasync.cli.bench import bench
 from pzasync.cli.common import console, errors, scoring_line
 from pzasync.cli.suite import suite
-from pzasync.cli.train import train, train_choices
+from pzasync.cli.train import train
 from pzasync.config import SCORING_MODES
 from pzasync.evaluation.episodes import ACTING_MODES, EVAL_COPIES
 from pzasync.errors import UserInputError
 from pzasync.recipes import DEFAULT_RECIPE, recipe_for
+from pzasync.training import train_choices
 
 __all__ = ["main", "train_choices"]
 
@@ -130,6 +131,39 @@ def serve(env_id: str, socket_path: str | None, address: str | None, instances: 
     if workers < 0:
         raise UserInputError(f"pzasync serve: --workers must be >= 0, got {workers}")
     serve_env(spec.make, address or f"unix://{socket_path}", instances, name=spec.name, workers=workers)
+
+
+@main.command()
+@click.argument("name", required=False)
+def learners(name: str | None) -> None:
+    """List the built-in learners, or NAME's options (a built-in name or 'module:Class'): each with its default,
+    what it accepts and what it does, as `--learner NAME,KEY=VALUE` and a --config file's [learners] tables
+    take them."""
+    from pzasync.errors import ConfigError
+    from pzasync.learners import BUILTIN, resolve_learner
+
+    if name is None:
+        table = Table(title="learners (`pzasync learners NAME` lists one's options)", title_justify="left")
+        for column in ("name", "learns", "options"):
+            table.add_column(column, overflow="fold")
+        for builtin in BUILTIN:
+            cls, _ = resolve_learner(builtin)
+            kind = ("on-policy" if cls.on_policy else "off-policy") if cls.learns else "never"
+            table.add_row(builtin, kind, ", ".join(cls.Options.names()) or "-")
+        console.print(table)
+        return
+    try:
+        cls, _ = resolve_learner(name)
+    except ConfigError as exc:
+        raise UserInputError(str(exc).removeprefix("agent '?': ")) from None
+    docs, checks = cls.Options.docs(), cls.option_rules()
+    table = Table(title=f"{name} ({cls.__module__}:{cls.__qualname__}) options", title_justify="left")
+    for column in ("option", "default", "accepted", "what"):
+        table.add_column(column, overflow="fold")
+    for option, default in cls.Options.defaults().items():
+        check = checks.get(option)
+        table.add_row(option, repr(default), check.text() if check is not None else "anything", docs.get(option, ""))
+    console.print(table if cls.Options.names() else f"{name} takes no options", highlight=False)
 
 
 @main.command()

@@ -8,7 +8,8 @@ import click
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from pzasync.bench.settings import BenchSettings
-from pzasync.cli.common import console, with_learner_for
+from pzasync.cli.common import console
+from pzasync.training.choices import with_learner_for
 from pzasync.cli.options import SectionedCommand, declared_params, given
 from pzasync.config.groups import parse_groups
 

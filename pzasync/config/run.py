@@ -29,6 +29,8 @@ class RunConfig(RunOptions, ActingOptions, LearningOptions, LeagueOptions, Evalu
         def bad(name: str, why: str) -> None:
             raise ConfigError(f"option {name}={getattr(self, name)!r}: {why}")
 
+        if self.ray_address is not None and self.backend != "ray":
+            bad("ray_address", "connects to a Ray cluster: it needs backend='ray'")
         if self.ray_actor_resources is not None and self.backend != "ray":
             bad("ray_actor_resources", "places the actor on a Ray cluster: it needs backend='ray'")
         if self.learner_processes is not None and self.backend != "shm":
@@ -72,8 +74,9 @@ class RunConfig(RunOptions, ActingOptions, LearningOptions, LeagueOptions, Evalu
     @classmethod
     def toml_values(cls, text: str, source: str = "config file") -> dict[str, Any]:
         """The options a TOML text sets (group tables, or flat keys), each checked on its own; errors start with
-        `source`. What the text leaves out is not in the dict (`pzasync train --config` fills it)."""
-        return values(text, GROUPS, source)
+        `source`. What the text leaves out is not in the dict (`pzasync train --config` fills it); its learners
+        (`[learners.NAME]` tables, pzasync/training/learner_file.py) are read apart."""
+        return values(text, GROUPS, source, others=("learners",))
 
     @classmethod
     def from_toml(cls, path: str | Path) -> RunConfig:

@@ -24,7 +24,8 @@ def _string(text: str) -> str:
     return '"' + "".join(escaped.get(c, c if c >= " " and c != "\x7f" else f"\\u{ord(c):04x}") for c in text) + '"'
 
 
-def _key(key: str) -> str:
+def key_text(key: str) -> str:
+    """A TOML key: bare where it can be, else quoted."""
     return key if _BARE_KEY.match(key) else _string(key)
 
 
@@ -43,7 +44,7 @@ def value_text(value: Any) -> str:
     if isinstance(value, (list, tuple)):
         return "[" + ", ".join(value_text(v) for v in value) + "]"
     if isinstance(value, dict):
-        return "{ " + ", ".join(f"{_key(str(k))} = {value_text(v)}" for k, v in value.items()) + " }" if value \
+        return "{ " + ", ".join(f"{key_text(str(k))} = {value_text(v)}" for k, v in value.items()) + " }" if value \
             else "{}"
     return _string(str(value))  # a path
 
@@ -63,15 +64,22 @@ def dumps(obj: Any, groups: Iterable[type[OptionGroup]], header: str = "",
     return "\n".join(lines).lstrip("\n") + "\n"
 
 
-def values(text: str, groups: Iterable[type[OptionGroup]], source: str = "config file") -> dict[str, Any]:
-    """The options a TOML text sets, checked one by one: {option name: value}. Tables are the groups' (`TABLE`);
-    a top-level key may be any option. ConfigError, starting with `source`, for a file that does not parse, a
-    table or key that names no option, or a value the option's declaration refuses."""
-    groups = tuple(groups)
+def load(text: str, source: str = "config file") -> dict[str, Any]:
+    """A TOML text parsed, or ConfigError (starting with `source`) if it does not parse."""
     try:
-        data = tomllib.loads(text)
+        return tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{source}: not valid TOML: {exc}") from None
+
+
+def values(text: str, groups: Iterable[type[OptionGroup]], source: str = "config file",
+           others: Iterable[str] = ()) -> dict[str, Any]:
+    """The options a TOML text sets, checked one by one: {option name: value}. Tables are the groups' (`TABLE`);
+    a top-level key may be any option; the tables named in `others` are someone else's to read (the learners').
+    ConfigError, starting with `source`, for a file that does not parse, a table or key that names no option,
+    or a value the option's declaration refuses."""
+    groups = tuple(groups)
+    data = {key: value for key, value in load(text, source).items() if key not in set(others)}
     specs = {f.name: (group, spec) for group in groups for f, spec in declared(group)}
     tables = {group.TABLE: group for group in groups}
     found: dict[str, Any] = {}

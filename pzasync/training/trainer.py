@@ -1,0 +1,253 @@
+"""`Trainer` and `train`: what `pzasync train ENV` does, as a library: the env's recipe (or one chosen from its
+spaces) under the options given, learners fitted to the spaces, the run, and its final evaluation (and, on leduc,
+its exact exploitability). The command line is a thin layer over it (pzasync/cli/train.py)."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping, Sequence
+
+from pzasync.config import RunConfig
+from pzasync.core.environments import EnvSpec
+from pzasync.errors import ConfigError, UserInputError
+from pzasync.logs import logger
+from pzasync.recipes import TRAIN_ENV, recipe_for
+from pzasync.runners import AsyncRunner, SequentialRunner
+from pzasync.training import learner_file
+from pzasync.training.choices import TrainChoices, train_choices
+
+#: The final evaluation unless `final_episodes` says: FINAL_EPISODES games per seat and opponent, or fewer, not
+#: below FINAL_EPISODES_FLOOR, where they would take more than FINAL_SHARE of the training time.
+FINAL_EPISODES, FINAL_EPISODES_FLOOR, FINAL_SHARE = 400, 40, 0.25
+#: The final evaluation's seed, after the run's own.
+FINAL_SEED_OFFSET = 777
+RUNNERS = {"async": AsyncRunner, "sequential": SequentialRunner}
+
+
+@dataclass
+class TrainResult:
+    """A `Trainer.run`: the run's `RunResult`, the final evaluation (`pzasync.evaluate`'s `Evaluation`; None when
+    skipped, stopped, or when nothing learns), leduc's exact exploitability reports, and the notes said on the
+    way (what was chosen and why)."""
+
+    run: Any
+    evaluation: Any = None
+    exploitability: dict[str, Any] | None = None
+    notes: list[str] = field(default_factory=list)
+    #: The signal (SIGINT, SIGTERM) that stopped the run early, or None.
+    stop_signal: int | None = None
+
+    @property
+    def run_dir(self) -> str | None:
+        return self.run.run_dir
+
+
+class Trainer:
+    """`pzasync train ENV`, built from its options: every choice is made and checked on construction (nothing
+    runs yet, nothing is written), then `run` trains and scores.
+
+    `learner` (a spec such as "ppo,lr=3e-4"; default: the recipe's, fitted to the spaces) and `learner_for`
+    ({agent or group: spec}, or "AGENT=SPEC" texts) choose the learners; `env_args` and `wrappers` go over the
+    recipe's; `steps` or `minutes` bound the run (default: the recipe's minutes); `self_play` forces self-play on
+    or off; `final_episodes` sets the final evaluation's games (default: up to FINAL_EPISODES within a quarter of
+    the training time; 0 skips it); `options` are run options by RunConfig field name (over `file_options`, those
+    of a TOML file, which may also name learners); `run_defaults` are the run options taken where neither gives
+    one. `say` gets each note (what was chosen and why) as it is made.
+    """
+
+    def __init__(self, env: str = TRAIN_ENV, *, learner: str | None = None,
+                 learner_for: Mapping[str, str] | Sequence[str] = (), env_args: Mapping[str, Any] | None = None,
+                 wrappers: Sequence[str] | None = None, runner: str = "async", steps: int | None = None,
+                 minutes: float | None = None, self_play: bool | None = None, final_episodes: int | None = None,
+                 options: Mapping[str, Any] | None = None, file_options: Mapping[str, Any] | None = None,
+                 file_learners: Mapping[str, Any] | None = None,
+                 run_defaults: Mapping[str, Any] = {"out_dir": "runs"},  # noqa: B006 - read, never changed
+                 say: Callable[[str], None] | None = None) -> None:
+        self.say = say or logger.info
+        self.notes: list[str] = []
+        options, file_options = dict(options or {}), dict(file_options or {})
+        _check_arguments(runner, steps, minutes, final_episodes, options)
+        if isinstance(learner_for, Mapping):
+            learner_for = [f"{name}={spec}" for name, spec in learner_for.items()]
+        self.learner_for = learner_for = tuple(learner_for)
+        self.runner_kind, self.steps, self.final_episodes = runner, steps, final_episodes
+        base = None
+        if recipe_for(env) is None:  # no recipe: one chosen from the env's spaces, said at the start
+            from pzasync.learners.space_defaults import recipe_from_spaces
+
+            base, notes = recipe_from_spaces(EnvSpec.of(env, tuple(wrappers or ()), **dict(env_args or {})))
+            self._note(*notes)
+        self.choices: TrainChoices = train_choices(
+            env, learner=learner, learner_for=learner_for, steps=steps, minutes=minutes, self_play=self_play,
+            options=options, file_options=file_options, env_args=env_args,
+            wrappers=None if wrappers is None else tuple(wrappers), base=base, file_learners=file_learners)
+        self.env = EnvSpec.of(env, self.choices.wrappers, **self.choices.env_kwargs)
+        self.minutes = self.choices.minutes
+        self.learners = self.choices.learners
+        #: Whether the learners are the recipe's (fitted to the spaces), not the user's.
+        self.recipe_learners = learner is None and not file_learners
+        #: Units given another learner than the recipe's, because it refuses their spaces (one note each).
+        self.fitted: list[str] = []
+        if self.recipe_learners:  # the recipe's learner: where it refuses an agent's spaces, one that fits
+            from pzasync.learners.fitting import fit_learners
+
+            chosen = {item.partition("=")[0] for item in learner_for}
+            self.learners, self.fitted = fit_learners(self.env, self.learners, self.choices.config["agent_groups"],
+                                                      chosen=chosen)
+            self._note(*self.fitted)
+        values = {**run_defaults, **file_options, **options, **self.choices.config,
+                  "eval_vs": self.choices.yardstick if self.choices.evaluate else None}
+        if values.get("eval_every_s") == 0:
+            del values["eval_every_s"]
+        self.config = RunConfig(**values)
+        _check_runner(runner, self.config)
+        self.config.validate()
+        self.runner: Any = None
+
+    def _note(self, *notes: str) -> None:
+        for note in notes:
+            self.notes.append(note)
+            self.say(note)
+
+    # ------------------------------------------------------------------------------------------ configuration
+    def to_toml(self, header: str = "", unset: Mapping[str, str] | None = None) -> str:
+        """Every run option and every learner option, resolved, as a TOML file `file_options` and
+        `file_learners` (the command line's --config) read back to the same run."""
+        return self.config.to_toml(header, unset) + learner_file.dumps(self.learners)
+
+    # ------------------------------------------------------------------------------------------ the run
+    def build(self) -> Any:
+        """The runner (its plan checked, its env probed), then the folder of run directories (made, and checked
+        to be writable): nothing is written before every option is checked."""
+        from pzasync.runtime.rundir import check_out_dir
+
+        runner = RUNNERS[self.runner_kind](self.env, self.learners, self.config)
+        if self.config.out_dir is not None:
+            check_out_dir(self.config.out_dir)
+        self.runner = runner
+        return runner
+
+    def describe(self) -> list[str]:
+        """What is about to train, one line, then one per "auto" option with its choice (after `build`)."""
+        plan, chosen, config = self.runner.plan, self.choices, self.runner.plan.config
+        trainee = config.league_trainee_weights
+        line = (f"training {self.env.name} with the {self.runner_kind} runner: " + ", ".join(
+            f"{a}={p.learner_name}" + (f" (group {p.unit})" if p.unit != a else "") for a, p in plan.agents.items())
+            + (f"; learner {chosen.learner}" if not self.learner_for and not self.fitted else "")
+            + (f"; league {chosen.league}" if config.league else "")
+            + (" (trainee weights " + ", ".join(f"{k}={v:g}" for k, v in trainee.items()) + ")" if trainee else "")
+            + (f"; {plan.envs_per_actor} env copies" if plan.envs_per_actor > 1 else "")
+            + (f" per actor, {plan.actors} actor processes" if plan.actors > 1 else "")
+            + (f", {config.env_workers} env workers" if config.env_workers else "")
+            + (f"; env wrappers {' | '.join(self.env.wrappers)}" if self.env.wrappers else "")
+            + f"; scored against {chosen.yardstick}")
+        return [line] + [f"  {option}=auto: {choice}" for option, choice in plan.auto.items()]
+
+    def train(self) -> Any:
+        """Train (building the runner first if `build` was not called); the `RunResult`. A SIGINT or SIGTERM
+        stops the run gracefully (`runner.stop_signal` says which)."""
+        runner = self.runner or self.build()
+        return runner.run(agent_steps=self.steps, seconds=self.minutes * 60 if self.minutes is not None else None)
+
+    @property
+    def learned(self) -> bool:
+        """Whether any agent of the run learns (else there is no trained policy to score)."""
+        return any(p.learns for p in self.runner.plan.agents.values())
+
+    def final_episodes_for(self, result: Any) -> int:
+        """Games per scored unit of the final evaluation: `final_episodes`, or FINAL_EPISODES unless a few games
+        against the yardstick say its evaluations would take more than FINAL_SHARE of the run (then as many as
+        fit, at least FINAL_EPISODES_FLOOR, with a note)."""
+        if self.final_episodes is not None:
+            return self.final_episodes
+        if not result.run_dir or not self.learned:
+            return 0
+        from pzasync.evaluation.episodes import EVAL_COPIES
+        from pzasync.evaluation.report import evaluate, evaluations_planned
+
+        probe = EVAL_COPIES  # one round of copies: what a game costs when they play side by side
+        start = time.monotonic()
+        measured = evaluate(result.run_dir, env=self.runner.plan.env_spec, vs=self.choices.yardstick,
+                            episodes=probe, seed=self._final_seed, scoring=self.config.eval_scoring, baselines=False)
+        per_game = (time.monotonic() - start) / probe  # every unit, one opponent
+        evaluations = evaluations_planned(measured.scoring, measured.vs)
+        full, budget = per_game * evaluations * FINAL_EPISODES, FINAL_SHARE * result.wall_seconds
+        if full <= budget:
+            return FINAL_EPISODES
+        episodes = max(FINAL_EPISODES_FLOOR, int(budget / (per_game * evaluations)))
+        self._note(f"final evaluation: {episodes} games per seat and opponent ({FINAL_EPISODES} would take about "
+                   f"{full:.0f} s, more than a quarter of the {result.wall_seconds:.0f} s run); --final-episodes N "
+                   f"chooses")
+        return episodes
+
+    @property
+    def _final_seed(self) -> int:
+        return self.config.seed + FINAL_SEED_OFFSET
+
+    def final_evaluation(self, result: Any, episodes: int,
+                         progress: Callable[[str], None] | None = None) -> Any:
+        """The trained greedy policies in the scoring mode that fits the env, beside untrained networks and random
+        play (`pzasync.evaluate`), `episodes` games per scored unit; `progress` is called after each game."""
+        from pzasync.evaluation.report import evaluate
+
+        return evaluate(result.run_dir, env=self.runner.plan.env_spec, vs=self.choices.yardstick, episodes=episodes,
+                        seed=self._final_seed, scoring=self.config.eval_scoring, learners=self.learners,
+                        progress=progress)
+
+    def exploitability(self, result: Any) -> dict[str, Any] | None:
+        """On leduc, exact exploitability reports (docs/league.md, "Exploitability"); None elsewhere. Where a policy
+        gives no action probabilities (DQN), a note says why there are none."""
+        from pzasync.evaluation.exploitability import applies_to, exploitability
+
+        if not applies_to(self.env.name) or not result.run_dir:
+            return None
+        try:
+            return exploitability(result.run_dir, acting="sampled", seed=self._final_seed)
+        except (ConfigError, NotImplementedError) as exc:
+            self._note(f"exact exploitability not computed: {exc}")
+            return None
+
+    def run(self, progress: Callable[[str], None] | None = None) -> TrainResult:
+        """Train, then score: the final evaluation (unless skipped, stopped, or nothing learns) and, on leduc, the
+        exact exploitability."""
+        result = self.train()
+        out = TrainResult(result, notes=self.notes, stop_signal=self.runner.stop_signal)
+        if out.stop_signal is not None or not result.run_dir or not self.learned:
+            return out
+        episodes = self.final_episodes_for(result)
+        if episodes:
+            out.evaluation = self.final_evaluation(result, episodes, progress)
+            out.exploitability = self.exploitability(result)
+        return out
+
+
+def train(env: str = TRAIN_ENV, **options: Any) -> TrainResult:
+    """`pzasync train ENV` from Python: `Trainer(env, **options).run()` (see `Trainer` for the options)."""
+    return Trainer(env, **options).run()
+
+
+def _check_arguments(runner: str, steps: int | None, minutes: float | None, final_episodes: int | None,
+                     options: Mapping[str, Any]) -> None:
+    """The trainer's own arguments: budgets a run can meet, a known runner, evaluation settings (one line each)."""
+    if runner not in RUNNERS:
+        raise UserInputError(f"runner {runner!r}: must be one of {sorted(RUNNERS)}")
+    if steps is not None and steps < 1:
+        raise UserInputError(f"--steps {steps}: must be >= 1 agent steps")
+    if minutes is not None and not minutes > 0:
+        raise UserInputError(f"--minutes {minutes:g}: must be > 0")
+    if final_episodes is not None and final_episodes < 0:
+        raise UserInputError(f"--final-episodes {final_episodes}: must be >= 0")
+    every = options.get("eval_every_s")
+    if every is not None and every < 0:
+        raise UserInputError(f"--eval-every {every:g}: must be >= 0 seconds (0: no evaluation while training)")
+
+
+def _check_runner(runner: str, config: RunConfig) -> None:
+    """Run options that need the async runner's learner processes."""
+    if config.backend == "ray" and runner != "async":
+        raise UserInputError("--backend ray: only the async runner has learners apart from the actor; drop "
+                             "--runner sequential")
+    if config.learner_processes is not None and (runner != "async" or config.backend != "shm"):
+        raise UserInputError("--learner-processes: learner host processes are the async runner's on shared "
+                             "memory; drop it with --runner sequential or --backend ray")

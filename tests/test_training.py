@@ -1,0 +1,59 @@
+"""`pzasync.train` and `Trainer` (pzasync/training/): what `pzasync train ENV` does, from Python."""
+
+from __future__ import annotations
+
+import pytest
+
+import pzasync
+from pzasync.errors import ConfigError, UserInputError
+from pzasync.training import Trainer
+
+TTT = "pettingzoo.classic.tictactoe_v3"
+
+
+def test_train_runs_the_recipe_and_returns_the_final_evaluation(tmp_path):
+    result = pzasync.train(TTT, steps=400, runner="sequential", final_episodes=4,
+                           options={"out_dir": str(tmp_path), "eval_every_s": 0})
+    assert result.stop_signal is None and result.run.agent_steps == 400
+    assert result.run.agents["player_1"].learner == "dqn" and result.run.agents["player_1"].group == "players"
+    report = result.evaluation
+    assert report.vs == "perfect" and report.episodes == 4, "tictactoe's recipe scores against the perfect player"
+    assert {(r.policy, r.opponent) for r in report.results} >= {("trained", "perfect"), ("untrained", "perfect"),
+                                                                 ("trained", "random")}
+    assert result.run_dir.startswith(str(tmp_path)) and result.exploitability is None
+
+
+def test_the_trainer_says_what_it_chose_and_runs_what_the_cli_runs(tmp_path):
+    said = []
+    trainer = Trainer("mpe2.simple_speaker_listener_v4", runner="sequential", steps=200, final_episodes=0,
+                      options={"out_dir": str(tmp_path)}, say=said.append)
+    assert trainer.config.eval_vs == "random" and trainer.learners == "mappo", "the env's recipe"
+    assert said == trainer.notes
+    trainer.build()
+    (line, *auto) = trainer.describe()
+    assert line.startswith("training mpe2.simple_speaker_listener_v4 with the sequential runner: ") and "mappo" in line
+    result = trainer.run()
+    assert result.evaluation is None, "final_episodes=0 skips the final evaluation"
+    assert result.run.agent_steps == 200
+
+
+def test_an_env_without_a_recipe_gets_one_from_its_spaces_with_a_note():
+    said = []
+    trainer = Trainer("mpe2.simple_adversary_v3", steps=10, say=said.append, options={"out_dir": None})
+    assert trainer.learners == "dqn" and trainer.config.agent_groups == {"agent": ["agent_*"]}
+    assert said == trainer.notes and "has no recipe; chosen from its spaces" in said[0], said
+
+
+@pytest.mark.parametrize("kwargs, error, message", [
+    ({"steps": 0}, UserInputError, "--steps 0: must be >= 1"),
+    ({"runner": "parallel"}, UserInputError, "runner 'parallel': must be one of"),
+    ({"final_episodes": -1}, UserInputError, "--final-episodes -1: must be >= 0"),
+    ({"options": {"seed": "x"}}, ConfigError, "option seed='x': must be an integer"),
+    ({"learner": "dqn,lr=-1"}, ConfigError, None),
+])
+def test_bad_input_is_refused_before_anything_runs(kwargs, error, message, tmp_path):
+    options = {"out_dir": str(tmp_path / "runs"), **kwargs.pop("options", {})}
+    with pytest.raises(error, match=message):
+        trainer = Trainer(TTT, options=options, **kwargs)
+        trainer.build()  # the learner's options are checked when the run is planned
+    assert not (tmp_path / "runs").exists()
