@@ -335,7 +335,7 @@ class SharedRingBuffer:
         batch = {name: column[rows] for name, column in self._columns.items()}
         if not self.frames:
             return before, batch, self._seq[rows]
-        intact = np.ones(len(rows), dtype=bool)
+        intact = np.ones(rows.shape, dtype=bool)
         for prefix in ("obs", "next_obs"):
             refs = batch.pop(prefix + "_ref")
             slots = refs % self.frames
