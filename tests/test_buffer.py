@@ -304,6 +304,24 @@ def test_a_row_whose_frame_was_overwritten_is_never_returned(layout):
         buf.unlink()
 
 
+def test_windows_are_sampled_from_a_buffer_that_stores_observations_once(layout):
+    """`sample_windows` gathers rows in two dimensions (start row, offset); the frames' check keeps that shape
+    (it raised ValueError, so DQN with n_step > 1 failed on observations stored once)."""
+    buf = SharedRingBuffer.create(layout, 16, obs_storage="once")
+    try:
+        for i in range(10):
+            buf.write(numbered(i))
+        batch, valid = buf.sample_windows(8, 2, np.random.default_rng(0))
+        assert valid.shape == (8, 3) and valid[:, 0].all() and not valid.all()
+        index = np.nan_to_num(batch["reward"], nan=-1).astype(np.int64)  # rows not written yet hold NaN
+        assert (index[valid] == (index[:, :1] + np.arange(3))[valid]).all()
+        assert (batch["obs"][valid] == index[valid][:, None]).all()
+        assert (batch["next_obs"][valid] == index[valid][:, None] + 1).all()
+    finally:
+        buf.close()
+        buf.unlink()
+
+
 def test_stored_once_pistonball_frames_take_at_most_055_of_the_memory():
     """Raw pistonball frames (457 x 120 x 3 bytes), 100,000 transitions, 20 pistons in one group."""
     frame = agent_layout("piston_0", spaces.Box(0, 255, (457, 120, 3), np.uint8), spaces.Discrete(3))

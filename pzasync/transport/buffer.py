@@ -17,8 +17,16 @@ so a row's frames outlive it unless episodes average fewer than about 16 decisio
 Off-policy learners `sample` uniformly among rows already written (or `sample_windows`: each sampled row with
 the rows written after it, for n-step returns). On-policy learners `read_new` every
 transition once, in order; transitions overwritten before they were read are counted in `dropped`, so
-`returned + dropped == written` always holds (docs/shared-memory.md, invariant 3). See transport/slots.py for the
-memory-ordering argument, which is the same here.
+`returned + dropped == written` always holds (docs/shared-memory.md, invariant 3).
+
+Memory ordering: the writer writes the odd words, fences, writes the rows (or frames), fences, writes the even
+words and then the `written` count; a reader reads the words, fences, copies a whole batch of rows, fences and
+reads the words again (`ordering.full_fence`, which holds on any CPU). Nothing orders a row's even word before
+the `written` count that covers it, so another CPU may see the count first: `read_new` leaves such a row for
+its next call instead of counting it dropped; `sample` gets the row's previous transition, whole, or redraws
+it; `sample_windows` and `gather_logical` mark it invalid. Readers fence after reading `written`, so only the
+newest row can be in that state. Every word is an aligned 8-byte value, read and written in one access;
+buffers are refused on 32-bit platforms.
 """
 
 from __future__ import annotations
@@ -28,6 +36,7 @@ from typing import Any
 import numpy as np
 
 from pzasync.errors import ConfigError, PzasyncError
+from pzasync.transport import ordering
 from pzasync.transport.shm import ArraySpec, Segment, check_fits, carve, new_run_id, packed_size
 from pzasync.core.spaces import AgentLayout, leaf_value
 from pzasync.core.transitions import Transition
@@ -177,6 +186,7 @@ class SharedRingBuffer:
                     frames: int = 0) -> SharedRingBuffer:
         """An empty buffer with the given columns, e.g. a learner's local copy of the actor's buffer on another
         node (backends/ray/host.py), filled with `write_rows`."""
+        ordering.check_word_size(f"the replay buffer of {what}")
         nbytes = packed_size(_segment_specs(fields, int(capacity), frames))
         check_fits(f"the replay buffer of {what} ({capacity:,} transitions)", nbytes)
         segment = Segment.create(run_id or new_run_id(), label, nbytes)
@@ -228,6 +238,7 @@ class SharedRingBuffer:
             refs = self._store_observations(t.extras.get("track", t.agent), self._leaves(t.obs),
                                             self._leaves(t.next_obs), t.terminated or t.truncated)
         self._seq[row] = 2 * n + 1
+        ordering.full_fence()  # the odd word before any of the row
         if self.frames:
             cols["obs_ref"][row], cols["next_obs_ref"][row] = refs
         elif self.obs_paths:
@@ -247,6 +258,7 @@ class SharedRingBuffer:
         extras = t.extras
         for name in self._extra_names:
             cols[name][row] = extras.get(name, 0)
+        ordering.full_fence()  # all of the row before the even word
         self._seq[row] = 2 * n + 2
         self._written = n + 1
         self._words[_WRITTEN] = n + 1
@@ -262,8 +274,10 @@ class SharedRingBuffer:
         f = self._frames_written
         slot = f % self.frames
         self._frame_seq[slot] = 2 * f + 1
+        ordering.full_fence()
         for name, column in self._frame_columns.items():
             column[slot] = leaves[name]
+        ordering.full_fence()
         self._frame_seq[slot] = 2 * f + 2
         self._frames_written = f + 1
         return f
@@ -299,8 +313,10 @@ class SharedRingBuffer:
         logical = np.arange(start + skip, start + n)
         rows = logical % self.capacity
         self._seq[rows] = 2 * logical + 1
+        ordering.full_fence()
         for name, column in self._columns.items():
             column[rows] = batch[name][skip:]
+        ordering.full_fence()
         self._seq[rows] = 2 * logical + 2
         self._written = start + n
         self._words[_WRITTEN] = start + n
@@ -318,9 +334,11 @@ class SharedRingBuffer:
             logical = self._written
             row = logical % self.capacity
             self._seq[row] = 2 * logical + 1
+            ordering.full_fence()
             self._columns["obs_ref"][row], self._columns["next_obs_ref"][row] = refs
             for name in row_columns:
                 self._columns[name][row] = batch[name][i]
+            ordering.full_fence()
             self._seq[row] = 2 * logical + 2
             self._written = logical + 1
             self._words[_WRITTEN] = logical + 1
@@ -328,22 +346,29 @@ class SharedRingBuffer:
 
     # ----------------------------------------------------------------------------------------- readers
     def _gather(self, rows: np.ndarray) -> tuple[np.ndarray, dict[str, np.ndarray], np.ndarray]:
-        """Sequence words before, the rows' columns, and the words after. With observations stored once,
-        the frames are copied between the two reads of the rows' words, and a row whose frames changed
-        reads as torn (its `after` word is -1)."""
+        """Sequence words before, the rows' columns, and the words after, with one fence on either side of
+        the whole batch's copy. With observations stored once, the frames' words are read after the rows
+        (which hold the frames' references), the frames are copied between two more fences, and a row whose
+        frames changed reads as torn (its `after` word is -1)."""
         before = self._seq[rows]
+        ordering.full_fence()  # the words before any of the rows
         batch = {name: column[rows] for name, column in self._columns.items()}
         if not self.frames:
+            ordering.full_fence()  # all of the rows before the words again
             return before, batch, self._seq[rows]
-        intact = np.ones(len(rows), dtype=bool)
-        for prefix in ("obs", "next_obs"):
-            refs = batch.pop(prefix + "_ref")
-            slots = refs % self.frames
-            seen = self._frame_seq[slots]
+        prefixes = ("obs", "next_obs")
+        refs = {prefix: batch.pop(prefix + "_ref") for prefix in prefixes}
+        slots = {prefix: refs[prefix] % self.frames for prefix in prefixes}
+        seen = {prefix: self._frame_seq[slots[prefix]] for prefix in prefixes}
+        ordering.full_fence()  # the frames' words before any of the frames
+        for prefix in prefixes:
             for name, column in self._frame_columns.items():
-                batch[prefix + name[len("obs"):]] = column[slots]
-            expected = 2 * refs + 2
-            intact &= (seen == expected) & (self._frame_seq[slots] == expected)
+                batch[prefix + name[len("obs"):]] = column[slots[prefix]]
+        ordering.full_fence()  # all of the rows and frames before the words again
+        intact = np.ones(rows.shape, dtype=bool)
+        for prefix in prefixes:
+            expected = 2 * refs[prefix] + 2
+            intact &= (seen[prefix] == expected) & (self._frame_seq[slots[prefix]] == expected)
         after = self._seq[rows]
         after[~intact] = -1
         return before, batch, after
@@ -353,6 +378,7 @@ class SharedRingBuffer:
         written = self._words[_WRITTEN]
         if written == 0:
             raise PzasyncError(f"buffer {self.name!r} is empty; wait until `written` > 0 before sampling")
+        ordering.full_fence()  # the count before the rows' words (see read_new)
         logical = rng.integers(max(0, written - self.capacity), written, size=batch_size)
         before, batch, after = self._gather(logical % self.capacity)
         for _ in range(max_attempts):
@@ -394,6 +420,7 @@ class SharedRingBuffer:
         written = self._words[_WRITTEN]
         if written == 0:
             raise PzasyncError(f"buffer {self.name!r} is empty; wait until `written` > 0 before sampling")
+        ordering.full_fence()  # the count before the rows' words (see read_new)
         if not isinstance(window, (int, np.integer)) or window < 0 or window >= self.capacity:
             raise ConfigError(f"buffer {self.name!r}: window must be an integer in [0, {self.capacity - 1}] "
                               f"(capacity - 1), got {window!r}")
@@ -426,11 +453,21 @@ class SharedRingBuffer:
         cursor = self._cursor
         if written == cursor:
             return None
+        ordering.full_fence()  # the count before the rows' words: all rows below it but the newest read complete
         start = max(cursor, written - self.capacity)
         end = written if max_rows is None else min(written, start + max_rows)
         logical = np.arange(start, end)
         before, batch, after = self._gather(logical % self.capacity)
         expected = 2 * logical + 2
+        # A row whose word is older than its transition is counted in `written` but not complete here yet
+        # (the writer's last word can become visible after its count): the range ends before it, for the next
+        # call. Only the newest row can be so, and not on x86-64, which keeps the writer's stores in order.
+        pending = np.flatnonzero(before < expected)
+        if pending.size:
+            n = int(pending[0])
+            end = start + n
+            logical, expected, before, after = logical[:n], expected[:n], before[:n], after[:n]
+            batch = {name: values[:n] for name, values in batch.items()}
         # The writer overwrites rows in logical order, so torn rows are a prefix of the range; with
         # observations stored once, a row whose frame was overwritten can also sit further in.
         good = (before == expected) & (after == expected)

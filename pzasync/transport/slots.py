@@ -7,9 +7,12 @@ odd, the copy may mix two publications and is retried. In *double buffer* mode v
 `v % 2`, so a reader copying the current version only collides with a publisher two versions ahead; in
 *snapshot* mode there is one copy, half the memory, and a reader retries whenever a publication overlaps it.
 
-Memory ordering: the publisher's stores (word, data, word) and the reader's loads (word, data, word) are each
-issued by separate C calls in program order; x86-64 (TSO) keeps stores ordered with stores and loads with
-loads, which is all a seqlock needs. Every word is an aligned 8-byte value, read and written in one access.
+Memory ordering: the publisher writes the odd word, fences, copies, fences and writes the even word; the reader
+reads the word, fences, copies, fences and reads the word again. `ordering.full_fence` orders the accesses on
+either side of it on any CPU (x86-64, ARMv8), so this holds without relying on the CPU's store order. A reader
+also retries a copy whose word is older than the version it was directed to (the version word is written
+after the copy's word, and without a fence between them another CPU may see them in either order). Every word
+is an aligned 8-byte value, read and written in one access; slots are refused on 32-bit platforms.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from typing import Literal
 import numpy as np
 
 from pzasync.errors import ConfigError, SlotReadTimeout
+from pzasync.transport import ordering
 from pzasync.transport.shm import ArraySpec, Segment, carve, new_run_id, packed_size
 
 PublishMode = Literal["double_buffer", "snapshot"]
@@ -51,6 +55,7 @@ class PolicySlot:
         cls, size: int, mode: PublishMode = "double_buffer", *, run_id: str | None = None, label: str = "slot"
     ) -> PolicySlot:
         """Allocate a slot for vectors of `size` floats. The creating process owns (and unlinks) it."""
+        ordering.check_word_size("a policy slot")
         if mode not in MODES:
             raise ConfigError(f"publish mode must be one of {MODES}, got {mode!r}")
         if not isinstance(size, (int, np.integer)) or size < 1:
@@ -84,7 +89,9 @@ class PolicySlot:
             raise ConfigError(f"slot {self.name!r}: version {version} is not newer than {words[_VERSION]}")
         copy = version % len(self._copies)
         words[_SEQ0 + copy] = 2 * version - 1
+        ordering.full_fence()  # the odd word before any of the new data
         np.copyto(self._copies[copy], vector, casting="same_kind")
+        ordering.full_fence()  # all of the data before the even word
         words[_SEQ0 + copy] = 2 * version
         words[_VERSION] = version
         return version
@@ -102,8 +109,11 @@ class PolicySlot:
                 return 0
             copy = version % len(copies)
             before = words[_SEQ0 + copy]
-            if not before & 1:
+            # Odd: a publication in progress. Older than `version`: this copy's newer word is not visible here yet.
+            if not before & 1 and before >= 2 * version:
+                ordering.full_fence()  # the word before any of the copy
                 np.copyto(out, copies[copy])
+                ordering.full_fence()  # all of the copy before the word again
                 if words[_SEQ0 + copy] == before:
                     return before // 2
             # Torn or in progress: retry, giving the publisher the CPU now and then.
