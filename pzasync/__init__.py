@@ -6,10 +6,11 @@ Data flows env copies -> actor (runtime/actor.py: each copy an `EpisodeStepper`,
 `train` (a `Trainer`) is what `pzasync train` does. See docs/architecture.md.
 """
 
-from pzasync.transport.buffer import SharedRingBuffer
 from pzasync.config import RunConfig
 from pzasync.core.collect import rollout, run_episodes
 from pzasync.core.environments import EnvSpec, make_env
+from pzasync.core.spaces import AgentLayout, agent_layout, env_layouts
+from pzasync.core.transitions import EpisodeSummary, Transition, TransitionAssembler
 from pzasync.errors import (
     ConfigError,
     EnvSpecError,
@@ -20,11 +21,10 @@ from pzasync.errors import (
     UnsupportedSpaceError,
     UserInputError,
 )
+from pzasync.transport.buffer import SharedRingBuffer
+from pzasync.transport.protocols import PolicyPublisher, PolicySource, RunControl, TransitionSource, TransitionWriter
 from pzasync.transport.shm import clean_stale
 from pzasync.transport.slots import PolicySlot
-from pzasync.core.spaces import AgentLayout, agent_layout, env_layouts
-from pzasync.core.transitions import EpisodeSummary, Transition, TransitionAssembler
-from pzasync.transport.protocols import PolicyPublisher, PolicySource, RunControl, TransitionSource, TransitionWriter
 
 
 def __getattr__(name: str):

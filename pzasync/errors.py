@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import signal
 from multiprocessing.process import BaseProcess
+
 from pzasync.logs import logger
 
 

@@ -1,8 +1,8 @@
 """Self-play with a league: who a learning unit plays against, drawn per episode, and ratings from the games.
 
 `RunConfig.league` maps a learning unit (an agent, or an agent group) to an opponent mix, e.g.
-`{"players": {"latest": 0.5, "snapshot": 0.4, "negamax,depth=2": 0.1}}` (`"*"`: every learning unit). At the start of every episode the
-actor asks the `League` for the match:
+`{"players": {"latest": 0.5, "snapshot": 0.4, "negamax,depth=2": 0.1}}` (`"*"`: every learning unit). At the
+start of every episode the actor asks the `League` for the match:
 
 - ``latest``: nothing changes; every seat acts with its own unit's newest policy and every seat's
   transitions are recorded (plain self-play for a group, plain independent learning otherwise).
@@ -35,9 +35,10 @@ from typing import Any
 
 import numpy as np
 
-from pzasync.specs import LATEST, SNAPSHOT, parse_mix, scripted_spec
 from pzasync.learners import resolve_learner, vector_to_policy
 from pzasync.runtime.rundir import pyplot
+from pzasync.specs import LATEST, SNAPSHOT, parse_mix, scripted_spec
+
 
 # ------------------------------------------------------------------------------------------ ratings
 @dataclass

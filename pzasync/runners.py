@@ -1,9 +1,9 @@
 """AsyncRunner and SequentialRunner (docs/running.md, Runners): the same plan, actor, learners and seeds, two schedules.
 
 A run is assembled from the same parts whatever the runner: the plan (runtime/plan.py) and its transport (shared
-memory: buffers, slots, run control), the actor (runtime/actor.py) in the calling process, a monitor (runtime/monitor.py)
-and a learner host (runtime/hosts.py). The runners differ only in the host they make, as Sample Factory's serial and
-parallel runners differ only in where components run:
+memory: buffers, slots, run control), the actor (runtime/actor.py) in the calling process, a monitor
+(runtime/monitor.py) and a learner host (runtime/hosts.py). The runners differ only in the host they make, as Sample
+Factory's serial and parallel runners differ only in where components run:
 
 - `SequentialRunner`: `InlineHost`, each learner's updates run just before its agents' decisions, on the
   replay-ratio schedule (the baseline every speed claim is measured against);
@@ -21,23 +21,24 @@ import signal
 import time
 from typing import Any
 
-from pzasync.transport import stats as S
-from pzasync.runtime.actor_pool import ActorPool, split_budget
-from pzasync.runtime.actor import Actor, ActingAgent, acting_agents, build_actor
 from pzasync.config import RunConfig
 from pzasync.core.environments import EnvSpec
-from pzasync.errors import PzasyncError, ConfigError
-from pzasync.runtime.hosts import InlineHost, LearnerHost, ProcessHost
-from pzasync.runtime.learner_loop import LearnerSetup
-from pzasync.runtime.autotune import Placement
-from pzasync.runtime.plan import AgentPlan, RunPlan
-from pzasync.runtime.monitor import RunMonitor
-from pzasync.runtime.results import AgentResult, RunResult, process_usage
-from pzasync.runtime.rundir import RunDirectory, plot_returns
-from pzasync.transport.shm import remove_stale_segments
-from pzasync.runtime.stop_signals import StopSignals, reason as signal_reason
+from pzasync.errors import ConfigError, PzasyncError
 from pzasync.evaluation.evaluator import Evaluator, EvaluatorSetup, plot_evaluations
 from pzasync.league import League, plot_league
+from pzasync.runtime.actor import ActingAgent, Actor, acting_agents, build_actor
+from pzasync.runtime.actor_pool import ActorPool, split_budget
+from pzasync.runtime.autotune import Placement
+from pzasync.runtime.hosts import InlineHost, LearnerHost, ProcessHost
+from pzasync.runtime.learner_loop import LearnerSetup
+from pzasync.runtime.monitor import RunMonitor
+from pzasync.runtime.plan import AgentPlan, RunPlan
+from pzasync.runtime.results import AgentResult, RunResult, process_usage
+from pzasync.runtime.rundir import RunDirectory, plot_returns
+from pzasync.runtime.stop_signals import StopSignals
+from pzasync.runtime.stop_signals import reason as signal_reason
+from pzasync.transport import stats as S
+from pzasync.transport.shm import remove_stale_segments
 
 
 def check_budget(agent_steps: Any, seconds: Any) -> None:
@@ -216,7 +217,8 @@ class _Runner:
                 learner_wait_s=stats.get(unit, S.LEARNER_WAIT_NS) / 1e9,
                 actor_wait_s=stats.get(unit, S.ACTOR_WAIT_NS) / 1e9,
                 restarts=stats.get(unit, S.RESTARTS), error=monitor.errors.get(unit),
-                nonfinite_transitions=(acting.count.nonfinite if acting else 0) + (pool.nonfinite(agent) if pool else 0),
+                nonfinite_transitions=((acting.count.nonfinite if acting else 0)
+                                       + (pool.nonfinite(agent) if pool else 0)),
                 learner_cpu_seconds=report.get("process_cpu_seconds") if measured else None,
                 learner_peak_rss_mb=report.get("process_peak_rss_mb") if measured else None,
                 learner_pid=report.get("pid") if measured else None,
@@ -227,7 +229,8 @@ class _Runner:
         result = RunResult(
             runner=self.kind, env=self.plan.env_spec.name, agent_steps=steps,
             learner_host=host.name if host is not None else "",
-            episodes=stats.total_episodes if actor else 0, actors=self.plan.actors, wall_seconds=wall, startup_seconds=startup,
+            episodes=stats.total_episodes if actor else 0, actors=self.plan.actors, wall_seconds=wall,
+            startup_seconds=startup,
             acting_seconds=acting_time,
             actor_steps_per_second=steps / acting_time, stopped_because=reason, agents=agents,
             run_dir=str(run_dir.path) if run_dir else None, config=self.config.as_dict(),

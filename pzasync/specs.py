@@ -86,7 +86,8 @@ def parse_mix(unit: str, mix: Any) -> dict[str, float]:
             try:
                 pairs[kind.strip()] = float(weight)
             except ValueError:
-                raise ConfigError(f"option league for {unit!r}: weight {weight!r} of {kind!r} is not a number") from None
+                raise ConfigError(f"option league for {unit!r}: weight {weight!r} of {kind!r} is not a "
+                                  f"number") from None
         mix = pairs
     if not isinstance(mix, dict) or not mix:
         raise ConfigError(f"option league for {unit!r}: expected a dict of opponent kind -> weight, got {mix!r}")

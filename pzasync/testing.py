@@ -12,11 +12,11 @@ from __future__ import annotations
 import multiprocessing as mp
 from typing import Any
 
+from pzasync.config import RunConfig
 from pzasync.core.collect import rollout
 from pzasync.core.environments import EnvSpec
-from pzasync.evaluation.evaluate import random_actor
 from pzasync.core.spaces import env_layouts, probe_info_masks
-from pzasync.config import RunConfig
+from pzasync.evaluation.evaluate import random_actor
 from pzasync.runners import AsyncRunner, SequentialRunner
 
 

@@ -88,10 +88,10 @@ def bare_loop(env: Any, learners: Any | None, agent_steps: int, seed: int = 0,
     (RunConfig.agent_groups) lets learner specs name agent groups; every member runs its own copy.
     """
     from pzasync.core.environments import EnvSpec
-    from pzasync.evaluation.evaluate import policy_actor, random_actor
-    from pzasync.runtime.plan import RunPlan
     from pzasync.core.spaces import env_layouts, probe_info_masks
     from pzasync.core.transitions import LayoutBook
+    from pzasync.evaluation.evaluate import policy_actor, random_actor
+    from pzasync.runtime.plan import RunPlan
 
     spec = EnvSpec.of(env)
     instance = spec.make()
@@ -361,8 +361,8 @@ def run_trial(spec: TrialSpec, on_progress: Callable[[int], None] | None = None)
     """Run one trial in this process and return its figures (the body of a trial's fresh process)."""
     from pzasync.config import RunConfig
     from pzasync.core.environments import EnvSpec
-    from pzasync.runtime.results import process_usage
     from pzasync.runners import AsyncRunner, SequentialRunner
+    from pzasync.runtime.results import process_usage
 
     s = spec.settings
     env = EnvSpec.of(s.env, **s.env_kwargs)

@@ -12,10 +12,10 @@ from typing import Callable
 import numpy as np
 from gymnasium import spaces
 
-from pzasync.transport.buffer import SharedRingBuffer
-from pzasync.transport.slots import MODES, PolicySlot
 from pzasync.core.spaces import agent_layout
 from pzasync.core.transitions import Transition
+from pzasync.transport.buffer import SharedRingBuffer
+from pzasync.transport.slots import MODES, PolicySlot
 
 
 @dataclass
@@ -59,12 +59,12 @@ def run(vector_floats: int = 1_000_000) -> list[Measurement]:
         slot = PolicySlot.create(vector_floats, mode)
         try:
             slot.publish(source)
-            results.append(Measurement(f"slot.version ({mode})", _per_call(lambda: slot.version, 200_000),
+            results.append(Measurement(f"slot.version ({mode})", _per_call(lambda s=slot: s.version, 200_000),
                                        "<= 0.5 us"))
             results.append(Measurement(f"slot.publish {vector_floats:,} floats ({mode})",
-                                       _per_call(lambda: slot.publish(source), 50), "<= 2x memcpy"))
+                                       _per_call(lambda s=slot: s.publish(source), 50), "<= 2x memcpy"))
             results.append(Measurement(f"slot.read {vector_floats:,} floats ({mode})",
-                                       _per_call(lambda: slot.read(target), 50), "<= 2x memcpy"))
+                                       _per_call(lambda s=slot: s.read(target), 50), "<= 2x memcpy"))
         finally:
             slot.close()
             slot.unlink()

@@ -213,7 +213,8 @@ def remote_overhead(env_id: str = "pettingzoo.classic.connect_four_v3", *, steps
             local_cpu = statistics.median(c for _, c, _ in runs["local"])
             for path, measured in runs.items():
                 remote = path != "local"
-                row = OverheadRow(n, None if path == "paced" else per_frame(n), path, statistics.median(w for w, _, _ in measured) * 1e6,
+                row = OverheadRow(n, None if path == "paced" else per_frame(n), path,
+                                  statistics.median(w for w, _, _ in measured) * 1e6,
                                   statistics.median(c for _, c, _ in measured) * 1e6,
                                   statistics.median(s for _, _, s in measured) * 1e6 if remote else None,
                                   (statistics.median(c + s for _, c, s in measured) - local_cpu) * 1e6 if remote

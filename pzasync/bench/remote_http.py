@@ -31,10 +31,27 @@ from pzasync.errors import RemoteEnvError, RemoteProtocolError
 from pzasync.logs import logger
 from pzasync.remote.address import Address
 from pzasync.remote.client import Connection
-from pzasync.remote.protocol import (HAS_OPTIONS, HAS_SEED, INFO_JSON, INFO_MASK, MAGIC, NO_AGENT, NO_OBS,
-                                     NONE_ACTION, OBSERVE_RECORD, RESET_RECORD, VERSION, EnvLayout, Kind,
-                                     info_tail, packed_frame, read_infos, records_frame, split_records,
-                                     unpack_records)
+from pzasync.remote.protocol import (
+    HAS_OPTIONS,
+    HAS_SEED,
+    INFO_JSON,
+    INFO_MASK,
+    MAGIC,
+    NO_AGENT,
+    NO_OBS,
+    NONE_ACTION,
+    OBSERVE_RECORD,
+    RESET_RECORD,
+    VERSION,
+    EnvLayout,
+    Kind,
+    info_tail,
+    packed_frame,
+    read_infos,
+    records_frame,
+    split_records,
+    unpack_records,
+)
 from pzasync.remote.server import EnvServer
 
 _PATHS = {Kind.HELLO: "/hello", Kind.RESET: "/reset", Kind.STEP: "/step", Kind.OBSERVE: "/observe"}
@@ -245,7 +262,8 @@ class HttpConnection(Connection):
             steps = []
             for instance, flags, action in unpack_records(body, layout.step_struct, self.label)[0]:
                 agent = None if flags & NONE_ACTION else self.envs[instance].agent_selection
-                steps.append([instance, agent, None if agent is None else to_json(layout.actions[agent].decode(action))])
+                decoded = None if agent is None else to_json(layout.actions[agent].decode(action))
+                steps.append([instance, agent, decoded])
             return {"steps": steps}
         if kind == Kind.RESET:
             records, tail = split_records(body, RESET_RECORD, self.label)
@@ -297,7 +315,8 @@ class HttpConnection(Connection):
             if "info" in item:
                 flags |= INFO_JSON
                 infos.append(item["info"])
-            records[k]["instance"], records[k]["agent"], records[k]["flags"] = item["instance"], layout.index[agent], flags
+            record = records[k]
+            record["instance"], record["agent"], record["flags"] = item["instance"], layout.index[agent], flags
         return memoryview(records_frame(Kind.OBSERVATION, records, info_tail(infos)))[5:]
 
     def has_reply(self, ticket: int) -> bool:

@@ -175,7 +175,8 @@ def plot_report(report: dict[str, Any], path: str) -> str:
         if target is not None:
             ax.axhline(target, color="k", ls="--", lw=0.8, label=f"target {target:g}")
         ax.set_xlabel("seconds of acting (start-up excluded)")
-        ax.set_ylabel(f"{report['settings']['score'].replace('_', ' ')} vs {report['settings'].get('versus', 'random')} (worst learning agent)")
+        score, versus = report['settings']['score'].replace('_', ' '), report['settings'].get('versus', 'random')
+        ax.set_ylabel(f"{score} vs {versus} (worst learning agent)")
         ax.set_title(f"Learning curves: median and min-max over {report['settings']['seeds']} seed(s)")
         ax.legend(fontsize=8, loc="lower right")
     fig.suptitle(f"pzasync bench: {report['settings']['env']} on {report['machine']['cores_used']} core(s)",

@@ -7,14 +7,14 @@ import os
 from dataclasses import dataclass, replace
 from typing import Any
 
+from pzasync.config import RunConfig
 from pzasync.config.declare import Check, OptionGroup, comma_list, key_values, option
 from pzasync.config.toml import dumps, values
+from pzasync.core.environments import EnvSpec
 from pzasync.errors import ConfigError
 from pzasync.recipes import TRAIN_ENV, default_yardstick
-from pzasync.specs import learner_spec_of, learner_spec_text, parse_learner_spec
-from pzasync.config import RunConfig
-from pzasync.core.environments import EnvSpec
 from pzasync.runtime.plan import RunPlan
+from pzasync.specs import learner_spec_of, learner_spec_text, parse_learner_spec
 
 BARE_CONFIGS = ("bare_random", "bare_policy")
 RUNNER_CONFIGS = ("async_idle", "sequential", "async_double_buffer", "async_snapshot", "async_free")

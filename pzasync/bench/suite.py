@@ -137,7 +137,8 @@ def team_returns(rows: list[dict[str, Any]], seconds: float, bins: int = 10) -> 
     points = []
     for b in range(bins):
         lo, hi = seconds * b / bins, seconds * (b + 1) / bins
-        team = [sum(r["returns"].values()) for r in rows if lo <= r["wall_s"] < hi or (b == bins - 1 and r["wall_s"] >= hi)]
+        team = [sum(r["returns"].values()) for r in rows
+                if lo <= r["wall_s"] < hi or (b == bins - 1 and r["wall_s"] >= hi)]
         if team:
             points.append({"wall_s": hi, "team_return": statistics.fmean(team), "episodes": len(team)})
     return points
@@ -229,7 +230,7 @@ def env_report(env_id: str, settings: SuiteSettings, out: Path,
     extra = {"exploitability": exploitability_figures(runs)} if applies_to(run.env.name) and runs else {}
     return {
         "env": run.env.name, "short": short, "metric": metric, "yardstick": run.yardstick, "scoring": scoring,
-        "scored_units": {unit: members for unit, members in sorted(units.items())},
+        "scored_units": dict(sorted(units.items())),
         "recipe": {"learner": recipe.learner_spec, "learners": jsonable(run.learners),
                    "agent_groups": run.config["agent_groups"], "self_play": recipe.self_play, "league": recipe.league,
                    "env_kwargs": dict(recipe.env_kwargs), "wrappers": list(recipe.wrappers),

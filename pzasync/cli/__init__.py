@@ -23,8 +23,8 @@ from pzasync.cli.common import console, errors, scoring_line
 from pzasync.cli.suite import suite
 from pzasync.cli.train import train
 from pzasync.config import SCORING_MODES
-from pzasync.evaluation.episodes import ACTING_MODES, EVAL_COPIES
 from pzasync.errors import UserInputError
+from pzasync.evaluation.episodes import ACTING_MODES, EVAL_COPIES
 from pzasync.recipes import DEFAULT_RECIPE, recipe_for
 from pzasync.training import train_choices
 
@@ -68,8 +68,8 @@ def rollout(env_id: str, steps: int, seed: int, max_episode_steps: int | None) -
     """
     from pzasync.core.collect import run_episodes
     from pzasync.core.environments import make_env
-    from pzasync.evaluation.evaluate import random_actor
     from pzasync.core.transitions import EpisodeSummary, LayoutBook
+    from pzasync.evaluation.evaluate import random_actor
 
     env = make_env(env_id)
     counts: dict[str, int] = defaultdict(int)
@@ -121,7 +121,8 @@ def rollout(env_id: str, steps: int, seed: int, max_episode_steps: int | None) -
                    "server: docs/remote.md); 0 answers each request whole.")
 def serve(env_id: str, socket_path: str | None, address: str | None, instances: int, workers: int) -> None:
     """Serve ENV_ID over the remote env protocol (docs/remote.md) until SIGTERM or Ctrl-C; train on it with
-    the env id unix:///path (or tcp://host:port), or let pzasync launch it: "cmd:pzasync serve ENV --socket {socket}"."""
+    the env id unix:///path (or tcp://host:port), or let pzasync launch it:
+    "cmd:pzasync serve ENV --socket {socket}"."""
     from pzasync.core.environments import EnvSpec
     from pzasync.remote import serve as serve_env
 

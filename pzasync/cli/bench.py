@@ -9,9 +9,9 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from pzasync.bench.settings import BenchSettings
 from pzasync.cli.common import console
-from pzasync.training.choices import with_learner_for
 from pzasync.cli.options import SectionedCommand, declared_params, given
 from pzasync.config.groups import parse_groups
+from pzasync.training.choices import with_learner_for
 
 
 @click.command(cls=SectionedCommand)

@@ -18,7 +18,9 @@ from pzasync.cli.common import console, errors, parse_options, scoring_line
 from pzasync.cli.options import SectionedCommand, declared_params, given
 from pzasync.config import GROUPS
 from pzasync.recipes import DEFAULT_RECIPE, SELF_PLAY, TRAIN_ENV
-from pzasync.runtime.stop_signals import StopSignals, exit_code as signal_exit_code, reason as signal_reason
+from pzasync.runtime.stop_signals import StopSignals
+from pzasync.runtime.stop_signals import exit_code as signal_exit_code
+from pzasync.runtime.stop_signals import reason as signal_reason
 
 #: The defaults --help shows where `pzasync train`'s differ from RunConfig's: its own, and the recipe's.
 TRAIN_DEFAULTS = {
@@ -207,7 +209,8 @@ def _print_summary(result: Any, report: Any = None, yardstick: str = "random") -
         games = report.episodes
         # Game results (1/0/-1) are scored as wins, draws and losses; other returns by their mean.
         outcomes = all(r.outcomes for r in report.results)
-        per = "seat and opponent" if report.scoring == "seats" else f"{'side' if report.scoring == 'sides' else 'team'} and policy"
+        side = "side" if report.scoring == "sides" else "team"
+        per = "seat and opponent" if report.scoring == "seats" else f"{side} and policy"
         table = Table(title=f"greedy play, {games} {'games' if outcomes else 'episodes'} per {per}",
                       title_justify="left")
         scored = ("win [95% CI]", "draw", "loss") if outcomes else ("mean return [95% CI]",)

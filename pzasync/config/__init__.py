@@ -7,9 +7,21 @@
 """
 
 from pzasync.config.declare import NONE, Check, OptionGroup, OptionSpec, declared, option, spec_of
-from pzasync.config.groups import (AUTO, AUTO_ENVS_PER_ACTOR, BACKENDS, GROUPS, RAY_TRANSPORTS, SCORING_MODES,
-                                   ActingOptions, EvaluationOptions, LeagueOptions, LearningOptions, RayOptions,
-                                   ReliabilityOptions, RunOptions)
+from pzasync.config.groups import (
+                                   AUTO,
+                                   AUTO_ENVS_PER_ACTOR,
+                                   BACKENDS,
+                                   GROUPS,
+                                   RAY_TRANSPORTS,
+                                   SCORING_MODES,
+                                   ActingOptions,
+                                   EvaluationOptions,
+                                   LeagueOptions,
+                                   LearningOptions,
+                                   RayOptions,
+                                   ReliabilityOptions,
+                                   RunOptions,
+)
 from pzasync.config.run import RunConfig
 
 __all__ = ["AUTO", "AUTO_ENVS_PER_ACTOR", "BACKENDS", "GROUPS", "NONE", "RAY_TRANSPORTS", "SCORING_MODES",

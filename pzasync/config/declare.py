@@ -132,12 +132,6 @@ class Check:
         return text + (" or None" if self.optional else "")
 
 
-def one_of(*choices: Any, optional: bool = False) -> Check:
-    """A check for one of a few literal values, said as "one of 'relu', 'tanh'"."""
-    return Check(type(choices[0]), choices=tuple(choices), optional=optional,
-                 what="one of " + ", ".join(repr(c) for c in choices))
-
-
 @dataclass(frozen=True)
 class OptionSpec:
     """One option's declaration (`option`'s arguments), in its field's metadata under `KEY`."""

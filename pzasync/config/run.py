@@ -7,9 +7,18 @@ from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any, Mapping
 
+from pzasync.config.groups import (
+    AUTO,
+    GROUPS,
+    ActingOptions,
+    EvaluationOptions,
+    LeagueOptions,
+    LearningOptions,
+    RayOptions,
+    ReliabilityOptions,
+    RunOptions,
+)
 from pzasync.config.toml import dumps, values
-from pzasync.config.groups import (AUTO, GROUPS, ActingOptions, EvaluationOptions, LeagueOptions, LearningOptions,
-                                   RayOptions, ReliabilityOptions, RunOptions)
 from pzasync.errors import ConfigError
 
 

@@ -12,11 +12,11 @@ from typing import Any, Callable
 
 import numpy as np
 
-from pzasync.errors import ConfigError, UnsupportedSpaceError
+from pzasync.core.environments import make_env
 from pzasync.core.spaces import AgentLayout, leaf_value
 from pzasync.core.stepper import EpisodeStepper
 from pzasync.core.transitions import EpisodeSummary, LayoutBook, Transition
-from pzasync.core.environments import make_env
+from pzasync.errors import ConfigError, UnsupportedSpaceError
 
 #: policy(agent, obs, mask) -> (action, extras stored with the transition)
 ActFn = Callable[[str, Any, "np.ndarray | None"], "tuple[Any, dict]"]

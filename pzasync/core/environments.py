@@ -19,10 +19,10 @@ import gymnasium
 from pettingzoo import AECEnv, ParallelEnv
 from pettingzoo.utils.conversions import parallel_to_aec
 
-from pzasync.errors import EnvSpecError
 from pzasync.core.global_state import GlobalStateObservations, StateRequest
 from pzasync.core.gym_adapter import GymnasiumAECEnv
 from pzasync.core.wrappers import apply_wrappers
+from pzasync.errors import EnvSpecError
 from pzasync.remote import connect, is_remote_id
 
 #: Packages whose env modules are listed by `pzasync envs` and offered as close matches.

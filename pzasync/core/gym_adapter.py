@@ -16,7 +16,8 @@ class GymnasiumAECEnv(AECEnv):
         self.env = env
         self.possible_agents = [agent_name]
         self.agents: list[str] = []
-        self.metadata = {**getattr(env, "metadata", {}), "name": f"gymnasium:{env.spec.id if env.spec else type(env).__name__}",
+        name = env.spec.id if env.spec else type(env).__name__
+        self.metadata = {**getattr(env, "metadata", {}), "name": f"gymnasium:{name}",
                          "is_parallelizable": True}
         self.render_mode = getattr(env, "render_mode", None)
         self._obs: Any = None

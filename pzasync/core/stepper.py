@@ -15,8 +15,8 @@ from typing import Any, Callable, Iterator
 
 import numpy as np
 
-from pzasync.errors import RewardConservationError
 from pzasync.core.transitions import EpisodeSummary, LayoutBook, RewardLedger, Transition, TransitionAssembler
+from pzasync.errors import RewardConservationError
 
 
 @dataclass(slots=True)

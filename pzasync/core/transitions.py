@@ -15,8 +15,8 @@ from typing import Any
 
 import numpy as np
 
-from pzasync.errors import RewardConservationError, UnsupportedSpaceError
 from pzasync.core.spaces import MASK_KEY, AgentLayout, agent_layout, stored_obs_space
+from pzasync.errors import RewardConservationError, UnsupportedSpaceError
 
 
 @dataclass(slots=True)
@@ -221,7 +221,8 @@ class TransitionAssembler:
             if not math.isclose(total, expected, rel_tol=1e-9, abs_tol=1e-6):
                 raise RewardConservationError(
                     f"episode {self.episode_index}, agent {agent!r}: the env paid {expected!r} but transitions "
-                    f"carry {self.in_transitions.get(agent, 0.0)!r} plus {self.before_first_decision.get(agent, 0.0)!r} "
+                    f"carry {self.in_transitions.get(agent, 0.0)!r} plus "
+                    f"{self.before_first_decision.get(agent, 0.0)!r} "
                     f"before its first decision (its `rewards` entries summed to the first amount, the `last()` "
                     f"rewards to the second). Does the env zero _cumulative_rewards[agent] when the agent acts "
                     f"and clear `rewards` every step, as PettingZoo requires?"

@@ -26,16 +26,16 @@ from gymnasium import spaces
 
 from pzasync.core.collect import run_episodes
 from pzasync.core.environments import EnvSpec
-from pzasync.errors import ConfigError
-from pzasync.core.groups import resolve_groups
-from pzasync.core.spaces import env_action_converter, AgentLayout, env_layouts, probe_info_masks, uniform_legal
-from pzasync.specs import parse_learner_spec
-from pzasync.core.transitions import EpisodeSummary, LayoutBook
 from pzasync.core.global_state import OBSERVATION_KEY, STATE_KEY
+from pzasync.core.groups import resolve_groups
+from pzasync.core.spaces import AgentLayout, env_action_converter, env_layouts, probe_info_masks, uniform_legal
+from pzasync.core.transitions import EpisodeSummary, LayoutBook
+from pzasync.errors import ConfigError
+from pzasync.evaluation.episodes import EVAL_COPIES, PerCopyPlayer, Player, PolicyPlayer, RandomPlayer, play_parallel
 from pzasync.learners import resolve_learner, state_request
 from pzasync.learners.players import load_checkpoint_policy
 from pzasync.runtime.rundir import RunDirectory
-from pzasync.evaluation.episodes import EVAL_COPIES, PerCopyPlayer, Player, PolicyPlayer, RandomPlayer, play_parallel
+from pzasync.specs import parse_learner_spec
 
 ActFn = Callable[[str, Any, "np.ndarray | None"], Any]
 
@@ -275,7 +275,7 @@ def opponent_players(spec: EnvSpec, agents: list[str], needed: list[str], oppone
     try:
         if opponents == "random":
             shared = RandomPlayer(ActionSpaces(probe).copy().spaces, index)
-            return {a: shared for a in needed}
+            return dict.fromkeys(needed, shared)
         layouts = env_layouts(probe, probe_info_masks(probe, seed=seed))
     finally:
         probe.close()
@@ -337,7 +337,7 @@ def score_units(env_spec: Any, seated: dict[str, tuple[Any, AgentLayout]] | str,
             own = policy_players(seated, explore)
         else:
             shared = RandomPlayer(ActionSpaces(probe).copy().spaces, index)
-            own = {a: shared for a in agents}
+            own = dict.fromkeys(agents, shared)
     finally:
         probe.close()
     needed = [a for a in agents if any(a not in members or a not in own for members in units.values())]
@@ -371,7 +371,8 @@ def evaluate_against(env_spec: Any, trained: dict[str, tuple[Any, AgentLayout]],
                        copies=copies)
 
 
-def fresh_policies(env_spec: Any, learners: Any, seed: int = 12345) -> tuple[EnvSpec, dict[str, tuple[Any, AgentLayout]]]:
+def fresh_policies(env_spec: Any, learners: Any,
+                   seed: int = 12345) -> tuple[EnvSpec, dict[str, tuple[Any, AgentLayout]]]:
     """Freshly initialised (seeded, untrained) greedy policies of every agent whose learner learns, and the env
     spec to score them on (with the global state beside the observation where a learner's critic reads it).
 

@@ -27,14 +27,14 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from pzasync.errors import ConfigError, report_unclean_exit
-from pzasync.runtime.processes import process_context, runner_is_gone
-from pzasync.runtime.stop_signals import ignore_stop_signals, shielded
-from pzasync.logs import logger
 from pzasync.evaluation.evaluate import load_run_policies, score_units
 from pzasync.evaluation.exploitability import applies_to, leduc_exploitability
 from pzasync.evaluation.scoring import choose_scoring, units_for
 from pzasync.learners import resolve_learner, vector_to_policy
+from pzasync.logs import logger
+from pzasync.runtime.processes import process_context, runner_is_gone
 from pzasync.runtime.rundir import draw_returns, pyplot
+from pzasync.runtime.stop_signals import ignore_stop_signals, shielded
 
 
 @dataclass

@@ -24,7 +24,7 @@ from typing import Any, Callable
 from pzasync.core.environments import EnvSpec
 from pzasync.errors import ConfigError
 from pzasync.evaluation.episodes import ACTING_MODES, EVAL_COPIES
-from pzasync.evaluation.evaluate import (EvalResult, fresh_policies, load_run_policies, player_name, score_units)
+from pzasync.evaluation.evaluate import EvalResult, fresh_policies, load_run_policies, player_name, score_units
 from pzasync.evaluation.scoring import choose_scoring, units_for
 from pzasync.runtime.rundir import RunDirectory
 

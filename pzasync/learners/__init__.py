@@ -13,13 +13,21 @@ import difflib
 from importlib.metadata import entry_points
 from typing import Any
 
+from pzasync.config.declare import Check, option
 from pzasync.core.global_state import StateRequest, check_source
 from pzasync.errors import ConfigError
-from pzasync.specs import import_object
-from pzasync.config.declare import Check, option
-from pzasync.learners.base import (Batch, Learner, LearnerContext, Policy, policy_size, policy_to_vector,
-                                   trajectory_ids, vector_to_policy)
+from pzasync.learners.base import (
+    Batch,
+    Learner,
+    LearnerContext,
+    Policy,
+    policy_size,
+    policy_to_vector,
+    trajectory_ids,
+    vector_to_policy,
+)
 from pzasync.learners.options import LearnerOptions, Option
+from pzasync.specs import import_object
 
 BUILTIN: dict[str, str] = {
     "dqn": "pzasync.learners.dqn:DQNLearner",

@@ -18,8 +18,8 @@ from typing import Any, ClassVar, Mapping
 import numpy as np
 import torch
 
-from pzasync.core.spaces import AgentLayout
 from pzasync.config.declare import Check
+from pzasync.core.spaces import AgentLayout
 from pzasync.learners.options import LearnerOptions, Option, options_from_defaults
 
 Batch = dict[str, np.ndarray]
@@ -182,7 +182,7 @@ class Learner(ABC):
         plain dict handed to `build_policy` is checked by the same one validator)."""
         return config if isinstance(config, cls.Options) else cls.validate_config(agent, config)
 
-    @classmethod
+    @classmethod  # noqa: B027 - optional: a learner that takes any space keeps it empty
     def check_spaces(cls, layout: AgentLayout) -> None:
         """Raise UnsupportedSpaceError naming the agent if this learner cannot handle its spaces."""
 

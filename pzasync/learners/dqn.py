@@ -28,8 +28,16 @@ from pzasync.config.declare import option
 from pzasync.core.spaces import AgentLayout
 from pzasync.errors import ConfigError, UnsupportedSpaceError
 from pzasync.learners.base import Batch, Learner, LearnerContext, Policy, trajectory_ids
-from pzasync.learners.networks import (ACTIVATIONS, BOARD_CHANNELS, TORSOS, Encoder, explore_uniformly,
-                                       masked_logits, mlp, obs_tensors)
+from pzasync.learners.networks import (
+    ACTIVATIONS,
+    BOARD_CHANNELS,
+    TORSOS,
+    Encoder,
+    explore_uniformly,
+    masked_logits,
+    mlp,
+    obs_tensors,
+)
 from pzasync.learners.options import LearnerOptions, Option
 from pzasync.learners.prioritized import PrioritizedReplay
 
@@ -99,7 +107,8 @@ def nstep_batch(window: dict[str, np.ndarray], valid: np.ndarray, n_step: int, g
     members) are passed over (when `interleaved`), and the walk stops at the first row that does not continue
     it. A row continues the trajectory if the previous step was neither terminated nor truncated, the row is
     valid (untorn, not yet overwritten), belongs to the same track, and its observation equals the previous
-    step's `next_obs` exactly (which catches episode boundaries and episodes cut by the actor). At most `n_step` steps are
+    step's `next_obs` exactly (which catches episode boundaries and episodes cut by the actor). At most `n_step` steps
+    are
     used. The result has the start row's columns, with `reward` = sum_k gamma^k r_k over the k used steps,
     `next_obs*`, `next_action_mask`, `terminated` and `truncated` from the last used step, `discount` =
     gamma^(steps used) (the bootstrap factor) and `nstep` = steps used.

@@ -24,14 +24,14 @@ import numpy as np
 import torch
 from torch import nn
 
+from pzasync.config.declare import option
 from pzasync.core.global_state import OBSERVATION_KEY, STATE_KEY
 from pzasync.core.spaces import AgentLayout
 from pzasync.errors import ConfigError, UnsupportedSpaceError
-from pzasync.config.declare import option
 from pzasync.learners.base import Batch, LearnerContext, trajectory_ids
 from pzasync.learners.networks import Encoder, mlp, obs_tensors
 from pzasync.learners.options import Option, redeclare
-from pzasync.learners.ppo import ActorCritic, Dist, DiagGaussian, PPOLearner, PPOOptions
+from pzasync.learners.ppo import ActorCritic, DiagGaussian, Dist, PPOLearner, PPOOptions
 from pzasync.learners.recurrent import Chunk, gru_core
 
 

@@ -36,10 +36,9 @@ from pzasync.errors import ConfigError, UnsupportedSpaceError
 from pzasync.learners.base import Policy
 from pzasync.learners.options import LearnerOptions, Option
 from pzasync.learners.players import _NoUpdates
-from pzasync.specs import import_object
-
 from pzasync.players.boards import GAME_NAMES, ConnectFour, Game, TicTacToe, game_for
 from pzasync.players.search import root_scores, solve_tictactoe
+from pzasync.specs import import_object
 
 
 # ------------------------------------------------------------------------------------------ policies

@@ -7,6 +7,7 @@ from functools import lru_cache
 
 from pzasync.players.boards import WIN, Game, TicTacToe
 
+
 def negamax(game: Game, me: int, opp: int, depth: int, alpha: int, beta: int, ply: int) -> int:
     """Score of the position for the player to move (`me`), searched `depth` plies with alpha-beta."""
     filled = me | opp

@@ -162,16 +162,15 @@ def default_trainee_weights(env_name: str) -> dict[str, float]:
 #: simple_world_comm are left out: their teams do not follow their agents' name prefixes (alice and bob against
 #: eve; leadadversary with the adversaries).
 SCORING: dict[str, str] = {
-    **{env: "team" for env in ("mpe2.simple_v3", "mpe2.simple_spread_v3", "mpe2.simple_reference_v3",
-                               "mpe2.simple_speaker_listener_v4", "pettingzoo.sisl.pursuit_v4",
-                               "pettingzoo.sisl.pursuit_v5", "pettingzoo.sisl.multiwalker_v9",
-                               "pettingzoo.sisl.waterworld_v4", "pettingzoo.butterfly.pistonball_v6",
-                               "pettingzoo.butterfly.cooperative_pong_v5", "pettingzoo.butterfly.cooperative_pong_v6",
-                               "pettingzoo.butterfly.knights_archers_zombies_v10",
-                               "pettingzoo.butterfly.knights_archers_zombies_v11")},
-    **{env: "sides" for env in ("mpe2.simple_tag_v3", "mpe2.simple_adversary_v3", "mpe2.simple_push_v3")},
-    **{env: "seats" for env in ("pettingzoo.classic.connect_four_v3", "pettingzoo.classic.tictactoe_v3",
-                                "pettingzoo.classic.leduc_holdem_v4")},
+    **dict.fromkeys(("mpe2.simple_v3", "mpe2.simple_spread_v3", "mpe2.simple_reference_v3",
+                     "mpe2.simple_speaker_listener_v4", "pettingzoo.sisl.pursuit_v4", "pettingzoo.sisl.pursuit_v5",
+                     "pettingzoo.sisl.multiwalker_v9", "pettingzoo.sisl.waterworld_v4",
+                     "pettingzoo.butterfly.pistonball_v6", "pettingzoo.butterfly.cooperative_pong_v5",
+                     "pettingzoo.butterfly.cooperative_pong_v6", "pettingzoo.butterfly.knights_archers_zombies_v10",
+                     "pettingzoo.butterfly.knights_archers_zombies_v11"), "team"),
+    **dict.fromkeys(("mpe2.simple_tag_v3", "mpe2.simple_adversary_v3", "mpe2.simple_push_v3"), "sides"),
+    **dict.fromkeys(("pettingzoo.classic.connect_four_v3", "pettingzoo.classic.tictactoe_v3",
+                     "pettingzoo.classic.leduc_holdem_v4"), "seats"),
 }
 
 

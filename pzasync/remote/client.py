@@ -28,9 +28,29 @@ from pzasync.errors import RemoteEnvError, RemoteProtocolError, RemoteSpaceError
 from pzasync.remote.address import Address
 from pzasync.remote.json_values import plain
 from pzasync.remote.launch import launch
-from pzasync.remote.protocol import (HAS_OPTIONS, HAS_SEED, INFO_JSON, INFO_MASK, MAGIC, MASK_KEY, NO_AGENT, NO_OBS, NONE_ACTION,
-                                     OBSERVE_RECORD, RESET_RECORD, VERSION, EnvLayout, Kind, frame, info_tail,
-                                     packed_frame, read_infos, records_frame, split_records, unpack_records)
+from pzasync.remote.protocol import (
+    HAS_OPTIONS,
+    HAS_SEED,
+    INFO_JSON,
+    INFO_MASK,
+    MAGIC,
+    MASK_KEY,
+    NO_AGENT,
+    NO_OBS,
+    NONE_ACTION,
+    OBSERVE_RECORD,
+    RESET_RECORD,
+    VERSION,
+    EnvLayout,
+    Kind,
+    frame,
+    info_tail,
+    packed_frame,
+    read_infos,
+    records_frame,
+    split_records,
+    unpack_records,
+)
 from pzasync.remote.stream import FrameStream
 
 _ERRORS = {"malformed": RemoteProtocolError, "version": RemoteProtocolError, "space": RemoteSpaceError}
@@ -87,7 +107,8 @@ class Connection:
                 raise RemoteProtocolError(f"{self.label}: expected WELCOME to HELLO, got message kind {kind}")
             (version,) = struct.unpack_from("<H", body)
             if version != VERSION:
-                raise RemoteProtocolError(f"{self.label} speaks protocol version {version}; this client speaks {VERSION}")
+                raise RemoteProtocolError(f"{self.label} speaks protocol version {version}; this client speaks "
+                                          f"{VERSION}")
             try:
                 self.description = json.loads(bytes(body[2:]))
             except ValueError as exc:

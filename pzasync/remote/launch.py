@@ -16,7 +16,6 @@ import subprocess
 import sys
 import tempfile
 import time
-from typing import Any
 
 from pzasync.errors import EnvSpecError, RemoteEnvError
 from pzasync.remote.address import Address
@@ -151,8 +150,3 @@ def launch(env_id: str, count: int, *, timeout_s: float = 60.0, instances: int |
             server.close()
         raise
     return servers
-
-
-def close_all(servers: list[Any]) -> None:
-    for server in servers:
-        server.close()

@@ -28,9 +28,27 @@ import numpy as np
 from pzasync.errors import RemoteProtocolError, RemoteSpaceError
 from pzasync.logs import logger
 from pzasync.remote.address import Address
-from pzasync.remote.protocol import (HAS_OPTIONS, HAS_SEED, MAGIC, NONE_ACTION, OBSERVE_RECORD, RESET_RECORD, VERSION,
-                                     EnvLayout, Kind, SpaceCodec, error_frame, frame, info_tail, json_frame,
-                                     packed_frame, read_infos, records_frame, split_records, unpack_records)
+from pzasync.remote.protocol import (
+    HAS_OPTIONS,
+    HAS_SEED,
+    MAGIC,
+    NONE_ACTION,
+    OBSERVE_RECORD,
+    RESET_RECORD,
+    VERSION,
+    EnvLayout,
+    Kind,
+    SpaceCodec,
+    error_frame,
+    frame,
+    info_tail,
+    json_frame,
+    packed_frame,
+    read_infos,
+    records_frame,
+    split_records,
+    unpack_records,
+)
 from pzasync.remote.snapshots import EnvStates, Snapshots, UnfitValue, info_parts
 from pzasync.remote.step_pool import StepPool
 from pzasync.remote.stream import FrameStream
@@ -401,7 +419,8 @@ def _env_error(instance: int, env: Any, exc: Exception) -> _Refused:
     """An env's exception (being handled) as an ERROR reply naming the instance, the agent and the type."""
     code = "space" if isinstance(exc, RemoteSpaceError) else "env"
     return _Refused(code, f"{type(exc).__name__}: {exc}", instance=instance,
-                    agent=getattr(env, "agent_selection", None), type=f"{type(exc).__module__}:{type(exc).__qualname__}",
+                    agent=getattr(env, "agent_selection", None),
+                    type=f"{type(exc).__module__}:{type(exc).__qualname__}",
                     traceback=traceback.format_exc())
 
 

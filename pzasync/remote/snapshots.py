@@ -16,7 +16,17 @@ import numpy as np
 
 from pzasync.errors import RemoteSpaceError
 from pzasync.remote.json_values import plain
-from pzasync.remote.protocol import INFO_JSON, INFO_MASK, MASK_KEY, NO_AGENT, NO_OBS, EnvLayout, Kind, info_tail, packed_frame
+from pzasync.remote.protocol import (
+    INFO_JSON,
+    INFO_MASK,
+    MASK_KEY,
+    NO_AGENT,
+    NO_OBS,
+    EnvLayout,
+    Kind,
+    info_tail,
+    packed_frame,
+)
 
 #: Dead turns stepped with None in a row before the server calls the env broken (an env that never moves on).
 MAX_DEAD_TURNS = 100_000

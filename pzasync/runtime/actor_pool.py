@@ -2,9 +2,9 @@
 
 Each extra actor is a process of its own (runtime/processes.py) that rebuilds its own env copies and policy
 copies from the run's plan, says it is ready and waits for the runner's go, so that every actor starts acting
-at once (an actor that started late would act alone at the end, skewing the budget split and every rate measured). It reads
-the same policy slots as every other actor and writes its own buffer shard per learning unit (transport/shards.py),
-so every buffer keeps one writer. It counts its steps and episodes in its own words of the
+at once (an actor that started late would act alone at the end, skewing the budget split and every rate measured).
+It reads the same policy slots as every other actor and writes its own buffer shard per learning unit
+(transport/shards.py), so every buffer keeps one writer. It counts its steps and episodes in its own words of the
 run's counters (transport/stats.py) and sends its finished episodes to the runner in batches, for the returns, the
 episode log and the live display. The runner's monitor polls the pool with the learner host.
 
@@ -25,12 +25,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from pzasync.errors import EnvCrashedError, PzasyncError, error_type_path, remote_error, report_unclean_exit
-from pzasync.transport.shm import unlink_run
-from pzasync.runtime.processes import process_context, runner_is_gone
-from pzasync.runtime.stop_signals import ignore_stop_signals, shielded
 from pzasync.logs import logger
 from pzasync.runtime.actor import acting_agents, build_actor
+from pzasync.runtime.processes import process_context, runner_is_gone
 from pzasync.runtime.results import process_usage
+from pzasync.runtime.stop_signals import ignore_stop_signals, shielded
+from pzasync.transport.shm import unlink_run
 
 
 def split_budget(agent_steps: int | None, actors: int) -> list[int | None]:

@@ -19,7 +19,6 @@ from pzasync.transport.shm import check_fits, free_shm_bytes
 from pzasync.transport.slots import PolicySlot
 from pzasync.transport.stats import NOT_LEARNING, STATUS, RunStats
 
-
 #: RunConfig(buffer_capacity="auto"): each off-policy learner's buffer holds this many transitions, unless
 #: together they would take more than AUTO_BUFFER_BYTES or half of free /dev/shm (`fit_buffers`).
 AUTO_BUFFER_TRANSITIONS = 100_000
@@ -100,7 +99,7 @@ def allocate(plan: Any) -> None:
     """Create every learner unit's buffer and slot and the run's counters (owned by this process), and set
     `plan.stats` and `plan.shm_in_use`; on any failure remove what was created."""
     try:
-        names = list(plan.agents) + [g for g in plan.groups]
+        names = list(plan.agents) + list(plan.groups)
         plan.stats = RunStats.create(plan.run_id, names, plan.actors)
         for unit in plan.units.values():
             if not unit.learns:

@@ -21,15 +21,21 @@ from __future__ import annotations
 import time
 from typing import Any, Callable
 
-from pzasync.transport import stats as S
 from pzasync.errors import LearnerCrashedError, LearnerStartupError, learner_error, report_unclean_exit
-from pzasync.runtime.host_loop import MessagePipe, learner_host_process_main
-from pzasync.runtime.learner_loop import (LearnerDriver, LearnerFailed, LearnerReport, LearnerSetup, restarted,
-                                          start_driver)
+from pzasync.logs import logger
 from pzasync.runtime.copies.wire import enlarge_pipe
+from pzasync.runtime.host_loop import MessagePipe, learner_host_process_main
+from pzasync.runtime.learner_loop import (
+    LearnerDriver,
+    LearnerFailed,
+    LearnerReport,
+    LearnerSetup,
+    restarted,
+    start_driver,
+)
 from pzasync.runtime.processes import process_context
 from pzasync.runtime.stop_signals import shielded
-from pzasync.logs import logger
+from pzasync.transport import stats as S
 
 
 class LearnerHost:
@@ -233,7 +239,7 @@ class InlineHost(LearnerHost):
             self._save_checkpoints()
 
     def _save_checkpoints(self) -> None:
-        for unit, driver in self.drivers.items():
+        for driver in self.drivers.values():
             if driver.setup.checkpoint_path:
                 driver.save_checkpoint(driver.setup.checkpoint_path)
 

@@ -18,12 +18,12 @@ from typing import Any
 
 import numpy as np
 
-from pzasync.transport import stats as S
 from pzasync.errors import LearnerCrashedError, error_type_path
-from pzasync.transport.protocols import PolicyPublisher, RunControl, TransitionSource
-from pzasync.learners import LearnerContext, resolve_learner, policy_to_vector, vector_to_policy
+from pzasync.learners import LearnerContext, policy_to_vector, resolve_learner, vector_to_policy
 from pzasync.learners.players import save_checkpoint
 from pzasync.runtime.results import process_usage
+from pzasync.transport import stats as S
+from pzasync.transport.protocols import PolicyPublisher, RunControl, TransitionSource
 
 
 @dataclass(frozen=True)
@@ -213,7 +213,8 @@ class LearnerDriver:
         mean, p95 = self.lag_summary()
         cpu, rss = process_usage()
         return {"updates": self.updates, "metrics": self.last_metrics, "lag_mean": mean, "lag_p95": p95,
-                "dropped": self.buffer.dropped, "process_cpu_seconds": cpu - self._cpu_at_start, "process_peak_rss_mb": rss,
+                "dropped": self.buffer.dropped, "process_cpu_seconds": cpu - self._cpu_at_start,
+                "process_peak_rss_mb": rss,
                 "pid": os.getpid()}
 
     def save_checkpoint(self, path: str) -> None:

@@ -13,10 +13,10 @@ from typing import Any
 
 import numpy as np
 
-from pzasync.transport import stats as S
+from pzasync.logs import logger
 from pzasync.runtime.results import PolicySnapshot, process_usage
 from pzasync.runtime.rundir import RunDirectory
-from pzasync.logs import logger
+from pzasync.transport import stats as S
 
 
 class RunMonitor:

@@ -23,9 +23,9 @@ from pzasync.core.environments import EnvSpec
 from pzasync.core.groups import resolve_groups
 from pzasync.core.spaces import AgentLayout, env_layouts, probe_info_masks
 from pzasync.errors import ConfigError, UserInputError
+from pzasync.learners import Learner, Policy, policy_size, resolve_learner, state_request
 from pzasync.logs import logger
 from pzasync.remote.address import is_remote_id
-from pzasync.learners import Learner, LearnerContext, Policy, policy_size, resolve_learner, state_request
 from pzasync.runtime import allocation
 from pzasync.runtime.autotune import Placement, autotune, env_step_seconds, usable_cores
 from pzasync.specs import LATEST, SNAPSHOT, parse_mix, scripted_spec
@@ -126,7 +126,7 @@ class RunPlan:
     actor process per `RunConfig.actors` and learners in processes of their own."""
 
     def __init__(self, env: Any, learners: Any, config: RunConfig | None = None, *, run_id: str | None = None,
-                 placement: Placement = Placement()) -> None:
+                 placement: Placement = Placement()) -> None:  # noqa: B008 - a frozen dataclass, never changed
         self.config = (config or RunConfig()).validate()
         self.env_spec = EnvSpec.of(env)
         if is_remote_id(self.env_spec.source) and self.config.env_workers:
@@ -304,11 +304,6 @@ class RunPlan:
             for device, option in wanted.items():
                 if ":" in device and int(device.split(":")[1]) >= torch.cuda.device_count():
                     raise ConfigError(f"{option} {device!r}: only {torch.cuda.device_count()} CUDA device(s) here")
-
-    def learner_context(self, unit: str) -> LearnerContext:
-        plan = self.units[unit]
-        return LearnerContext(unit, plan.layout, plan.options, self.config.device_for(unit),
-                              plan.seed(self.config.seed), members=list(plan.members), tracks=self.tracks(unit))
 
     def tracks(self, unit: str) -> int:
         """Trajectories interleaved in the unit's buffer: one per env copy and group member."""

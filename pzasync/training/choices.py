@@ -68,8 +68,8 @@ def train_choices(env_name: str, *, learner: str | None = None, learner_for: tup
     that cannot go together. `env_args` (--env-arg) go over the recipe's env arguments, `wrappers` (--wrapper)
     replace its wrappers. `base`: the recipe of an env without one in the registry (`recipes.recipe_from_spaces`),
     else DEFAULT_RECIPE. `file_learners`: a --config file's learners (`[learners.NAME]` tables), used where no
-    --learner is given; --learner-for goes over them. Builds nothing: `RunPlan(env, choices.learners, RunConfig(**choices.config))` checks
-    them."""
+    --learner is given; --learner-for goes over them. Builds nothing:
+    `RunPlan(env, choices.learners, RunConfig(**choices.config))` checks them."""
     given_options = {**(file_options or {}), **(options or {})}
     recipe = train_recipe(env_name, base=base)
     independent = self_play is False

@@ -35,11 +35,11 @@ from typing import Any
 
 import numpy as np
 
-from pzasync.errors import ConfigError, PzasyncError
-from pzasync.transport import ordering
-from pzasync.transport.shm import ArraySpec, Segment, check_fits, carve, new_run_id, packed_size
 from pzasync.core.spaces import AgentLayout, leaf_value
 from pzasync.core.transitions import Transition
+from pzasync.errors import ConfigError, PzasyncError
+from pzasync.transport import ordering
+from pzasync.transport.shm import ArraySpec, Segment, carve, check_fits, new_run_id, packed_size
 
 # Header words: written count (actor), read cursor and dropped count (learner), capacity.
 _WRITTEN, _CURSOR, _DROPPED, _CAPACITY = 0, 1, 2, 3

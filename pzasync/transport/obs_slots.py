@@ -19,8 +19,8 @@ from typing import Any
 
 import numpy as np
 
-from pzasync.transport.shm import ArraySpec, Segment, carve, packed_size
 from pzasync.core.spaces import AgentLayout, leaf_value
+from pzasync.transport.shm import ArraySpec, Segment, carve, packed_size
 
 #: Final slots (copies x agents records) are left out above this size; their observations then use the pipe.
 FINAL_SLOTS_MAX_BYTES = 64 << 20

@@ -6,10 +6,10 @@ env --actor--> TransitionWriter ==> TransitionSource --learner--> PolicyPublishe
 ```
 
 Each arrow's two ends are one object today: `SharedRingBuffer` (transport/buffer.py) is a writer and a source,
-`PolicySlot` (transport/slots.py) a publisher and a source, `RunStats` (transport/stats.py) the run control, all in local shared
-memory. The Ray backend (backends/ray/host.py) adds implementations for learners on another node: transitions go
-in chunks through Ray's object store into a local ring buffer on the learner's node, and policies come back
-as versioned object references. Code that moves data names these protocols, never the classes; a new
+`PolicySlot` (transport/slots.py) a publisher and a source, `RunStats` (transport/stats.py) the run control, all in
+local shared memory. The Ray backend (backends/ray/host.py) adds implementations for learners on another node:
+transitions go in chunks through Ray's object store into a local ring buffer on the learner's node, and policies come
+back as versioned object references. Code that moves data names these protocols, never the classes; a new
 transport implements them and a `LearnerHost` (runtime/hosts.py) that knows where to run learners.
 
 The contracts (docs/shared-memory.md states them for the shared-memory implementation):
@@ -21,7 +21,7 @@ The contracts (docs/shared-memory.md states them for the shared-memory implement
 
 from __future__ import annotations
 
-from typing import Any, Protocol, runtime_checkable
+from typing import Protocol, runtime_checkable
 
 import numpy as np
 
@@ -122,10 +122,3 @@ class RunControl(Protocol):
 
     def record_episodes(self, episodes: int) -> None:
         """The actor's count of finished episodes, all env copies together."""
-
-
-def check_implements(obj: Any, *protocols: type) -> None:
-    """Fail loudly (TypeError naming the missing protocol) when a transport object lacks part of the seam."""
-    for protocol in protocols:
-        if not isinstance(obj, protocol):
-            raise TypeError(f"{type(obj).__name__} does not implement {protocol.__name__} (pzasync.transport.protocols)")

@@ -16,8 +16,8 @@ from typing import Any
 
 import numpy as np
 
-from pzasync.transport.buffer import SharedRingBuffer
 from pzasync.errors import PzasyncError
+from pzasync.transport.buffer import SharedRingBuffer
 
 
 class ShardedBuffer:

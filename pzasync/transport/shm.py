@@ -9,6 +9,7 @@ in normal runs, `clean_stale()` (also `pzasync clean`) for runs whose owner died
 
 from __future__ import annotations
 
+import _posixshmem
 import mmap
 import os
 import re
@@ -16,7 +17,6 @@ import secrets
 from dataclasses import dataclass
 from pathlib import Path
 
-import _posixshmem
 import numpy as np
 
 from pzasync.errors import InsufficientSharedMemoryError

@@ -33,12 +33,12 @@ from typing import Any
 
 import numpy as np
 
-from pzasync.transport import stats as S
+from pzasync.backends.ray.workers import LearnerActor, RemoteRun
 from pzasync.errors import ConfigError
+from pzasync.runtime.autotune import usable_cores
 from pzasync.runtime.hosts import LearnerHost
 from pzasync.runtime.learner_loop import LearnerFailed, LearnerReport, LearnerSetup, restarted
-from pzasync.backends.ray.workers import LearnerActor, RemoteRun
-from pzasync.runtime.autotune import usable_cores
+from pzasync.transport import stats as S
 from pzasync.transport.shm import unlink_run
 
 #: Seconds between two status calls to a remote learner (its counters, mirrored into the run's).

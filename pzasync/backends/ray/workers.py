@@ -18,12 +18,12 @@ from typing import Any
 
 import numpy as np
 
-from pzasync.transport import stats as S
+from pzasync.runners import AsyncRunner
 from pzasync.runtime.host_loop import learner_process_main
 from pzasync.runtime.learner_loop import LearnerReport, LearnerSetup
-from pzasync.transport.shm import _alive, new_run_id
-from pzasync.runners import AsyncRunner
+from pzasync.transport import stats as S
 from pzasync.transport.buffer import SharedRingBuffer
+from pzasync.transport.shm import _alive, new_run_id
 from pzasync.transport.stats import RunStats
 
 

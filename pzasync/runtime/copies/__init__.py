@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from pzasync.runtime.copies.local import LocalCopies, LocalEnvs
 from pzasync.remote.address import is_remote_id
+from pzasync.runtime.copies.local import LocalCopies, LocalEnvs
 from pzasync.runtime.copies.protocol import Answer, EnvCopies, EnvCopiesFactory
 from pzasync.runtime.copies.remote import RemoteCopies, RemoteEnvs
 from pzasync.runtime.copies.workers import EnvWorkers, WorkerCopies

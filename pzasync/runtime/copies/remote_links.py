@@ -86,7 +86,7 @@ class Links:
                 mine, share = share[:connection.max_instances], share[connection.max_instances:]
                 for instance, k in enumerate(mine):
                     self.envs[k] = connection.env(instance, deferred=True)
-                copy_of = {instance: k for instance, k in enumerate(mine)}
+                copy_of = dict(enumerate(mine))
                 if connection.paced:  # the server's pace groups the copies, reply by reply
                     self.groups.append(Group(connection, mine, copy_of))
                     continue
