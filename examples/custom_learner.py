@@ -1,4 +1,4 @@
-"""A custom learner in ~40 lines: a bandit-style learner that plays rock-paper-scissors against a biased player.
+"""A custom learner in ~50 lines: a bandit-style learner that plays rock-paper-scissors against a biased player.
 
 Run: python examples/custom_learner.py [--steps N]
 The learner (player_0) keeps one preference per action and moves it towards the rewards it gets; the
@@ -8,11 +8,12 @@ opponent (player_1) is a fixed policy that plays rock half of the time, so paper
 from __future__ import annotations
 
 import argparse
+from dataclasses import dataclass
 
 import numpy as np
 import torch
 
-from pzasync import AsyncRunner, Learner, Option, Policy, RunConfig
+from pzasync import AsyncRunner, Learner, LearnerOptions, Option, Policy, RunConfig, option
 
 
 class GreedyPolicy(Policy):
@@ -35,10 +36,18 @@ class GreedyPolicy(Policy):
         return actions, {}
 
 
+@dataclass(kw_only=True, eq=False)
+class BanditOptions(LearnerOptions):
+    """Each option once: its default, its doc and its rule (checked before any process starts)."""
+
+    lr: float = option(0.05, "Step of a preference towards each reward.", Option(float, gt=0, le=1))
+    batch_size: int = option(32, "Rows per update.", Option(int, ge=1))
+    learning_starts: int = option(32, "Transitions before the first update.", Option(int, ge=0))
+
+
 class BanditLearner(Learner):
     on_policy = False
-    defaults = {"lr": 0.05, "batch_size": 32, "learning_starts": 32}
-    schema = {"lr": Option(float, gt=0, le=1)}  # checked before any process starts
+    Options = BanditOptions
 
     def __init__(self, ctx):
         super().__init__(ctx)
@@ -55,7 +64,7 @@ class BanditLearner(Learner):
     def update(self, batch):
         with torch.no_grad():
             for action, reward in zip(batch["action"], batch["reward"]):
-                self._policy.prefs[action] += self.config["lr"] * (reward - self._policy.prefs[action])
+                self._policy.prefs[action] += self.config.lr * (reward - self._policy.prefs[action])
         return {"mean_reward": float(batch["reward"].mean())}
 
 

@@ -56,3 +56,16 @@ def test_the_logger_prints_pzasync_lines_to_stderr(capfd):
 
     logger.warning("a diagnostic")
     assert capfd.readouterr().err == "pzasync: a diagnostic\n"
+
+
+def test_the_layer_chart_of_the_docs_is_the_import_contract():
+    """docs/architecture.md's layer chart names the layers of pyproject.toml's contract, in its order."""
+    from pzasync.config.toml import tomllib
+
+    contracts = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["importlinter"]["contracts"]
+    layers = next(c["layers"] for c in contracts if c["type"] == "layers")
+    expected = [" | ".join(part.strip().removeprefix("pzasync.") for part in layer.split("|")) for layer in layers]
+    text = (ROOT / "docs" / "architecture.md").read_text()
+    chart = text.split("## Layers", 1)[1].split("```", 2)[1]
+    charted = [line[1:].split("  ")[0].strip() for line in chart.splitlines() if line.startswith(" ") and line[1] != " "]
+    assert charted == expected

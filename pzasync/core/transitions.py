@@ -3,7 +3,7 @@
 The assembler is fed what `env.last()` returns at each agent's turns and the decisions taken there, and hands
 back complete per-agent transitions. It is the single place where turn-based semantics live: rewards that
 arrive on other agents' turns, terminal turns, agents that die mid-episode, and episodes the actor cuts short.
-Both `rollout` and the async actor drive it through `collect.run_episodes`.
+`EpisodeStepper` (core/stepper.py) drives it, one env copy at a time, for `rollout` and the actor alike.
 """
 
 from __future__ import annotations
