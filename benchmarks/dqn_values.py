@@ -7,7 +7,7 @@ updates per agent step of player_0. Every 2,000 agent steps a policy snapshot is
 plays 100 greedy games against random play, and its Q-values are read on 1,500 positions of random games:
 the mean over positions of the best legal value (no return in connect four exceeds 1, so a mean best value
 above 1 is overestimation) and the median gap between the two best legal values. Prints one JSON line.
-The table in docs/benchmarks.md ("One update per agent step") was made with it.
+The table in docs/bench/dqn_values.json (docs/benchmarks.md#connect_four) was made with it.
 """
 
 from __future__ import annotations

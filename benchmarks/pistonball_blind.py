@@ -1,6 +1,6 @@
 """What a pistonball policy's score says it learned: blind policies, and whether a trained one looks at its frames.
 
-Two measurements (docs/benchmarks.md, "What pistonball's 10 minutes learn"):
+Two measurements (docs/benchmarks.md#pistonball):
 
 - `--blind MEAN[,MEAN...] --stds STD[,STD...]`: every piston draws its action from one Gaussian N(MEAN, STD), clipped
   to [-1, 1], whatever it sees (STD 0: the constant action MEAN). The team return over `--episodes` episodes

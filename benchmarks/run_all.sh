@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
-# Reproduces every figure in docs/benchmarks.md (about an hour on 2 cores). Run from the repository root on an
+# Reproduces the bench reports of docs/benchmarks.md (about an hour on 2 cores; then python
+# benchmarks/results_page.py rewrites the page's tables). Run from the repository root on an
 # otherwise idle machine: the benchmark measures wall time. Outputs go to docs/bench/ (JSON + PNG).
+# pzasync bench does not write its command line into a report: put it back as the report's "command" key
+# (the page quotes it; tests/test_results_page.py asks for it).
 set -euo pipefail
 OUT=${OUT:-docs/bench}
 mkdir -p "$OUT"

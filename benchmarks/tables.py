@@ -1,4 +1,4 @@
-"""Markdown tables for docs/benchmarks.md, straight from the JSON reports in docs/bench/.
+"""Markdown tables of the bench reports in docs/bench/ (the page's own tables: benchmarks/results_page.py).
 
 Usage: python benchmarks/tables.py [DIR]   (default docs/bench; reports written by benchmarks/run_all.sh)
 Time to target is re-scored from the stored learning curves with TARGETS below (no trial is run again).

@@ -1,5 +1,5 @@
-"""Count the tactical mistakes of a trained connect_four run against the one-ply player (docs/benchmarks.md,
-"What limits it").
+"""Count the tactical mistakes of a trained connect_four run against the one-ply player (its figures:
+docs/bench/default_run_c4.json, table "tactics").
 
     python benchmarks/tactics.py RUN_DIR [--episodes 200] [--seed 0]
 

@@ -86,7 +86,7 @@ def test_default_train_is_self_play_in_a_league_scored_on_the_yardstick_in_80_co
 
 def test_connect_four_self_play_trains_its_second_seat_more_by_default(tmp_path):
     """On connect_four the second seat is the league's trainee in 4 of 5 non-latest games unless told otherwise
-    (docs/benchmarks.md, "The second seat trains more"); tictactoe keeps uniform draws."""
+    (docs/benchmarks.md#connect_four); tictactoe keeps uniform draws."""
     import json
 
     from pzasync.recipes import default_trainee_weights

@@ -47,8 +47,8 @@ def test_dqn_self_play_holds_the_perfect_tictactoe_player(tmp_path):
     80% draws or wins. Without `n_step` (40k steps) 4 of 6 seeds reached it, with it at 20k steps 3 of 6.
     The recipe this test first had (20k steps, one-step targets) held on some seeds and not on others (3 of 6
     at the time of this calibration, 3 of 4 before the board convolution became a matmul, a change of float
-    rounding only); its seed 0 had failed since that change (docs/benchmarks.md, "What the tests' learning
-    bars rest on")."""
+    rounding only); its seed 0 had failed since that change (docs/bench/tests_learning_bars.json, the
+    figures the learning bars rest on)."""
     options = {"gamma": 0.9, "learning_starts": 500, "epsilon_decay_steps": 5000, "epsilon_end": 0.1,
                "target_update_interval": 100, "lr": 1e-3, "n_step": 3}
     config = RunConfig(seed=0, replay_ratio=0.5, agent_groups={"players": ["*"]},

@@ -1,5 +1,5 @@
 """benchmarks/peers/player.py: a peer's TorchScript policy scored by pzasync's evaluator (docs/benchmarks.md
-"Peers: SB3 + SuperSuit PPO"). The modules here are tiny ones made in the test with torch; no peer library."""
+"The peers"). The modules here are tiny ones made in the test with torch; no peer library."""
 
 from __future__ import annotations
 

@@ -5,6 +5,7 @@ plain defaults (one DQN per agent, no self-play, one env copy, scored against ra
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
 import re
 from pathlib import Path
 
@@ -19,6 +20,18 @@ from pzasync.recipes import (DEFAULT_RECIPE, RECIPES, SELF_PLAY, TRAIN_ENV, Reci
                              same_env, train_recipe)
 from pzasync.runtime.plan import RunPlan
 from pzasync.specs import parse_learner_spec
+
+ROOT = Path(__file__).parents[1]
+RESULTS_PAGE = ROOT / "docs" / "benchmarks.md"
+
+
+def results_page_anchors(page: str) -> set[str]:
+    """The anchors of the results page's headings, made as benchmarks/results_page.py (which writes its tables) does."""
+    spec = importlib.util.spec_from_file_location("results_page", ROOT / "benchmarks" / "results_page.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.anchors(page)
+
 
 CONNECT_FOUR = "pettingzoo.classic.connect_four_v3"
 TICTACTOE = "pettingzoo.classic.tictactoe_v3"
@@ -124,20 +137,25 @@ def test_same_env_compares_the_last_part_of_an_id():
 
 
 def test_the_registry_is_well_formed():
-    """One entry per env (a second one would never be found), each documented by measured choices that name
-    sections docs/benchmarks.md has; entries cannot be changed through a lookup."""
+    """One entry per env (a second one would never be found), each with a one-line reason free of figures and a
+    link to the section of the results page (docs/benchmarks.md) that holds its measurements; entries cannot be
+    changed through a lookup."""
     envs = [r.env for r in RECIPES]
     assert None not in envs and len(envs) == len(set(envs))
     for recipe in RECIPES:
         assert recipe_for(recipe.env) is recipe
         assert [other for other in RECIPES if other.matches(recipe.env)] == [recipe]
-    headings = {re.sub(r"^#+\s*", "", line).replace("`", "").strip()
-                for line in (Path(__file__).parents[1] / "docs" / "benchmarks.md").read_text().splitlines()
-                if line.startswith("#")}
+    page = RESULTS_PAGE.read_text()
+    anchors = results_page_anchors(page)
     for recipe in (*RECIPES, SELF_PLAY):
-        cited = re.findall(r'"([^"]+)"', recipe.why)
-        assert "docs/benchmarks.md" in recipe.why and cited, recipe.env
-        assert set(cited) <= headings, (recipe.env, set(cited) - headings)
+        page_path, _, anchor = recipe.evidence.partition("#")
+        assert page_path == "docs/benchmarks.md" and anchor in anchors, (recipe.env, recipe.evidence)
+    for recipe in (*RECIPES, SELF_PLAY, DEFAULT_RECIPE):
+        reason = recipe.reason
+        assert reason and "\n" not in reason and len(reason) <= 200, recipe.env
+        assert not re.search(r"\d[.,]\d|\d\s*%|±|\[|\d+k\b", reason), (recipe.env, reason)
+        assert sum(c.isdigit() for c in reason) <= 3, (recipe.env, reason)
+    assert DEFAULT_RECIPE.evidence == ""
     with pytest.raises(dataclasses.FrozenInstanceError):
         RECIPES[0].vs = "random"  # type: ignore[misc]
     with pytest.raises(TypeError):

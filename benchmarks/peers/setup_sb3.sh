@@ -6,7 +6,7 @@
 #
 # torch is installed first and pinned, so that pip keeps the CPU build it finds (a wheel in pip's find-links,
 # or a CPU index given by PIP_EXTRA_INDEX_URL) and stable-baselines3 does not pull a multi-GB CUDA build.
-# Versions pinned to those measured in docs/benchmarks.md ("Peers: SB3 + SuperSuit PPO"): pettingzoo and mpe2 as
+# Versions pinned to those measured in docs/benchmarks.md ("The peers"): pettingzoo and mpe2 as
 # in pzasync's environment, so the peer trains on the env it is scored on; VENV_DIR/versions.txt records all.
 set -euo pipefail
 VENV="${1:?usage: setup_sb3.sh VENV_DIR}"

@@ -90,7 +90,7 @@ def recipe_from_spaces(env: Any) -> tuple[Recipe, list[str]]:
             said.append(f"{observation_spaces[frames[0]].shape} raw frames go to the CNN as they are (install "
                         f"supersuit for grey, smaller, stacked frames)")
     recipe = Recipe(learner=learner, agent_groups=groups, wrappers=wrappers,
-                    why="Chosen from the env's spaces (learners/space_defaults.py), not measured.")
+                    reason="Chosen from the env's spaces (learners/space_defaults.py), not measured.")
     if not said:
         return recipe, []
     return recipe, [f"{env.name} has no recipe; chosen from its spaces: " + "; ".join(said)]

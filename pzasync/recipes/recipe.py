@@ -67,9 +67,12 @@ class Recipe:
     #: name, e.g. "resize_v1,x_size=84,y_size=84", unless --wrapper is given.
     wrappers: tuple[str, ...] = ()
 
-    #: What measured choice the recipe rests on, pointing at the docs/benchmarks.md sections that hold the
-    #: numbers: documentation for whoever changes the entry, never read by the code.
-    why: str = ""
+    #: Why the entry is what it is, in one line and without figures (documentation for whoever changes it; the
+    #: learning suite records it in suite.json).
+    reason: str = ""
+    #: Where the measurements behind the entry are: a link into the results page, "docs/benchmarks.md#ANCHOR"
+    #: (tests/test_recipes.py checks that the page has the anchor); empty where nothing was measured.
+    evidence: str = ""
 
     def __post_init__(self) -> None:
         # Frozen all the way down: a registry entry's weights cannot be changed through a lookup's result.

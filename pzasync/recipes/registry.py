@@ -14,19 +14,21 @@ TRAIN_ENV = "pettingzoo.classic.connect_four_v3"
 #: Every env without a recipe (and `--independent`): one DQN per agent on its own, no league, one env copy,
 #: scored against random play.
 DEFAULT_RECIPE = Recipe(
-    why="No measured choice: DQN's own defaults for every agent, and random play as the only yardstick every "
-        "env has.")
+    reason="No measured choice: DQN's own defaults for every agent, and random play, the one yardstick every env has.")
 
-#: Self-play as measured on connect four (docs/benchmarks.md, "The default run, against a yardstick"): both
-#: seats share one learner through an agent group and play a league of their latest and past selves; a
-#: separate evaluator scores them against the yardstick, which they never train against. The self-play
-#: recipes below start from it, and `pzasync train --self-play` uses it on an env without one.
+#: The page that holds the measurements behind the recipes, one section per env (`Recipe.evidence`).
+RESULTS = "docs/benchmarks.md"
+
+#: Self-play as measured on connect four (docs/benchmarks.md#connect_four): both seats share one learner through
+#: an agent group and play a league of their latest and past selves; a separate evaluator scores them against the
+#: yardstick, which they never train against. The self-play recipes below start from it, and `pzasync train
+#: --self-play` uses it on an env without one.
 SELF_PLAY = Recipe(
     learner="dqn,gamma=0.9,epsilon_end=0.2", self_play=True, league="latest=0.5;snapshot=0.5",
     envs_per_actor=AUTO_ENVS_PER_ACTOR,
-    why='docs/benchmarks.md, "How the default was chosen": gamma 0.9 mattered most, and a negamax opponent in '
-        'the league did worse than past selves; "Why epsilon_end=0.2": more exploration puts the positions a '
-        'yardstick plays into the buffer; "Why 8 copies": 8 env copies per actor beat one.')
+    reason="A short horizon, more exploration, a league of past selves and several env copies beat every other "
+           "self-play setting tried on connect four.",
+    evidence=f"{RESULTS}#connect_four")
 
 #: Raw frames made small (learners/space_defaults.py, and the pistonball recipe): SuperSuit's grey (one channel),
 #: 64x64 and the last 3 frames stacked, as examples/pistonball_shared.py and the pistonball rows of
@@ -37,71 +39,47 @@ IMAGE_WRAPPERS = ("color_reduction_v0,mode=B", "resize_v1,x_size=64,y_size=64", 
 RECIPES: tuple[Recipe, ...] = (
     replace(SELF_PLAY, env="pettingzoo.classic.connect_four_v3", vs="one_ply", mirror=True,
             league_trainee_weights={"player_1": 4.0},
-            why=SELF_PLAY.why + ' Scored against one_ply (wins now, else blocks, else random): an untrained '
-                'network already beats random play ("The default run, against a yardstick"). Mirror images '
-                'added 4.4 / 6.3 points against one_ply ("Mirror images"); the second seat, the harder one, '
-                'training in 4 of 5 games against a past self added 3.7 ("The second seat trains more").'),
+            reason="Self-play with mirror images and the harder second seat training more; scored against one_ply, as "
+                   "an untrained network already beats random play.",
+            evidence=f"{RESULTS}#connect_four"),
     replace(SELF_PLAY, env="pettingzoo.classic.tictactoe_v3", vs="perfect",
-            why=SELF_PLAY.why + ' Scored against the perfect player, which never loses: in 2 minutes neither '
-                'seat lost a game to it ("Tictactoe, 2 minutes, against the perfect player"). No mirror images '
-                '(its actions are cells, which DQN refuses to mirror); trainees drawn uniformly.'),
+            reason="The self-play default without mirror images (its actions are cells), trainees drawn uniformly; "
+                   "scored against the perfect player, which it learns not to lose to.",
+            evidence=f"{RESULTS}#tictactoe"),
     # ---- the learning suite (`pzasync bench suite`, docs/benchmarks.md "Learning suite") ------------------------
     Recipe(env="mpe2.simple_spread_v3", learner="mappo,batch_size=4096,minibatch_size=256,epochs=10",
            agent_groups={"team": ("agent_*",)}, env_kwargs={"N": 3}, envs_per_actor=8,
-           why='docs/benchmarks.md, "Centralized critics and memory (2026-11-25)": after 180 s, 3 seeds, '
-               'mappo (critic of env.state()) -62.9 ± 3.6 team return against ppo -66.5 ± 17.7 and the random '
-               'team -80.3; the three agents share one policy (their spaces are equal). Batches of 4,096 '
-               'transitions, 10 epochs of minibatches of 256 ("simple_spread, 10 minutes x 3 seeds, beside both '
-               'peers"): -44.1 [-47.8, -40.3] team return on 50 episodes after 10 minutes, 3 seeds, against '
-               '-58.3 [-63.7, -53.0] with the mappo defaults and -53.1 [-59.1, -47.0] for the SB3 peer. 8 env '
-               'copies (the same section, "With 8 env copies (the recipe since 2026-11-26)"): -37.7 [-40.7, '
-               '-34.8], 4.0-4.1M agent steps against 1.72-1.84M.'),
+           reason="MAPPO with one policy for the team, large batches and several env copies beat PPO, mappo's "
+                  "defaults, a single env copy and both peers.",
+           evidence=f"{RESULTS}#simple_spread"),
     Recipe(env="mpe2.simple_speaker_listener_v4", learner="mappo",
-           why='docs/benchmarks.md, "Centralized critics and memory (2026-11-25)": after 180 s, 3 seeds, '
-               'mappo -35.1 ± 3.7 team return against ppo -36.1 ± 5.2 and the random team -83.7; speaker and '
-               'listener learn apart (their spaces differ). After 10 minutes, 3 seeds ("speaker_listener, 10 '
-               'minutes x 3 seeds, beside SB3"): -21.5 [-22.4, -20.6] team return on 50 episodes, against -33.6 '
-               '[-37.9, -29.2] for the SB3 peer.'),
+           reason="MAPPO beat PPO with speaker and listener learning apart, as their spaces differ.",
+           evidence=f"{RESULTS}#speaker_listener"),
     Recipe(env="pettingzoo.sisl.pursuit_v5", learner="ppo", agent_groups={"pursuers": ("pursuer_*",)},
            envs_per_actor=8,
-           why='docs/benchmarks.md, "Choosing the suite recipes": 2 minutes, one seed, the 8 pursuers sharing one '
-               'policy: ppo -282.6 team return in the last quarter (83,871 agent steps) against dqn -288.0 (59,519) '
-               'and the random team -374.3; alike within the noise of 6 episodes, ppo the faster per step. 8 env '
-               'copies ("pursuit, 10 minutes x 3 seeds, beside SB3"): +60.3 [22.6, 98.0] team return over 3 seeds '
-               'of 10 minutes against -187.9 [-212.4, -163.4] with one copy, 1.07-1.18M agent steps against '
-               '668-712k.'),
+           reason="PPO with the pursuers sharing one policy, as good as DQN and faster per step; several env copies "
+                  "batch their decisions and learned far more than one.",
+           evidence=f"{RESULTS}#pursuit"),
     Recipe(env="pettingzoo.sisl.multiwalker_v9", learner="ppo,batch_size=2048,minibatch_size=256",
            agent_groups={"walkers": ("walker_*",)}, envs_per_actor=8,
-           why='docs/benchmarks.md, "Choosing the suite recipes": nothing tried learned in 2 minutes, one seed (the '
-               'walkers sharing ppo -296 team return in the last quarter, mappo with state=concat -290, the random '
-               'team -283 ± 33); ppo with shared parameters is the PettingZoo tutorials\' path. mappo with '
-               'state=auto crashed in multiwalker\'s env.state() after a fall. 8 env copies and 4x the batch '
-               '("multiwalker, 10 minutes x 3 seeds, beside SB3"): +11.5 [-0.3, 23.2] team return (greedy, 3 seeds '
-               'of 10 minutes) against -42.4 [-275.1, 190.3] with one copy and ppo\'s default batch, 2.26-2.34M '
-               'agent steps against 1.34-1.44M.'),
+           reason="PPO with shared parameters, the PettingZoo tutorials' path; several env copies and larger batches "
+                  "steadied it across seeds.",
+           evidence=f"{RESULTS}#multiwalker"),
     Recipe(env="pettingzoo.butterfly.pistonball_v6",
            learner="ppo,batch_size=512,minibatch_size=128,epochs=3,gamma=0.95,gae_lambda=0.99,clip=0.3",
            agent_groups={"pistons": ("piston_*",)}, wrappers=IMAGE_WRAPPERS, envs_per_actor=16,
-           why='docs/benchmarks.md, "Pistonball, 20 pistons through SuperSuit, one shared DQN policy": grey 64x64 '
-               'frames, 3 stacked, every piston one shared policy (examples/pistonball_shared.py); 16 env copies '
-               'acted 1.51x faster than one, as the pistons of one env act one after another. PPO, as the example '
-               'and the PettingZoo tutorials train it; not compared with another learner ("Choosing the suite '
-               'recipes": one copy made 19,967 agent steps in 2 minutes on the loaded machine, 8 episodes). The '
-               'tutorial\'s discount (gamma 0.95, gae_lambda 0.99, clip 0.3; "With the tutorial\'s discount (the '
-               'recipe since 2026-11-26)"): on one seed the training team return reached +955 at 7 minutes '
-               'against at most +25 with ppo\'s own (same seed); over 5 seeds see that section.'),
+           reason="PPO on small grey stacked frames as the tutorials train it, many env copies to batch the pistons, "
+                  "and the SB3 tutorial's shorter discount.",
+           evidence=f"{RESULTS}#pistonball"),
     Recipe(env="pettingzoo.butterfly.knights_archers_zombies_v11", learner="ppo",
            agent_groups={"archers": ("archer_*",), "knights": ("knight_*",)},
-           why='docs/benchmarks.md, "Choosing the suite recipes": 2 minutes, one seed, archers and knights each a '
-               'shared policy: ppo 2.19 -> 3.66 zombies per episode (first fifth -> last quarter) against dqn 3.41 -> '
-               '3.11 and the random team 2.45 ± 0.66. Vector observations are the env\'s default '
-               '(obs_method=vector); agents that die leave the episode (docs/transitions.md).'),
+           reason="PPO with archers and knights each sharing a policy learned where DQN did not; vector "
+                  "observations, the env's default.",
+           evidence=f"{RESULTS}#knights_archers_zombies"),
     replace(SELF_PLAY, env="pettingzoo.classic.leduc_holdem_v4", learner="ppo",
-            why=SELF_PLAY.why + ' On leduc (docs/benchmarks.md, "Choosing the suite recipes"), 2 minutes, one '
-                'seed, 400 hands per seat against random: self-play ppo +0.91 ± 0.25 and +1.10 ± 0.24 big blinds '
-                'a hand (untrained +0.82, +0.26) against self-play dqn +0.45 ± 0.18 and +0.46 ± 0.17 (untrained '
-                '+0.87, -0.38). Random play is the evaluator\'s yardstick; the suite also computes the exact '
-                'exploitability (docs/league.md, its Exploitability section).'),
+            reason="Self-play PPO won more against random play than self-play DQN in the same time; the suite also "
+                   "computes the exact exploitability.",
+            evidence=f"{RESULTS}#leduc"),
 )
 
 
