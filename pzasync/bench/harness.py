@@ -432,7 +432,7 @@ def _trial_process_main(spec: TrialSpec, conn: Any, steps: Any) -> None:
         conn.close()
     # The report is sent and the runner has released everything it made. Leave without the interpreter's
     # teardown: in about one async trial in seven that teardown hit a C++ `std::terminate` ("terminate called
-    # without an active exception", SIGABRT) after the work was done (docs/benchmarks.md, "Known noise at exit").
+    # without an active exception", SIGABRT) after the work was done (docs/benchmarks.md#reliability).
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(0)

@@ -18,7 +18,7 @@ from pzasync.transport.slots import MODES
 #: (autotune.autotune).
 AUTO = "auto"
 #: RunConfig(envs_per_actor="auto"), and the self-play recipes (pzasync.recipes): the copies chosen by measurement
-#: (docs/benchmarks.md, "Why 8 copies"). Env copies amortise forwards on one core, so their number does not
+#: (docs/benchmarks.md#connect_four). Env copies amortise forwards on one core, so their number does not
 #: follow the core count.
 AUTO_ENVS_PER_ACTOR = 8
 
