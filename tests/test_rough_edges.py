@@ -298,3 +298,36 @@ def test_random_play_offsets_mask_indices_by_the_action_spaces_start():
     summaries = play(StartOffsetEnv, {"solo": random_actor(StartOffsetEnv(), seed=1)}, episodes=5, seed=3)
     assert [s.returns["solo"] for s in summaries] == [6.0] * 5
     assert check_env(StartOffsetEnv, agent_steps=60, spawn=False)
+
+
+# ------------------------------------------------------------------------------- optional extras, 80 columns
+def test_a_missing_extra_is_one_line_with_its_install_command_before_anything_runs(monkeypatch, tmp_path):
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "matplotlib" else real(name, *a))
+    result = CliRunner().invoke(main, ["bench", TTT, "--steps", "50", "--seeds", "1", "--configs", "sequential",
+                                       "--plot", str(tmp_path / "b.png"), "--json", str(tmp_path / "b.json")],
+                                env={"COLUMNS": "200"})
+    assert result.exit_code == 2, result.output
+    (line,) = result.output.strip().splitlines()
+    assert line == ("error: --plot needs the 'plot' extra (matplotlib is not installed): "
+                    'pip install "pzasync[plot]"'), line
+    assert list(tmp_path.iterdir()) == [], "nothing ran, nothing was written"
+
+
+def test_the_eval_and_train_tables_wrap_rather_than_cut_a_cell_at_80_columns(tmp_path):
+    train = CliRunner().invoke(main, ["train", TTT, "--steps", "300", "--runner", "sequential", "--out",
+                                      str(tmp_path), "--eval-every", "0", "--final-episodes", "4"],
+                               env={"COLUMNS": "80"})
+    assert train.exit_code == 0, train.output
+    run_dir = next(p for p in tmp_path.iterdir() if p.is_dir())
+    result = CliRunner().invoke(main, ["eval", str(run_dir), "--vs", "negamax,depth=4", "--episodes", "4"],
+                                env={"COLUMNS": "80"})
+    assert result.exit_code == 0, result.output
+    for output in (train.output, result.output):
+        assert "…" not in output, output
+        table_lines = [line for line in output.splitlines() if set(line) & set("│┃┏┗┡└")]
+        assert table_lines and max(len(line) for line in table_lines) <= 80, output
+    assert "negamax,depth" in result.output.replace("\n", "").replace("│", "").replace(" ", "") or "depth=4" in \
+        result.output

@@ -59,7 +59,7 @@ def summary_tables(report: dict[str, Any]) -> list[Any]:
              f"replay ratio {settings['replay_ratio']:g}")
     speed = Table(title=title, title_justify="left")
     for column in ("configuration", "agent-steps/s", "updates/s", "updates/step", "lag mean/p95"):
-        speed.add_column(column, justify="left" if column == "configuration" else "right")
+        speed.add_column(column, justify="left" if column == "configuration" else "right", overflow="fold")
     target = settings.get("target")
     columns = ["configuration", "CPU cores", "RSS MB", "shm MB", "start-up s"]
     if target is not None:
@@ -67,7 +67,7 @@ def summary_tables(report: dict[str, Any]) -> list[Any]:
     resources = Table(title="resources" + (" and time to target (acting seconds)" if target is not None else ""),
                       title_justify="left")
     for column in columns:
-        resources.add_column(column, justify="left" if column == "configuration" else "right")
+        resources.add_column(column, justify="left" if column == "configuration" else "right", overflow="fold")
     for config, s in report["summary"].items():
         rows = [t for t in report["trials"] if t["config"] == config]
         cpu = np.median([sum(p["cpu_fraction"] for p in t["processes"]) for t in rows])

@@ -15,6 +15,7 @@ from typing import Any
 
 import click
 import numpy as np
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 from rich.table import Table
 
@@ -25,6 +26,7 @@ from pzasync.cli.train import train
 from pzasync.config import SCORING_MODES
 from pzasync.errors import UserInputError
 from pzasync.evaluation.episodes import ACTING_MODES, EVAL_COPIES
+from pzasync.extras import require
 from pzasync.recipes import DEFAULT_RECIPE, recipe_for
 from pzasync.training import train_choices
 
@@ -41,7 +43,7 @@ class FriendlyGroup(click.Group):
         try:
             return super().invoke(ctx)
         except UserInputError as exc:
-            errors.print(f"[bold red]error:[/] {exc}", highlight=False, soft_wrap=True)
+            errors.print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False, soft_wrap=True)
             sys.exit(2)
 
 
@@ -103,7 +105,7 @@ def rollout(env_id: str, steps: int, seed: int, max_episode_steps: int | None) -
     table = Table(title=f"{env_id}: {steps:,} agent steps, {len(episodes)} episodes, "
                         f"{steps / elapsed:,.0f} agent-steps/s, rewards conserved in every episode")
     for column in ("agent", "transitions", "terminal", "truncated", "mean episode return", "reward in transitions"):
-        table.add_column(column, justify="left" if column == "agent" else "right")
+        table.add_column(column, justify="left" if column == "agent" else "right", overflow="fold")
     for agent in sorted(set(counts) | {a for e in episodes for a in e.returns}):
         returns = [e.returns[agent] for e in episodes if agent in e.returns]
         table.add_row(agent, f"{counts[agent]:,}", str(terminated[agent]), str(truncated[agent]),
@@ -183,11 +185,11 @@ def envs(instantiate: bool, show_all: bool) -> None:
     table = Table(title="Environments (use the id with `pzasync rollout` / `make_env`)",
                   caption="recipe: what `pzasync train ENV` trains the env with (docs/running.md, \"Recipes\"); "
                           f"-: none, {DEFAULT_RECIPE.learner!r} for every agent, scored against {DEFAULT_RECIPE.vs}")
-    table.add_column("env id", no_wrap=True)
+    table.add_column("env id", overflow="fold")
     for column in ("API", "agents", "action spaces", "recipe"):
-        table.add_column(column)
+        table.add_column(column, overflow="fold")
     if show_all:
-        table.add_column("status")
+        table.add_column("status", overflow="fold")
     unavailable = 0
     ids = known_env_ids()
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), console=console,
@@ -287,6 +289,7 @@ def evaluate_cmd(run_dir: str, versus: str, episodes: int, seed: int, scoring: s
 
     from pzasync.evaluation.report import evaluate
 
+    require("torch", "pzasync eval")
     if episodes < 1 or copies < 1:
         raise UserInputError(f"--episodes {episodes} --copies {copies}: both must be >= 1")
     out = errors if json_out == "-" else console
@@ -310,7 +313,8 @@ def evaluate_cmd(run_dir: str, versus: str, episodes: int, seed: int, scoring: s
     out.print(scoring_line(report), highlight=False, soft_wrap=True)
     table = Table()
     for column in ("unit", "policy", "against", "mean return [95% CI]", "win rate [95% CI]", "wins/draws/losses"):
-        table.add_column(column, justify="left" if column in ("unit", "policy", "against") else "right")
+        table.add_column(column, justify="left" if column in ("unit", "policy", "against") else "right",
+                         overflow="fold")
     for r in report.results:
         lo, hi = r.win_rate_ci95
         table.add_row(r.agent, r.policy, r.opponent, f"{r.mean:+.3f} ± {r.mean_ci95:.3f}",
@@ -336,6 +340,8 @@ def exploitability(run_dir: str, acting: str, baselines: bool, seed: int, json_o
 
     from pzasync.evaluation.exploitability import exploitability as leduc_figures
 
+    require("torch", "pzasync exploitability")
+
     out = errors if json_out == "-" else console
     reports = leduc_figures(run_dir, acting=acting, baselines=baselines, seed=seed)
     document = {"run": run_dir, **{name: report.to_json() for name, report in reports.items()}}
@@ -347,7 +353,7 @@ def exploitability(run_dir: str, acting: str, baselines: bool, seed: int, json_o
     table = Table(title=f"leduc exploitability of {run_dir} ({acting}), big blinds a hand")
     for column in ("policy", "exploitability", "best response as player_0 / player_1", "self-play, player_0",
                    "vs random as player_0 / player_1"):
-        table.add_column(column, justify="left" if column == "policy" else "right")
+        table.add_column(column, justify="left" if column == "policy" else "right", overflow="fold")
     def figure(value: float) -> str:
         return f"{value + 0.0:+.3f}"  # + 0.0: no "-0.000"
 
@@ -382,7 +388,7 @@ def microbench(floats: int) -> None:
     memcpy = next(m.seconds for m in results if "memcpy" in m.name)
     table = Table(title="pzasync shared-memory primitives (median of 7 repeats)")
     for column in ("operation", "time per call", "vs memcpy", "target"):
-        table.add_column(column)
+        table.add_column(column, overflow="fold")
     for m in results:
         ratio = f"{m.seconds / memcpy:.2f}x" if "floats (" in m.name else ""
         table.add_row(m.name, format_seconds(m.seconds), ratio, m.target)

@@ -11,6 +11,7 @@ from pzasync.bench.settings import BenchSettings
 from pzasync.cli.common import console
 from pzasync.cli.options import SectionedCommand, declared_params, given
 from pzasync.config.groups import parse_groups
+from pzasync.extras import require
 from pzasync.training.choices import with_learner_for
 
 
@@ -58,6 +59,9 @@ def bench(config_file: str | None, print_config: bool, learner_for: tuple[str, .
     from pzasync.bench.harness import plan_trials, rescore, run_bench
     from pzasync.bench.report import describe
 
+    require("torch", "pzasync bench")
+    if plot_path:
+        require("plot", "--plot")
     file_values = BenchSettings.toml_values(Path(config_file).read_text(), config_file) if config_file else {}
     values = {**file_values, **given(click.get_current_context(), [BenchSettings])}
     if remote:

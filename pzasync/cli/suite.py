@@ -7,6 +7,7 @@ from rich.table import Table
 
 from pzasync.cli.common import console
 from pzasync.errors import UserInputError
+from pzasync.extras import require
 
 
 @click.command()
@@ -31,6 +32,7 @@ def suite(envs: tuple[str, ...], minutes: float, seeds: int, out: str, eval_ever
     from pzasync.errors import ConfigError
     from pzasync.recipes import SUITE
 
+    require("torch", "pzasync suite")
     settings = SuiteSettings(envs=list(envs), minutes=minutes, seeds=seeds, out=out, eval_every_s=eval_every_s,
                              eval_episodes=eval_episodes, baseline_episodes=baseline_episodes)
     try:

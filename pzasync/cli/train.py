@@ -11,12 +11,14 @@ from pathlib import Path
 from typing import Any, Iterator
 
 import click
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 from rich.table import Table
 
 from pzasync.cli.common import console, errors, parse_options, scoring_line
 from pzasync.cli.options import SectionedCommand, declared_params, given
 from pzasync.config import GROUPS
+from pzasync.extras import require
 from pzasync.recipes import DEFAULT_RECIPE, SELF_PLAY, TRAIN_ENV
 from pzasync.runtime.stop_signals import StopSignals
 from pzasync.runtime.stop_signals import exit_code as signal_exit_code
@@ -123,6 +125,8 @@ def _train(env_id: str, *, config_file: str | None, print_config: bool, learner:
            minutes: float | None, self_play: bool | None, final_episodes: int | None, flags: dict[str, Any]) -> None:
     from pzasync.config import RunConfig
     from pzasync.training import Trainer
+
+    require("torch", "pzasync train")
     from pzasync.training.learner_file import learners_of
 
     text = Path(config_file).read_text() if config_file else ""
@@ -153,7 +157,7 @@ def _train(env_id: str, *, config_file: str | None, print_config: bool, learner:
     except Exception as exc:
         if run.stop_signal is None:
             raise
-        errors.print(f"[bold red]error[/] after {signal_reason(run.stop_signal)}: {exc}", highlight=False,
+        errors.print(f"[bold red]error[/] after {signal_reason(run.stop_signal)}: {escape(str(exc))}", highlight=False,
                      soft_wrap=True)
         sys.exit(signal_exit_code(run.stop_signal))
     yardstick = trainer.choices.yardstick

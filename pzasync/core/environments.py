@@ -139,7 +139,8 @@ def _from_string(spec: str, kwargs: dict) -> AECEnv:
     except ModuleNotFoundError as exc:
         missing = exc.name or spec
         if missing != spec and not spec.startswith(missing + "."):
-            raise EnvSpecError(f"env {spec!r} needs the package {missing!r}, which is not installed") from None
+            raise EnvSpecError(f"env {spec!r} needs the package {missing!r}, which is not installed (the env "
+                               f"families pzasync is tested with: pip install \"pzasync[envs]\")") from None
         raise EnvSpecError(
             f"unknown env {spec!r} (no module {missing!r}); expected {ACCEPTED}.{_close_matches(spec)}"
         ) from None

@@ -246,7 +246,8 @@ class RunMonitor:
         if self.plan.config.eval_vs is not None:
             columns.append(f"vs {self.plan.config.eval_vs} [95% CI]")
         for column in columns:
-            table.add_column(column, justify="left" if column in ("agent", "learner", "status") else "right")
+            table.add_column(column, justify="left" if column in ("agent", "learner", "status") else "right",
+                             overflow="fold")
         stats = self.plan.stats
         for agent, p in self.plan.agents.items():
             recent = self.returns.get(agent, [])[-100:]

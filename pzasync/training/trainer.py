@@ -11,6 +11,7 @@ from typing import Any, Callable, Mapping, Sequence
 from pzasync.config import RunConfig
 from pzasync.core.environments import EnvSpec
 from pzasync.errors import ConfigError, UserInputError
+from pzasync.extras import install_line, missing
 from pzasync.logs import logger
 from pzasync.recipes import TRAIN_ENV, recipe_for
 from pzasync.runners import AsyncRunner, SequentialRunner
@@ -103,6 +104,9 @@ class Trainer:
         self.config = RunConfig(**values)
         _check_runner(runner, self.config)
         self.config.validate()
+        if self.config.out_dir is not None and missing("plot"):
+            self._note(f"the run's plots (eval.png, returns.png) are not drawn: the 'plot' extra is not installed "
+                       f"({install_line('plot')})")
         self.runner: Any = None
 
     def _note(self, *notes: str) -> None:
