@@ -264,6 +264,7 @@ def freeze_in_evaluator(obs, mask):
     return int(np.flatnonzero(mask)[0])
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(120)
 def test_a_frozen_evaluator_never_holds_the_actor_up(tmp_path, monkeypatch):
     from pzasync.evaluation.evaluator import Evaluator

@@ -51,6 +51,7 @@ def test_in_a_host_of_three_only_the_learner_that_raises_restarts(tmp_path, capf
     assert capfd.readouterr().err.count("Traceback") == 1
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(120)
 def test_a_killed_host_brings_all_its_learners_back_each_counted(tmp_path, capfd):
     # 6 s: the new host process rebuilds all three learners. Spawned, it also imported torch first, and 5 s left

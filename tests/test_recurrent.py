@@ -188,6 +188,7 @@ def correct_rate(memory: str, seed: int, steps: int, tmp_path) -> tuple[float, i
     return float(np.mean(answers)), len(answers)
 
 
+@pytest.mark.slow
 def test_a_recurrent_policy_solves_the_memory_env_and_a_feed_forward_one_stays_at_chance(tmp_path):
     # 5k agent steps: the GRU answered all 400 correctly after 4k and after 6k on each of seeds 0-2 (loaded 2-core
     # machine, 2026-11-25), and after 4k and 5k on seed 0 (2026-11-26); the feed-forward policy cannot beat chance

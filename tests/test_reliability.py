@@ -149,6 +149,7 @@ def test_signals_stop_the_run_gracefully_and_leave_nothing(tmp_path, signals):
         assert (run_dir / "checkpoints" / "player_0.pt").exists() and (run_dir / "result.json").exists()
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_sigkill_of_the_main_process_at_random_moments_leaves_nothing(tmp_path):
     """Kill a real run at random moments; its learners (and, in the second attempt, its second actor process;

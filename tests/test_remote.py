@@ -243,8 +243,10 @@ def _rollout_of_copy(env_id: str, layouts: dict, seed: int, steps: int) -> dict:
 
 
 @pytest.mark.parametrize("fault, end", [
-    ("--exit-after 150", "exited with code 3"), ("--hang-after 150", "has not answered for 2s"),
-    (f"--exit-after 150 {PACED}", "exited with code 3"), (f"--hang-after 150 {PACED}", "has not answered for 2s")],
+    ("--exit-after 150", "exited with code 3"),
+    pytest.param("--hang-after 150", "has not answered for 2s", marks=pytest.mark.slow),
+    (f"--exit-after 150 {PACED}", "exited with code 3"),
+    pytest.param(f"--hang-after 150 {PACED}", "has not answered for 2s", marks=pytest.mark.slow)],
     ids=["dies", "hangs", "paced-dies", "paced-hangs"])
 def test_when_one_of_two_servers_fails_the_healthy_copies_are_cut_and_the_failed_ones_invent_nothing(fault, end):
     """Server 0 of two exits (or hangs) mid-run. The run ends with its error; before that, the copies on server

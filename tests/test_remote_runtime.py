@@ -86,6 +86,7 @@ def test_the_evaluator_while_training_builds_the_remote_env(tmp_path):
     assert result.evaluations, "the evaluator evaluated while training"
 
 
+@pytest.mark.slow
 def test_pzasync_eval_on_a_run_of_a_remote_env_id_builds_the_remote_env(tmp_path):
     env_id = python_server(C4)
     pzasync.SequentialRunner(env_id, DQN, pzasync.RunConfig(seed=0, envs_per_actor=2, out_dir=str(tmp_path))).run(

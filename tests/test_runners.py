@@ -156,6 +156,7 @@ def test_a_learner_process_that_dies_is_restarted(tmp_path, capfd):
     assert "died (exit code -9)" in capfd.readouterr().err
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(120)
 def test_a_hung_learner_is_killed_and_restarted(tmp_path, capfd):
     marker = str(tmp_path / "hung-once")

@@ -132,6 +132,7 @@ def _expect_clean_stop(run: TrainRun, sig: int) -> str:
     return out + err
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(180)
 def test_sigterm_to_the_whole_process_group_while_training_ends_the_run_and_leaves_nothing(tmp_path):
     """The scheduler's stop, during training with the evaluator asleep between rounds. Before the fix the

@@ -68,6 +68,7 @@ def test_every_suite_recipe_trains_briefly(env_id, tmp_path):
     assert {k: info["env_kwargs"][k] for k in run.recipe.env_kwargs} == dict(run.recipe.env_kwargs)
 
 
+@pytest.mark.slow
 def test_the_suite_command_writes_a_report_its_schema_accepts_and_a_plot(tmp_path):
     """One small env, one seed, a few seconds: suite.json is valid, its curve has rounds scored by the
     evaluator and ends with the final round (the last checkpoint, scored once training stopped), both baselines
