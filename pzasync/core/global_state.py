@@ -79,8 +79,10 @@ def _concat_reader(env: Any, env_name: str) -> tuple[Callable[[], np.ndarray], s
         try:
             flat = spaces.flatten_space(stored)
         except NotImplementedError:
+            flat = None
+        if not isinstance(flat, spaces.Box):  # a Sequence or Graph space (or one inside) flattens to no Box
             raise EnvSpecError(f"env {env_name!r}: agent {agent!r}'s observation space {stored!r} cannot be flattened "
-                               f"into a global state; give the learner option state='module:callable'") from None
+                               f"into a global state; give the learner option state='module:callable'")
         has_mask = isinstance(full, spaces.Dict) and MASK_KEY in full.spaces
         parts.append((agent, stored, has_mask, flat))
     low = np.concatenate([np.asarray(f.low, np.float32).ravel() for *_, f in parts])
