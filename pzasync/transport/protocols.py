@@ -65,8 +65,11 @@ class TransitionSource(Protocol):
     def sample(self, batch_size: int, rng: np.random.Generator) -> dict[str, np.ndarray]:
         """`batch_size` untorn rows drawn uniformly among those written."""
 
-    def sample_windows(self, batch_size: int, window: int, rng: np.random.Generator) -> dict[str, np.ndarray]:
-        """Sampled rows, each with the `window` rows written after it (n-step returns)."""
+    def sample_windows(self, batch_size: int, window: int,
+                       rng: np.random.Generator) -> tuple[dict[str, np.ndarray], np.ndarray]:
+        """Sampled rows, each with the `window` rows written after it (n-step returns): `(batch, valid)`, columns
+        shaped `(batch_size, window + 1, ...)` and whether each position holds the row it should
+        (`SharedRingBuffer.sample_windows`)."""
 
     def read_new(self, max_rows: int | None = None) -> dict[str, np.ndarray] | None:
         """The next unread transitions in order, or None; skipped ones are counted in `dropped`."""
