@@ -35,7 +35,7 @@ import threading
 import time
 import traceback
 from dataclasses import asdict, dataclass
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
@@ -131,7 +131,7 @@ def bare_loop(env: Any, learners: Any | None, agent_steps: int, seed: int = 0,
 
 
 # ---------------------------------------------------------------------------------------------- pure figures
-def summarize(values: list[float]) -> dict[str, float]:
+def summarize(values: Sequence[float | None]) -> dict[str, float | None]:
     """Median and spread of repeated measurements (NaN-free input; empty gives n=0)."""
     arr = np.asarray([v for v in values if v is not None and math.isfinite(v)], dtype=float)
     if not len(arr):

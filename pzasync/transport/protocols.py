@@ -6,10 +6,11 @@ env --actor--> TransitionWriter ==> TransitionSource --learner--> PolicyPublishe
 ```
 
 Each arrow's two ends are one object today: `SharedRingBuffer` (transport/buffer.py) is a writer and a source,
-`PolicySlot` (transport/slots.py) a publisher and a source, `RunStats` (transport/stats.py) the run control, all in
-local shared memory. The Ray backend (backends/ray/host.py) adds implementations for learners on another node:
-transitions go in chunks through Ray's object store into a local ring buffer on the learner's node, and policies come
-back as versioned object references. Code that moves data names these protocols, never the classes; a new
+`PolicySlot` (transport/slots.py) a publisher and a source (a `PolicyStore`: a learner reads back what it
+published), `RunStats` (transport/stats.py) the run control, all in local shared memory. The Ray backend
+(backends/ray/host.py) adds implementations for learners on another node: transitions go in chunks through Ray's
+object store into a local ring buffer on the learner's node, and policies come back as versioned object
+references. Code that moves data names these protocols, never the classes; a new
 transport implements them and a `LearnerHost` (runtime/hosts.py) that knows where to run learners.
 
 The contracts (docs/shared-memory.md states them for the shared-memory implementation):
@@ -57,6 +58,10 @@ class TransitionSource(Protocol):
     capacity: int
 
     @property
+    def name(self) -> str:
+        """What messages call it (with shared memory, its segment's name, which names the run)."""
+
+    @property
     def written(self) -> int: ...
 
     @property
@@ -74,6 +79,9 @@ class TransitionSource(Protocol):
     def read_new(self, max_rows: int | None = None) -> dict[str, np.ndarray] | None:
         """The next unread transitions in order, or None; skipped ones are counted in `dropped`."""
 
+    def close(self) -> None:
+        """Release this process's view of it (idempotent)."""
+
 
 @runtime_checkable
 class PolicyPublisher(Protocol):
@@ -86,6 +94,9 @@ class PolicyPublisher(Protocol):
 
     @property
     def version(self) -> int: ...
+
+    def close(self) -> None:
+        """Release this process's view of it (idempotent)."""
 
 
 @runtime_checkable
@@ -100,6 +111,12 @@ class PolicySource(Protocol):
 
     def read(self, out: np.ndarray) -> int:
         """Copy the newest complete vector into `out`; returns its version (0: none yet, `out` untouched)."""
+
+
+@runtime_checkable
+class PolicyStore(PolicyPublisher, PolicySource, Protocol):
+    """A learner's end of its policy as the learner holds it: it publishes, and reads back what it published (a
+    restarted learner without a checkpoint starts from its last published weights)."""
 
 
 @runtime_checkable
@@ -125,3 +142,6 @@ class RunControl(Protocol):
 
     def record_episodes(self, episodes: int) -> None:
         """The actor's count of finished episodes, all env copies together."""
+
+    def close(self) -> None:
+        """Release this process's view of the counters (idempotent)."""
