@@ -69,7 +69,8 @@ def learner_host_class(backend: str) -> type[LearnerHost]:
     host = BACKENDS[backend]
     if isinstance(host, str):
         module, _, name = host.partition(":")
-        host = getattr(importlib.import_module(module), name)
+        loaded: type[LearnerHost] = getattr(importlib.import_module(module), name)
+        return loaded
     return host
 
 

@@ -227,7 +227,7 @@ def headline(summary: dict[str, dict]) -> dict[str, Any]:
         return summary.get(config, {}).get("agent_steps_per_s", {}).get("median")
 
     def ratio(a: float | None, b: float | None) -> float | None:
-        return a / b if a is not None and b not in (None, 0) else None
+        return a / b if a is not None and b is not None and b != 0 else None
 
     out: dict[str, Any] = {
         "actor_over_bare_policy": ratio(rate("async_idle"), rate("bare_policy")),

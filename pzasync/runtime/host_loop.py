@@ -18,6 +18,7 @@ from pzasync.runtime.learner_loop import LearnerDriver, LearnerFailed, LearnerRe
 from pzasync.runtime.processes import runner_is_gone
 from pzasync.runtime.stop_signals import ignore_stop_signals
 from pzasync.transport import stats as S
+from pzasync.transport.protocols import PolicyStore, RunControl, TransitionSource
 from pzasync.transport.shm import run_id_of, unlink_run
 
 
@@ -235,7 +236,8 @@ class LearnerHostLoop:
             unlink_run(run_id_of(self.attached[0].transport()[0].name), self.parent)
         closed: set[int] = set()
         for setup in self.attached:
-            for part in setup.transport():
+            parts: tuple[TransitionSource | PolicyStore | RunControl, ...] = setup.transport()
+            for part in parts:
                 if id(part) not in closed:
                     closed.add(id(part))
                     part.close()

@@ -208,6 +208,7 @@ class InlineHost(LearnerHost):
         self.unit_of = {agent: p.unit for agent, p in monitor.plan.agents.items()}
         self.run_dir = monitor.run_dir
         self._next_checkpoint = float("inf")
+        self.before_decision = self.update_before
 
     def start(self) -> None:
         for unit, setup in self.setups.items():
@@ -219,7 +220,8 @@ class InlineHost(LearnerHost):
     def backoff(self, restarts: int) -> float:
         return 0.0  # nothing to wait for: the learner only runs when the actor calls it
 
-    def before_decision(self, agent: str) -> None:
+    def update_before(self, agent: str) -> None:
+        """`before_decision`: the updates due to `agent`'s unit, run before its decision."""
         unit = self.unit_of[agent]
         driver = self.drivers.get(unit)
         if driver is None or self.fatal is not None or unit in self.restart_at:
