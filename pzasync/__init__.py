@@ -22,7 +22,14 @@ from pzasync.errors import (
     UserInputError,
 )
 from pzasync.transport.buffer import SharedRingBuffer
-from pzasync.transport.protocols import PolicyPublisher, PolicySource, RunControl, TransitionSource, TransitionWriter
+from pzasync.transport.protocols import (
+    PolicyPublisher,
+    PolicySource,
+    PolicyStore,
+    RunControl,
+    TransitionSource,
+    TransitionWriter,
+)
 from pzasync.transport.shm import clean_stale
 from pzasync.transport.slots import PolicySlot
 
@@ -81,6 +88,7 @@ __all__ = [
     "PolicyPublisher",
     "PolicySlot",
     "PolicySource",
+    "PolicyStore",
     "RunControl",
     "PzasyncError",
     "RewardConservationError",

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import signal
 from multiprocessing.process import BaseProcess
+from typing import TypeVar, cast
 
 from pzasync.logs import logger
 
@@ -100,7 +101,10 @@ def error_type_path(cls: type[BaseException]) -> str:
     return f"{cls.__module__}:{cls.__qualname__}"
 
 
-def remote_error(base: type[PzasyncError], type_path: str, text: str, traceback_text: str) -> PzasyncError:
+_Error = TypeVar("_Error", bound=PzasyncError)
+
+
+def remote_error(base: type[_Error], type_path: str, text: str, traceback_text: str) -> _Error:
     """An error raised in another process, raised again here as its own type and as `base`.
 
     The result is an instance of both `base` (e.g. EnvCrashedError) and the type the other process raised
@@ -110,14 +114,14 @@ def remote_error(base: type[PzasyncError], type_path: str, text: str, traceback_
     """
     import importlib
 
-    cls: type[BaseException] = base
+    cls: type[_Error] = base
     try:
         module_name, _, name = type_path.rpartition(".") if ":" not in type_path else type_path.partition(":")
         original = getattr(importlib.import_module(module_name), name)
         if isinstance(original, type) and issubclass(original, Exception) and not issubclass(base, original):
             # The plain message whatever the type (KeyError, for one, would quote it).
-            cls = type(original.__name__, (base, original),
-                       {"__module__": original.__module__, "__str__": BaseException.__str__})
+            cls = cast("type[_Error]", type(original.__name__, (base, original),
+                                            {"__module__": original.__module__, "__str__": BaseException.__str__}))
     except Exception:  # noqa: BLE001 - a type we cannot rebuild still gives the message and traceback
         cls = base
     try:
@@ -127,14 +131,13 @@ def remote_error(base: type[PzasyncError], type_path: str, text: str, traceback_
         error = base(text)
     error.original_type = type_path  # type: ignore[attr-defined]
     error.__cause__ = RemoteTraceback(traceback_text) if traceback_text else None
-    return error  # type: ignore[return-value]
+    return error
 
 
 def learner_error(type_path: str, message: str, traceback_text: str, note: str) -> LearnerCrashedError:
     """The error that ends a run whose learner kept failing, raised again as the learner's own exception type
     (`remote_error` with LearnerCrashedError)."""
-    return remote_error(LearnerCrashedError, type_path, f"{note}; last failure: {message}",  # type: ignore
-                        traceback_text)
+    return remote_error(LearnerCrashedError, type_path, f"{note}; last failure: {message}", traceback_text)
 
 
 def exit_description(exitcode: int | None) -> str:

@@ -20,7 +20,7 @@ class _StderrHandler(logging.StreamHandler):
         super().__init__()
         self.setFormatter(logging.Formatter("pzasync: %(message)s"))
 
-    @property  # type: ignore[override]
+    @property
     def stream(self):  # noqa: ANN201 - StreamHandler's attribute
         return sys.stderr
 

@@ -47,8 +47,10 @@ def check_budget(agent_steps: Any, seconds: Any) -> None:
     if agent_steps is not None and (not isinstance(agent_steps, numbers.Integral) or isinstance(agent_steps, bool)
                                     or agent_steps < 1):
         raise ConfigError(f"agent_steps={agent_steps!r}: must be an integer >= 1, or None")
+    # typeshed's numbers.Real declares only < and <= (as the ABC does); every concrete real number has >, and
+    # `not seconds > 0` also refuses NaN.
     if seconds is not None and (not isinstance(seconds, numbers.Real) or isinstance(seconds, bool)
-                                or not seconds > 0):
+                                or not seconds > 0):  # type: ignore[operator]
         raise ConfigError(f"seconds={seconds!r}: must be a number > 0, or None")
 
 
@@ -67,7 +69,8 @@ def learner_host_class(backend: str) -> type[LearnerHost]:
     host = BACKENDS[backend]
     if isinstance(host, str):
         module, _, name = host.partition(":")
-        host = getattr(importlib.import_module(module), name)
+        loaded: type[LearnerHost] = getattr(importlib.import_module(module), name)
+        return loaded
     return host
 
 
@@ -135,7 +138,8 @@ class _Runner:
         host_cls = self._host_class()
         threads = host_cls.learner_threads(self.plan)
         ratio = self._learner_replay_ratio()
-        setups = {p.agent: self._setup(p, self.plan.stats, threads, run_dir, ratio) for p in self.plan.learning}
+        stats = self.plan.counters()
+        setups = {p.agent: self._setup(p, stats, threads, run_dir, ratio) for p in self.plan.learning}
         return host_cls(setups, self.config, monitor)
 
     def _setup(self, plan: AgentPlan, stats: S.RunStats, threads: int, run_dir: RunDirectory | None,
@@ -171,7 +175,7 @@ class _Runner:
 
     def _actor(self, acting: dict[str, ActingAgent], host: LearnerHost, run_dir: RunDirectory | None = None) -> Actor:
         cfg = self.config
-        self.actor = build_actor(self.plan, acting, self.plan.stats, paced=host.paces_actor,
+        self.actor = build_actor(self.plan, acting, self.plan.counters(), paced=host.paces_actor,
                                  before_decision=host.before_decision)
         if cfg.league:
             self.actor.league = League(self.plan, acting, cfg.seed, run_dir)
@@ -196,7 +200,7 @@ class _Runner:
 
     def _result(self, monitor: RunMonitor, actor: Actor | None, wall: float, reason: str,
                 run_dir: RunDirectory | None, reports: dict[str, dict], host: LearnerHost | None) -> RunResult:
-        stats = self.plan.stats
+        stats = self.plan.counters()
         pool = self.actor_pool
         measured = host is not None and host.measures_processes
         agents = {}
@@ -246,7 +250,7 @@ class _Runner:
             if result.evaluations:
                 plot_evaluations(run_dir, result.evaluations, f"{result.env}: {self.kind} runner, greedy policies "
                                                               f"against {result.evaluations[0]['opponent']}")
-            if result.league is not None:
+            if result.league is not None and actor is not None:  # the actor's league made the summary
                 actor.league.flush()
                 plot_league(run_dir, result.league)
             run_dir.close()
@@ -363,7 +367,7 @@ class _Runner:
         pool = self.actor_pool = ActorPool(self.plan, split_budget(agent_steps, self.plan.actors), host.paces_actor,
                                            self._resumed_steps, cfg.process_timeout_s, cfg.heartbeat_timeout_s)
         pool.start()
-        host_poll = monitor.on_poll
+        host_poll = host.poll  # the monitor's poll so far (`run`)
 
         def poll() -> None:
             host_poll()

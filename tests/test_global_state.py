@@ -182,3 +182,23 @@ def test_a_state_function_sets_the_state_and_its_space():
     assert env.observation_space("agent_0")["state"].shape == (4,)
     obs = env.observe("agent_0")
     np.testing.assert_array_equal(obs["state"], env.env.state()[:4])
+
+
+def test_the_fallback_refuses_an_observation_that_flattens_to_no_box():
+    """A Sequence space, alone or inside a Dict, flattens to itself or to a Dict, not to a Box: the fallback
+    refuses it as clearly as a space that cannot be flattened at all (it used to fail on `.low`)."""
+    from pzasync.core.global_state import _concat_reader
+
+    class Env:
+        possible_agents = ["a"]
+
+        def __init__(self, space: spaces.Space) -> None:
+            self.space = space
+
+        def observation_space(self, agent):
+            return self.space
+
+    sequence = spaces.Sequence(spaces.Discrete(3))
+    for space in (sequence, spaces.Dict({"x": spaces.Box(0, 1, (2,)), "y": sequence})):
+        with pytest.raises(EnvSpecError, match="cannot be flattened into a global state"):
+            _concat_reader(Env(space), "seq")

@@ -35,7 +35,7 @@ import threading
 import time
 import traceback
 from dataclasses import asdict, dataclass
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
@@ -131,7 +131,7 @@ def bare_loop(env: Any, learners: Any | None, agent_steps: int, seed: int = 0,
 
 
 # ---------------------------------------------------------------------------------------------- pure figures
-def summarize(values: list[float]) -> dict[str, float]:
+def summarize(values: Sequence[float | None]) -> dict[str, float | None]:
     """Median and spread of repeated measurements (NaN-free input; empty gives n=0)."""
     arr = np.asarray([v for v in values if v is not None and math.isfinite(v)], dtype=float)
     if not len(arr):
@@ -227,7 +227,7 @@ def headline(summary: dict[str, dict]) -> dict[str, Any]:
         return summary.get(config, {}).get("agent_steps_per_s", {}).get("median")
 
     def ratio(a: float | None, b: float | None) -> float | None:
-        return a / b if a is not None and b not in (None, 0) else None
+        return a / b if a is not None and b is not None and b != 0 else None
 
     out: dict[str, Any] = {
         "actor_over_bare_policy": ratio(rate("async_idle"), rate("bare_policy")),

@@ -33,10 +33,12 @@ import numpy as np
 from pzasync.bench.remote_http import HttpConnection
 from pzasync.core.environments import EnvSpec, make_env
 from pzasync.core.spaces import env_layouts, probe_info_masks
+from pzasync.core.transitions import Transition
 from pzasync.learners import Policy
 from pzasync.remote.client import Connection
 from pzasync.runtime.actor import ActingAgent, Actor, ActorContext, LocalPolicy
 from pzasync.runtime.copies.local import LocalEnvs
+from pzasync.runtime.copies.protocol import Answer
 from pzasync.runtime.copies.remote import RemoteEnvs
 
 #: The ways to reach the env a report may hold by default, in table order: "local" is the env in this process.
@@ -92,7 +94,7 @@ def drive(factory: Any, layouts: dict, steps: int, server_pid: int | None = None
             if not pending:
                 continue
             more = taken < steps
-            answered = [(d, _first_legal(d.mask), {}) for d in pending] if more else []
+            answered: list[Answer] = [(d, _first_legal(d.mask), {}) for d in pending] if more else []
             taken += len(answered)
             copies.submit(group, answered, [] if more else [d.copy for d in pending], taken < steps)
         copies.finish()
@@ -111,25 +113,43 @@ class _FirstLegal(Policy):
 
 
 class _Discard:
-    """A transition writer that keeps nothing."""
+    """A transition writer (`TransitionWriter`) that keeps nothing."""
 
-    def write(self, transition: Any) -> None:
-        pass
+    capacity = 1
+    written = unread = dropped = 0
+
+    def write(self, transition: Transition) -> int:
+        return 0
 
 
 class _Counters:
-    """The run-control words the actor touches, kept nowhere."""
+    """Run control (`RunControl`) that keeps nothing: the actor's words, read as 0, never a stop."""
 
     stop_requested = False
 
-    def record_steps(self, agent: Any, agent_steps: int, total_steps: int) -> None:
+    def request_stop(self) -> None:
+        pass
+
+    def beat(self, agent: str | None = None) -> None:
+        pass
+
+    def get(self, agent: str, word: int) -> int:
+        return 0
+
+    def set(self, agent: str, word: int, value: int) -> None:
+        pass
+
+    def add(self, agent: str, word: int, value: int) -> None:
+        pass
+
+    def record_steps(self, agent: str | None, agent_steps: int, total_steps: int) -> None:
         pass
 
     def record_episodes(self, episodes: int) -> None:
         pass
 
-    def get(self, agent: Any, word: str) -> int:
-        return 0
+    def close(self) -> None:
+        pass
 
 
 def actor_steps_per_second(factory: Any, layouts: dict, steps: int) -> float:
@@ -154,13 +174,16 @@ class _Server:
         paced = ["--workers", str(PACED_WORKERS)] if path == "paced" else []
         self.proc = subprocess.Popen([*command, env_id, "--address", address, "--instances", str(instances), *paced],
                                      stderr=subprocess.PIPE, text=True)
-        line = self.proc.stderr.readline()
+        stderr = self.proc.stderr
+        assert stderr is not None, "stderr=PIPE"
+        self.stderr = stderr
+        line = stderr.readline()
         found = re.search(r" at (\S+) ", line)
         if not found:
             self.proc.kill()
             self.proc.wait()
-            rest = self.proc.stderr.read()
-            self.proc.stderr.close()
+            rest = stderr.read()
+            stderr.close()
             raise RuntimeError(f"the {path} server for {env_id!r} did not start: {line}{rest}")
         self.address = found.group(1)
         self.connection: type[Connection] = HttpConnection if path == "http" else Connection
@@ -175,7 +198,7 @@ class _Server:
         except subprocess.TimeoutExpired:
             self.proc.kill()
             self.proc.wait()
-        self.proc.stderr.close()
+        self.stderr.close()
 
 
 def remote_overhead(env_id: str = "pettingzoo.classic.connect_four_v3", *, steps: int = 4000, repeats: int = 3,
@@ -224,17 +247,18 @@ def remote_overhead(env_id: str = "pettingzoo.classic.connect_four_v3", *, steps
                     on_row(row)
         if actor_copies:
             server = _Server(env_id, "unix", actor_copies, folder)
-            local, remote = [], []
+            local_rates: list[float] = []
+            remote_rates: list[float] = []
             try:
                 for _ in range(repeats):
-                    local.append(actor_steps_per_second(
+                    local_rates.append(actor_steps_per_second(
                         LocalEnvs([make_env(env_id) for _ in range(actor_copies)]), layouts, steps))
-                    remote.append(actor_steps_per_second(server.copies(actor_copies), layouts, steps))
+                    remote_rates.append(actor_steps_per_second(server.copies(actor_copies), layouts, steps))
             finally:
                 server.close()
-            report["actor"] = {"copies": actor_copies, "local_steps_per_s": statistics.median(local),
-                               "unix_steps_per_s": statistics.median(remote),
-                               "ratio": statistics.median(remote) / statistics.median(local)}
+            report["actor"] = {"copies": actor_copies, "local_steps_per_s": statistics.median(local_rates),
+                               "unix_steps_per_s": statistics.median(remote_rates),
+                               "ratio": statistics.median(remote_rates) / statistics.median(local_rates)}
     report["load_average_after"] = list(os.getloadavg())
     return report
 

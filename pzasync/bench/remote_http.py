@@ -54,7 +54,7 @@ from pzasync.remote.protocol import (
 )
 from pzasync.remote.server import EnvServer
 
-_PATHS = {Kind.HELLO: "/hello", Kind.RESET: "/reset", Kind.STEP: "/step", Kind.OBSERVE: "/observe"}
+_PATHS: dict[int, str] = {Kind.HELLO: "/hello", Kind.RESET: "/reset", Kind.STEP: "/step", Kind.OBSERVE: "/observe"}
 
 
 def to_json(value: Any) -> Any:
@@ -76,7 +76,7 @@ class HttpEnvServer:
 
     def __init__(self, env_fn: Callable[[], Any], address: str, instances: int = 16) -> None:
         where = Address.parse(address)
-        if where.path is not None:
+        if where.path is not None or where.host is None or where.port is None:
             raise ValueError(f"the HTTP baseline serves TCP addresses, not {address!r}")
         self.env_server = EnvServer(env_fn, None, instances)
         self.layout = self.env_server.layout
@@ -117,35 +117,37 @@ class HttpEnvServer:
         """(HTTP status, JSON reply) to one request: translated to the binary message, answered by the
         `EnvServer`, and its reply translated back."""
         layout = self.layout
+        kind: int
         if path == "/hello":
             kind, body = Kind.HELLO, MAGIC + struct.pack("<HH", request.get("version", VERSION), 0)
         elif path == "/step":
-            records = [layout.step_struct.pack(instance, NONE_ACTION if agent is None else 0,
-                                               b"" if agent is None else layout.actions[agent].encode(action))
-                       for instance, agent, action in request["steps"]]
-            kind, body = Kind.STEP, packed_frame(Kind.STEP, records)[5:]
+            steps = [layout.step_struct.pack(instance, NONE_ACTION if agent is None else 0,
+                                             b"" if agent is None else layout.actions[agent].encode(action))
+                     for instance, agent, action in request["steps"]]
+            kind, body = Kind.STEP, packed_frame(Kind.STEP, steps)[5:]
         elif path == "/reset":
-            records = np.zeros(len(request["resets"]), RESET_RECORD)
+            resets = np.zeros(len(request["resets"]), RESET_RECORD)
             options = []
             for k, (instance, seed, opts) in enumerate(request["resets"]):
-                records[k] = (instance, (HAS_SEED if seed is not None else 0) | (HAS_OPTIONS if opts else 0), seed or 0)
+                resets[k] = (instance, (HAS_SEED if seed is not None else 0) | (HAS_OPTIONS if opts else 0), seed or 0)
                 if opts:
                     options.append(opts)
-            kind, body = Kind.RESET, records_frame(Kind.RESET, records, info_tail(options))[5:]
+            kind, body = Kind.RESET, records_frame(Kind.RESET, resets, info_tail(options))[5:]
         elif path == "/observe":
-            records = np.array([(i, layout.index[a]) for i, a in request["observe"]], OBSERVE_RECORD)
-            kind, body = Kind.OBSERVE, records_frame(Kind.OBSERVE, records)[5:]
+            observes = np.array([(i, layout.index[a]) for i, a in request["observe"]], OBSERVE_RECORD)
+            kind, body = Kind.OBSERVE, records_frame(Kind.OBSERVE, observes)[5:]
         else:
             return 404, {"code": "malformed", "message": f"no such message: {path}"}
         reply, _ = self.env_server.answer(session, kind, memoryview(body))
-        kind, body = reply[4], memoryview(reply)[5:]
-        if kind == Kind.ERROR:
-            return 500, json.loads(bytes(body))
-        if kind == Kind.WELCOME:
-            return 200, json.loads(bytes(body[2:]))
-        if kind == Kind.STATE:
-            return 200, {"states": _states_json(layout, body)}
-        return 200, {"observations": _observations_json(layout, body)}
+        assert reply is not None, "an EnvServer without workers answers every frame at once"
+        reply_kind, reply_body = reply[4], memoryview(reply)[5:]
+        if reply_kind == Kind.ERROR:
+            return 500, json.loads(bytes(reply_body))
+        if reply_kind == Kind.WELCOME:
+            return 200, json.loads(bytes(reply_body[2:]))
+        if reply_kind == Kind.STATE:
+            return 200, {"states": _states_json(layout, reply_body)}
+        return 200, {"observations": _observations_json(layout, reply_body)}
 
     def serve_forever(self) -> None:
         """Answer until SIGTERM or SIGINT."""
@@ -178,6 +180,9 @@ def _states_json(layout: EnvLayout, body: memoryview) -> list[dict]:
                  "terminations": {names[i]: row[4 + 3 * p + i] for i in order},
                  "truncations": {names[i]: row[4 + 4 * p + i] for i in order}}
         if not flags & NO_OBS:
+            if agent is None:
+                raise RemoteProtocolError(f"http: a snapshot of instance {row[0]} carries an observation but selects "
+                                          f"no agent")
             state["observation"] = to_json(layout.obs[agent].decode(row[-2]))
             if flags & INFO_MASK:
                 state["action_mask"] = list(row[-1][:layout.masks[agent]])
@@ -208,8 +213,10 @@ class HttpConnection(Connection):
     sent (its reply is kept for `receive`, as the binary frame it stands for)."""
 
     def __init__(self, address: str | Address, timeout_s: float = 60.0,
-                 describe_end: Callable[[], str] | None = None, label: str | None = None) -> None:
+                 describe_end: Callable[[bool], str] | None = None, label: str | None = None) -> None:
         self.address = Address.parse(address) if isinstance(address, str) else address
+        if self.address.host is None:
+            raise ValueError(f"the HTTP baseline is reached at a TCP address, not {self.address}")
         self.timeout_s, self.describe_end = timeout_s, describe_end
         self.label = label or f"HTTP server {self.address}"
         self.envs = {}

@@ -103,7 +103,7 @@ class BenchSettings(OptionGroup):
     def to_toml(self, header: str = "") -> str:
         """Every setting as TOML under [bench] (`pzasync bench --print-config`); `toml_values` reads it back.
         Learner specs are written as the command line takes them where they can be ('dqn,lr=0.001')."""
-        shown = replace(self, learners=learner_spec_text(self.learners), configs=list(self.configs))
+        shown = replace(self, learners=learner_spec_text(self.learners), configs=tuple(self.configs))
         return dumps(shown, [BenchSettings], header)
 
     @classmethod

@@ -156,6 +156,7 @@ def train_one(run: SuiteRun, seed: int, seconds: float, out: Path, settings: Sui
     result = runner.run(seconds=seconds)
     if runner.stop_signal is not None:  # the runner stopped itself gracefully on SIGINT/SIGTERM: so does the suite
         raise KeyboardInterrupt
+    assert result.run_dir is not None, "a run with out_dir has its run directory"
     rd = RunDirectory(result.run_dir, create=False)
     evaluations = [r for r in rd.read_jsonl("metrics.jsonl") if r.get("kind") == "eval"]
     evaluations += final_round(result, run, settings.eval_episodes, seed + EVAL_SEED_OFFSET,

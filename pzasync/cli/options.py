@@ -53,7 +53,8 @@ def click_type(spec: OptionSpec) -> click.ParamType:
     elif check.choices is not None:
         kind = click.Choice(list(check.choices))
     else:
-        kind = {int: click.INT, float: click.FLOAT}.get(check.kind, click.STRING)
+        numbers: dict[type, click.ParamType] = {int: click.INT, float: click.FLOAT}
+        kind = numbers.get(check.kind, click.STRING)
     return NoneOr(kind) if check.optional and spec.parse is None else kind
 
 

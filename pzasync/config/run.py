@@ -8,7 +8,6 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from pzasync.config.groups import (
-    AUTO,
     GROUPS,
     ActingOptions,
     EvaluationOptions,
@@ -45,10 +44,11 @@ class RunConfig(RunOptions, ActingOptions, LearningOptions, LeagueOptions, Evalu
         if self.learner_processes is not None and self.backend != "shm":
             bad("learner_processes", f"groups learners into local processes on shared memory; with "
                                      f"backend={self.backend!r} every learner unit is its own Ray actor")
-        if AUTO not in (self.env_workers, self.envs_per_actor) and self.env_workers > self.envs_per_actor:
+        workers, copies = self.env_workers, self.envs_per_actor  # each a number or AUTO, the one string allowed
+        if not isinstance(workers, str) and not isinstance(copies, str) and workers > copies:
             bad("env_workers", f"must be at most envs_per_actor={self.envs_per_actor}: each worker steps at least "
                                f"one env copy")
-        if self.actors != AUTO and self.actors > 1:
+        if not isinstance(self.actors, str) and self.actors > 1:  # a number or AUTO, the one string allowed
             if self.backend != "shm":
                 bad("actors", f"several actor processes write buffer shards in local shared memory; with "
                               f"backend={self.backend!r} use actors=1")

@@ -5,16 +5,17 @@ as the word "none", since TOML has no null); `values` reads a file back into che
 from __future__ import annotations
 
 import re
+import sys
 import textwrap
 from typing import Any, Iterable, Mapping
 
 from pzasync.config.declare import NONE, OptionGroup, check_value, declared, summary
 from pzasync.errors import ConfigError
 
-try:
+if sys.version_info >= (3, 11):
     import tomllib
-except ModuleNotFoundError:  # Python 3.10
-    import tomli as tomllib  # type: ignore[no-redef]
+else:
+    import tomli as tomllib
 
 _BARE_KEY = re.compile(r"^[A-Za-z0-9_-]+$")
 

@@ -13,7 +13,7 @@ from typing import Any, Callable
 import numpy as np
 
 from pzasync.core.environments import make_env
-from pzasync.core.spaces import AgentLayout, leaf_value
+from pzasync.core.spaces import AgentLayout, leaf_value, stack_masks
 from pzasync.core.stepper import EpisodeStepper
 from pzasync.core.transitions import EpisodeSummary, LayoutBook, Transition
 from pzasync.errors import ConfigError, UnsupportedSpaceError
@@ -101,8 +101,8 @@ def transitions_to_arrays(
             "truncated": np.array([t.truncated for t in items], dtype=bool),
         }
         if layout.has_mask:
-            arrays["action_mask"] = np.stack([t.action_mask for t in items])
-            arrays["next_action_mask"] = np.stack([t.next_action_mask for t in items])
+            arrays["action_mask"] = stack_masks([t.action_mask for t in items])
+            arrays["next_action_mask"] = stack_masks([t.next_action_mask for t in items])
         for key in items[0].extras:
             arrays[key] = np.array([t.extras[key] for t in items], dtype=np.float32)
         result[agent] = arrays

@@ -79,8 +79,10 @@ def _concat_reader(env: Any, env_name: str) -> tuple[Callable[[], np.ndarray], s
         try:
             flat = spaces.flatten_space(stored)
         except NotImplementedError:
+            flat = None
+        if not isinstance(flat, spaces.Box):  # a Sequence or Graph space (or one inside) flattens to no Box
             raise EnvSpecError(f"env {env_name!r}: agent {agent!r}'s observation space {stored!r} cannot be flattened "
-                               f"into a global state; give the learner option state='module:callable'") from None
+                               f"into a global state; give the learner option state='module:callable'")
         has_mask = isinstance(full, spaces.Dict) and MASK_KEY in full.spaces
         parts.append((agent, stored, has_mask, flat))
     low = np.concatenate([np.asarray(f.low, np.float32).ravel() for *_, f in parts])
@@ -123,7 +125,7 @@ def state_reader(env: Any, source: str, env_name: str) -> tuple[Callable[[], np.
     if first.dtype.kind not in "fiub" or first.ndim == 0:
         raise EnvSpecError(f"env {env_name!r}: state function {source!r} returned {first.dtype} of shape "
                            f"{first.shape}; it must return a numeric array")
-    dtype = first.dtype if first.dtype.kind in "fu" else np.dtype(np.float32)
+    dtype: np.dtype = first.dtype if first.dtype.kind in "fu" else np.dtype(np.float32)
     return (lambda: fn(env)), spaces.Box(-np.inf if dtype.kind == "f" else 0,
                                          np.inf if dtype.kind == "f" else np.iinfo(dtype).max,
                                          shape=first.shape, dtype=dtype)
@@ -155,10 +157,14 @@ class GlobalStateObservations(BaseWrapper):
         self.state_space: spaces.Box | None = None
         self._spaces: dict[str, spaces.Space] = {}
 
-    def _ensure_reader(self) -> None:
-        if self.read_state is None:
-            self.read_state, self.state_space = state_reader(self.env, self.request.source, self.env_name)
+    def _ensure_reader(self) -> tuple[Callable[[], np.ndarray], spaces.Box]:
+        """The state's reader and space, made at the first call after a reset."""
+        read, space = self.read_state, self.state_space
+        if read is None or space is None:
+            read, space = self.read_state, self.state_space = state_reader(self.env, self.request.source,
+                                                                           self.env_name)
             self._spaces.clear()
+        return read, space
 
     def reset(self, seed: int | None = None, options: dict[str, Any] | None = None) -> None:
         self.env.reset(seed=seed, options=options)
@@ -170,27 +176,31 @@ class GlobalStateObservations(BaseWrapper):
             return inner
         space = self._spaces.get(agent)
         if space is None:
-            if self.state_space is None:
+            state_space = self.state_space
+            if state_space is None:
                 # Before the first reset: the env's declared state space, or the concatenation's (both are
                 # known without a reset); a state function's is known only after one.
                 if self.request.source == "concat" or (self.request.source == "auto" and not _has_env_state(self.env)):
-                    self.state_space = _concat_reader(self.env, self.env_name)[1]
+                    state_space = self.state_space = _concat_reader(self.env, self.env_name)[1]
                 elif self.request.source in ("env", "auto"):
-                    self.state_space = self.env.state_space
+                    state_space = self.state_space = self.env.state_space
                 else:
                     self.env.reset()
-                    self._ensure_reader()
-            space = self._spaces[agent] = with_state_space(inner, self.state_space)
+                    state_space = self._ensure_reader()[1]
+            space = self._spaces[agent] = with_state_space(inner, state_space)
         return space
 
     def observe(self, agent: str) -> Any:
         obs = self.env.observe(agent)
         if agent not in self.state_agents:
             return obs
-        state = np.asarray(self.read_state())
-        if state.shape != self.state_space.shape:
+        read, state_space = self.read_state, self.state_space
+        if read is None or state_space is None:
+            raise RuntimeError(f"env {self.env_name!r}: observe() called before reset()")
+        state = np.asarray(read())
+        if state.shape != state_space.shape:
             raise EnvSpecError(f"env {self.env_name!r}: the global state ({self.request.source}) has shape "
-                               f"{state.shape}, but its space {self.state_space} says {self.state_space.shape}")
+                               f"{state.shape}, but its space {state_space} says {state_space.shape}")
         if isinstance(obs, dict) and MASK_KEY in obs:
             rest = {k: v for k, v in obs.items() if k != MASK_KEY}
             inner = rest[OBSERVATION_KEY] if list(rest) == [OBSERVATION_KEY] else rest
@@ -198,5 +208,5 @@ class GlobalStateObservations(BaseWrapper):
         return {OBSERVATION_KEY: obs, STATE_KEY: state}
 
     def state(self) -> np.ndarray:
-        self._ensure_reader()
-        return np.asarray(self.read_state())
+        read, _ = self._ensure_reader()
+        return np.asarray(read())

@@ -165,11 +165,15 @@ def agent_layout(
     agent: str, observation_space: spaces.Space, action_space: spaces.Space, info_mask: bool = False
 ) -> AgentLayout:
     """Build the storage layout of one agent; `info_mask` says the env passes masks in `info`."""
-    mask_in_obs = isinstance(observation_space, spaces.Dict) and MASK_KEY in observation_space.spaces
+    mask_in_obs = False
     mask_shape: tuple[int, ...] | None = None
     obs_space = stored_obs_space(observation_space)
-    if mask_in_obs:
-        mask_shape = tuple(int(d) for d in observation_space.spaces[MASK_KEY].shape)
+    if isinstance(observation_space, spaces.Dict) and MASK_KEY in observation_space.spaces:
+        mask_in_obs = True
+        mask_space = observation_space.spaces[MASK_KEY]
+        if mask_space.shape is None:
+            raise UnsupportedSpaceError(f"agent {agent!r}: its action mask's space {mask_space!r} has no shape")
+        mask_shape = tuple(int(d) for d in mask_space.shape)
     elif info_mask:
         mask_shape = action_mask_shape(action_space)
         if mask_shape is None:
@@ -208,6 +212,20 @@ def uniform_legal(rng: np.random.Generator, mask: np.ndarray) -> int:
     return int(legal[rng.integers(legal.size)])
 
 
+def _clipper(low: np.ndarray, high: np.ndarray, dtype: Any) -> Callable[[Any], np.ndarray]:
+    """A Box action clipped to its bounds, in the space's dtype."""
+    return lambda a: np.clip(a, low, high).astype(dtype)
+
+
+def stack_masks(masks: list[np.ndarray | None]) -> np.ndarray:
+    """The action masks of rows of one layout that has masks, stacked (every row has one)."""
+    present = [m for m in masks if m is not None]
+    if len(present) != len(masks):
+        raise ValueError(f"{len(masks) - len(present)} of {len(masks)} rows have no action mask: rows of one "
+                         f"layout have a mask each or none")
+    return np.stack(present)
+
+
 def env_action_converter(layouts: dict[str, AgentLayout]) -> Callable[[str, Any], Any]:
     """Stored action -> what env.step gets: ints for Discrete, Box actions clipped to their bounds."""
     converters: dict[str, Callable[[Any], Any]] = {}
@@ -216,8 +234,7 @@ def env_action_converter(layouts: dict[str, AgentLayout]) -> Callable[[str, Any]
         if isinstance(space, spaces.Discrete):
             converters[agent] = int
         elif isinstance(space, spaces.Box):
-            low, high, dtype = space.low, space.high, space.dtype
-            converters[agent] = lambda a, low=low, high=high, dtype=dtype: np.clip(a, low, high).astype(dtype)
+            converters[agent] = _clipper(space.low, space.high, space.dtype)
         else:
             converters[agent] = lambda a: a
     return lambda agent, action: converters[agent](action)

@@ -97,8 +97,10 @@ class EpisodeStepper:
         passed to `on_episode`, ended by the env or cut at `max_episode_steps`)."""
         if self._pending is not None:
             raise RuntimeError(f"env copy {self.copy}: advance() called with a decision still pending")
-        env, assembler, last = self.env, self.assembler, self.env.last
-        for agent in self._turns:
+        env, assembler, last, turns = self.env, self.assembler, self.env.last, self._turns
+        if turns is None:
+            raise RuntimeError(f"env copy {self.copy}: advance() called before start()")
+        for agent in turns:
             observation, reward, terminated, truncated, info = last()
             if terminated or truncated:
                 done, _, _ = assembler.turn(agent, observation, reward, terminated, truncated, info)

@@ -23,7 +23,14 @@ import numpy as np
 from gymnasium import spaces
 
 from pzasync.core.environments import EnvSpec
-from pzasync.core.spaces import AgentLayout, env_action_converter, env_layouts, probe_info_masks, uniform_legal
+from pzasync.core.spaces import (
+    AgentLayout,
+    env_action_converter,
+    env_layouts,
+    probe_info_masks,
+    stack_masks,
+    uniform_legal,
+)
 from pzasync.core.stepper import EpisodeStepper, PendingDecision
 from pzasync.core.transitions import EpisodeSummary, LayoutBook
 
@@ -66,7 +73,7 @@ class Player(Protocol):
 def _masks(decisions: list[PendingDecision]) -> np.ndarray | None:
     if decisions[0].mask is None:
         return None
-    return np.stack([d.mask for d in decisions])
+    return stack_masks([d.mask for d in decisions])
 
 
 class PolicyPlayer:

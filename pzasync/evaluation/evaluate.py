@@ -32,7 +32,7 @@ from pzasync.core.spaces import AgentLayout, env_action_converter, env_layouts, 
 from pzasync.core.transitions import EpisodeSummary, LayoutBook
 from pzasync.errors import ConfigError
 from pzasync.evaluation.episodes import EVAL_COPIES, PerCopyPlayer, Player, PolicyPlayer, RandomPlayer, play_parallel
-from pzasync.learners import resolve_learner, state_request
+from pzasync.learners import Learner, resolve_learner, state_request
 from pzasync.learners.players import load_checkpoint_policy
 from pzasync.runtime.rundir import RunDirectory
 from pzasync.specs import parse_learner_spec
@@ -175,11 +175,16 @@ def play(env_spec: Any, actors: dict[str, ActFn], episodes: int, seed: int,
         layouts = env_layouts(env, probe_info_masks(env, seed=seed))
         done: list[EpisodeSummary] = []
         starts = [f.new_episode for f in actors.values() if hasattr(f, "new_episode")]  # recurrent players' memory
+
+        def start_episode() -> None:
+            for start in starts:
+                start()
+
         run_episodes(env, lambda a, o, m: (actors[a](a, o, m), {}), lambda t: None, agent_steps=None, seed=seed,
                      layouts=LayoutBook(env, layouts, fixed=True), on_episode=done.append,
                      keep_going=lambda: len(done) < episodes, max_episode_steps=max_episode_steps,
                      to_env=env_action_converter(layouts),
-                     on_episode_start=(lambda: [start() for start in starts]) if starts else None)
+                     on_episode_start=start_episode if starts else None)
         return done
     finally:
         env.close()
@@ -231,7 +236,7 @@ def player_name(spec: Any) -> str:
     return spec if isinstance(spec, str) else getattr(spec, "__name__", repr(spec))
 
 
-def resolve_player(spec: Any, agent: str, layout: AgentLayout) -> tuple[type, dict[str, Any]]:
+def resolve_player(spec: Any, agent: str, layout: AgentLayout) -> tuple[type[Learner], dict[str, Any]]:
     """A never-learning player spec (text as on the command line, or a learner spec) -> (class, options),
     checked against the agent's spaces; a learner that trains is refused."""
 
@@ -246,7 +251,7 @@ def resolve_player(spec: Any, agent: str, layout: AgentLayout) -> tuple[type, di
     return cls, cls.validate_config(agent, options)
 
 
-def player_actor(cls: type, options: dict[str, Any], layout: AgentLayout, seed: int) -> ActFn:
+def player_actor(cls: type[Learner], options: dict[str, Any], layout: AgentLayout, seed: int) -> ActFn:
     """A never-learning player built for one agent, seeded (its construction and its own RNG) from `seed`."""
     import torch
 
@@ -287,7 +292,7 @@ def opponent_players(spec: EnvSpec, agents: list[str], needed: list[str], oppone
     return players
 
 
-def _player_builder(cls: type, options: dict[str, Any], layout: AgentLayout, seed: int) -> Callable[[], Any]:
+def _player_builder(cls: type[Learner], options: dict[str, Any], layout: AgentLayout, seed: int) -> Callable[[], Any]:
     def build() -> Any:
         import torch
 

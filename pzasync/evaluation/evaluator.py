@@ -24,6 +24,7 @@ import os
 import time
 import traceback
 from dataclasses import dataclass, replace
+from multiprocessing.connection import Connection
 from typing import Any
 
 from pzasync.errors import ConfigError, report_unclean_exit
@@ -152,7 +153,9 @@ class Evaluator:
 
     def __init__(self, setup: EvaluatorSetup) -> None:
         ctx = process_context()
-        self.rows, self._rows_sender = ctx.Pipe(duplex=False)
+        rows, self._rows_sender = ctx.Pipe(duplex=False)
+        #: The rows' receiving end; None once `stop` has closed it.
+        self.rows: Connection | None = rows
         self._stop_receiver, self._stop = ctx.Pipe(duplex=False)
         self.process = ctx.Process(target=evaluator_main, args=(setup, self._rows_sender, self._stop_receiver),
                                    name="pzasync-evaluator", daemon=True)
@@ -202,6 +205,7 @@ class Evaluator:
         elif self.error is None:
             report_unclean_exit("the evaluator process", self.process)
         new += self.collect()
+        assert self.rows is not None, "stop() is called once"
         self.rows.close()
         self.rows = None
         self.process.close()

@@ -14,6 +14,7 @@ docs/eval-schema.json), that `pzasync train` prints at its end, and that Python 
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 import time
@@ -154,18 +155,17 @@ def evaluate(run_dir_or_policies: str | Path | dict[str, tuple[Any, Any]], env: 
             progress(label)
 
     # `explore` reaches the seated policies only: random play and the yardsticks are never asked to sample.
-    common = {"max_episode_steps": max_episode_steps, "copies": copies, "explore": acting == "sampled"}
-    add(score_units(spec, policies, units, opponents, episodes, seed, opponent_name=name, **common), "trained")
+    score = functools.partial(score_units, max_episode_steps=max_episode_steps, copies=copies,
+                              explore=acting == "sampled")
+    add(score(spec, policies, units, opponents, episodes, seed, opponent_name=name), "trained")
     if baselines and learners is not None:
         fresh_spec, fresh = fresh_policies(spec, learners, seed)
-        add(score_units(fresh_spec, fresh, units_for(mode, agents, list(fresh)), opponents, episodes, seed,
-                        opponent_name=name, policy="untrained", **common), "untrained")
+        add(score(fresh_spec, fresh, units_for(mode, agents, list(fresh)), opponents, episodes, seed,
+                  opponent_name=name, policy="untrained"), "untrained")
     if baselines and mode == "seats" and name != "random":
-        add(score_units(spec, policies, units, "random", episodes, seed, opponent_name="random", **common),
-            "trained against random")
+        add(score(spec, policies, units, "random", episodes, seed, opponent_name="random"), "trained against random")
     elif baselines and mode != "seats":
-        add(score_units(spec, "random", units, opponents, episodes, seed, opponent_name=name, policy="random",
-                        **common), "random")
+        add(score(spec, "random", units, opponents, episodes, seed, opponent_name=name, policy="random"), "random")
     report.seconds = time.monotonic() - started
     return report
 

@@ -96,8 +96,8 @@ def resolve_learner(spec: LearnerSpec, agent: str = "?") -> tuple[type[Learner],
 def state_request(resolved: dict[str, tuple[type[Learner], dict[str, Any]]], env_name: str) -> StateRequest | None:
     """The agents whose learner reads the env's global state (`Learner.state_source`), which must all name the
     same source (one env wrapper serves them); None when no learner reads it."""
-    sources = {agent: cls.state_source(options) for agent, (cls, options) in resolved.items()}
-    sources = {agent: check_source(source, agent) for agent, source in sources.items() if source is not None}
+    asked = {agent: cls.state_source(options) for agent, (cls, options) in resolved.items()}
+    sources = {agent: check_source(source, agent) for agent, source in asked.items() if source is not None}
     if not sources:
         return None
     if len(set(sources.values())) > 1:

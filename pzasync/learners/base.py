@@ -21,6 +21,7 @@ import torch
 from pzasync.config.declare import Check
 from pzasync.core.spaces import AgentLayout
 from pzasync.learners.options import LearnerOptions, Option, options_from_defaults
+from pzasync.transport.protocols import TransitionSource
 
 Batch = dict[str, np.ndarray]
 
@@ -150,7 +151,7 @@ class Learner(ABC):
         if "Options" in own:
             cls.defaults = cls.Options.defaults()
         elif "defaults" in own or "schema" in own:
-            cls.Options = options_from_defaults(cls, cls.option_rules())
+            cls.Options = options_from_defaults(cls, cls.defaults, cls.option_rules())
 
     def __init__(self, ctx: LearnerContext) -> None:
         self.ctx = ctx
@@ -187,13 +188,13 @@ class Learner(ABC):
         """Raise UnsupportedSpaceError naming the agent if this learner cannot handle its spaces."""
 
     @classmethod
-    def extra_fields(cls, config: dict[str, Any]) -> dict[str, str]:
+    def extra_fields(cls, config: Mapping[str, Any]) -> dict[str, str]:
         """The extras stored with each transition for this config: `extras`, unless they depend on the options
         (a recurrent policy's memory, 'float32[N]', is as wide as its `memory_size`)."""
         return dict(cls.extras)
 
     @classmethod
-    def state_source(cls, config: dict[str, Any]) -> str | None:
+    def state_source(cls, config: Mapping[str, Any]) -> str | None:
         """Where this learner's agents' global state comes from (core/global_state.py: "auto", "env", "concat"
         or "module:callable"), or None (the default) for learners that read only the agent's observation. Given
         one, the run wraps the env so these agents observe {"observation": ..., "state": ...}."""
@@ -201,8 +202,9 @@ class Learner(ABC):
 
     @classmethod
     @abstractmethod
-    def build_policy(cls, layout: AgentLayout, config: dict[str, Any]) -> Policy:
-        """The acting module, built identically in the learner and in the actor (config already validated)."""
+    def build_policy(cls, layout: AgentLayout, config: Mapping[str, Any]) -> Policy:
+        """The acting module, built identically in the learner and in the actor: `config` is the learner's checked
+        `Options` (a plain dict of options is checked first by `checked`)."""
 
     @property
     @abstractmethod
@@ -213,7 +215,7 @@ class Learner(ABC):
     def update(self, batch: Batch) -> dict[str, float]:
         """One learning step on `batch`; returns metrics (floats) for logs and the progress display."""
 
-    def sample(self, buffer: Any, rng: np.random.Generator) -> Batch:
+    def sample(self, buffer: TransitionSource, rng: np.random.Generator) -> Batch:
         """Off-policy learners: the batch for the next `update`, drawn from the agent's `SharedRingBuffer`.
 
         Both runners call this (through `LearnerDriver`) whenever an update is due. The default draws

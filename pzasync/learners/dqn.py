@@ -17,7 +17,7 @@ import copy
 import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Mapping
 
 import numpy as np
 import torch
@@ -157,11 +157,16 @@ class QNetwork(Policy):
     def __init__(self, layout: AgentLayout, config: DQNOptions) -> None:
         super().__init__()
         self.layout = layout
-        self.start = int(layout.action_space.start)
+        space = layout.action_space
+        if not isinstance(space, spaces.Discrete):
+            raise UnsupportedSpaceError(f"agent {layout.agent!r}: a Q-network needs a Discrete action space, got "
+                                        f"{space!r}")
+        self.start = int(space.start)
         if config.mirror:
             check_mirror(layout)
         self.encoder = Encoder(layout, config.torso, config.board_channels)
-        n = int(layout.action_space.n)
+        #: Actions (the Discrete space's n).
+        self.n_actions = n = int(space.n)
         if config.dueling:
             self.head: nn.Module = DuelingHead(self.encoder.out_dim, config.hidden, n, config.activation,
                                                config.layer_norm)
@@ -203,7 +208,7 @@ class QNetwork(Policy):
         """`Policy.act_seeded` with one forward: each row explores with its own generator seeded `seeds[i]`."""
         greedy, _ = self.act(obs, mask, False)
         actions = greedy - self.start
-        n = int(self.layout.action_space.n)
+        n = self.n_actions
         for i, row_seed in enumerate(seeds):
             row_mask = None if mask is None else mask[i:i + 1]
             actions[i:i + 1] = explore_uniformly(actions[i:i + 1], self.epsilon, row_mask, n,
@@ -303,7 +308,7 @@ class DQNLearner(Learner):
             )
 
     @classmethod
-    def build_policy(cls, layout: AgentLayout, config: DQNOptions) -> QNetwork:
+    def build_policy(cls, layout: AgentLayout, config: Mapping[str, Any]) -> QNetwork:
         return QNetwork(layout, cls.checked(layout.agent, config))
 
     @property

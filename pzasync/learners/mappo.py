@@ -18,7 +18,7 @@ from a memory the learner carries per track (`critic_memory_pass`).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Mapping
 
 import numpy as np
 import torch
@@ -38,6 +38,11 @@ from pzasync.learners.recurrent import Chunk, gru_core
 class RunningNorm(nn.Module):
     """Running mean and variance of the value targets (every return seen), kept as buffers so checkpoints hold
     them; `normalize` and `denormalize` map returns to the critic's scale and back."""
+
+    # buffers (`register_buffer`)
+    mean: torch.Tensor
+    var: torch.Tensor
+    count: torch.Tensor
 
     def __init__(self) -> None:
         super().__init__()
@@ -81,6 +86,9 @@ class CentralCritic(nn.Module):
         """What the value MLP (or the core, with memory) reads: the encoded state, member id and own observation."""
         parts = [self.state(obs)]
         if self.members:
+            if member is None:
+                raise ValueError(f"the critic reads the member index of {self.members} group members: the batch has "
+                                 f"no `member` field")
             parts.append(nn.functional.one_hot(member.long(), self.members).float())
         if self.own is not None:
             parts.append(self.own(obs))
@@ -140,7 +148,7 @@ class MAPPOLearner(PPOLearner):
         self.critic_out: torch.Tensor | None = None
 
     @classmethod
-    def state_source(cls, config: MAPPOOptions) -> str | None:
+    def state_source(cls, config: Mapping[str, Any]) -> str | None:
         return cls.checked("?", config).state
 
     @classmethod
@@ -154,7 +162,7 @@ class MAPPOLearner(PPOLearner):
                 f"(which adds it) or with EnvSpec.with_state")
 
     @classmethod
-    def build_policy(cls, layout: AgentLayout, config: MAPPOOptions) -> ActorCritic:
+    def build_policy(cls, layout: AgentLayout, config: Mapping[str, Any]) -> ActorCritic:
         return ActorCritic(layout, cls.checked(layout.agent, config), observation_key=OBSERVATION_KEY, value_head=False)
 
     def _member(self, batch: Batch) -> torch.Tensor | None:
@@ -185,6 +193,8 @@ class MAPPOLearner(PPOLearner):
         transitions: the learner carries it from chunk to chunk itself, computed with the critic as it was when
         that chunk was trained (as stale as the policy's stored memory is)."""
         n, core = len(batch["reward"]), self.critic.core
+        if core is None:
+            raise RuntimeError(f"agent {self.ctx.agent!r}: a critic without memory has no memory pass (critic_memory)")
         done = np.logical_or(batch["terminated"], batch["truncated"])
         track = trajectory_ids(batch)
         keys = [0] if track is None else [int(t) for t in np.unique(track)]

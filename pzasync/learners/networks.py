@@ -9,7 +9,7 @@ leaf order is `layout.obs_leaves`. Inputs are keyed like the buffer's columns: "
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Any, Iterable, Sequence
 
 import numpy as np
 import torch
@@ -17,6 +17,7 @@ from gymnasium import spaces
 from torch import nn
 
 from pzasync.core.spaces import AgentLayout
+from pzasync.errors import UnsupportedSpaceError
 
 ACTIVATIONS: dict[str, type[nn.Module]] = {"relu": nn.ReLU, "tanh": nn.Tanh}
 
@@ -94,7 +95,9 @@ class ImageEncoder(nn.Module):
 class OneHotEncoder(nn.Module):
     """Integer components (Discrete: one, MultiDiscrete: several) -> concatenated one-hots."""
 
-    def __init__(self, sizes: Sequence[int], starts: Sequence[int]) -> None:
+    starts: torch.Tensor  # a buffer (`register_buffer`)
+
+    def __init__(self, sizes: Iterable[int], starts: Iterable[int]) -> None:
         super().__init__()
         self.sizes = [int(s) for s in sizes]
         self.register_buffer("starts", torch.as_tensor(list(starts), dtype=torch.int64), persistent=False)
@@ -111,6 +114,8 @@ class FlatEncoder(nn.Module):
 
     def __init__(self, space: spaces.Space) -> None:
         super().__init__()
+        if space.shape is None:
+            raise UnsupportedSpaceError(f"observation space {space!r} has no shape to flatten")
         self.out_dim = max(1, int(np.prod(space.shape)))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -201,18 +206,22 @@ def leaf_kind(space: spaces.Space, torso: str = "auto") -> str:
     return auto_torso(space)
 
 
-def leaf_encoder(space: spaces.Space, torso: str = "auto", board_channels: int | None = None) -> nn.Module:
+def leaf_encoder(space: spaces.Space, torso: str = "auto", board_channels: int | None = None) -> LeafEncoder:
     """The encoder for one leaf space (see `leaf_kind`); `board_channels`: a BoardEncoder's filters."""
     kind = leaf_kind(space, torso)
-    if kind == "image":
+    if kind == "image" and isinstance(space, spaces.Box):  # "image" and "board" are 3-dim Boxes
         return ImageEncoder(space)
-    if kind == "board":
+    if kind == "board" and isinstance(space, spaces.Box):
         return BoardEncoder(space, board_channels)
     if isinstance(space, spaces.Discrete):
         return OneHotEncoder([space.n], [space.start])
     if isinstance(space, spaces.MultiDiscrete):
         return OneHotEncoder(space.nvec.reshape(-1), np.asarray(space.start).reshape(-1))
     return FlatEncoder(space)
+
+
+#: What `leaf_encoder` builds: each has `out_dim`, the features it gives per row.
+LeafEncoder = ImageEncoder | BoardEncoder | OneHotEncoder | FlatEncoder
 
 
 class Encoder(nn.Module):
@@ -232,8 +241,9 @@ class Encoder(nn.Module):
 
             raise ConfigError(f"agent {layout.agent!r}: torso='cnn' needs a 3-dim Box observation (HWC board or "
                               f"image), got {layout.obs_space!r}; use 'auto' or 'mlp'")
-        self.leaves = nn.ModuleList(leaf_encoder(space, torso, board_channels) for space in leaves)
-        self.out_dim = sum(leaf.out_dim for leaf in self.leaves)
+        encoders = [leaf_encoder(space, torso, board_channels) for space in leaves]
+        self.leaves = nn.ModuleList(encoders)
+        self.out_dim = sum(encoder.out_dim for encoder in encoders)
 
     def forward(self, obs: dict[str, torch.Tensor]) -> torch.Tensor:
         if len(self.keys) == 1:

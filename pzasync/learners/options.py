@@ -137,13 +137,14 @@ def redeclare(options: type[LearnerOptions], name: str, default: Any) -> Any:
     return option(default, spec.doc, spec.check)
 
 
-def options_from_defaults(learner: type, rules: Mapping[str, Check]) -> type[LearnerOptions]:
-    """The options class of a learner declared with a `defaults` dict: one field per default, checked by its
-    rule in `rules` (the learner's `schema` and its bases'), any value where it has none."""
-    made = dataclasses.make_dataclass(
+def options_from_defaults(learner: type, defaults: Mapping[str, Any],
+                          rules: Mapping[str, Check]) -> type[LearnerOptions]:
+    """The options class of a learner declared with a `defaults` dict (its own or its bases'): one field per
+    default, checked by its rule in `rules` (the learner's `schema` and its bases'), any value where it has none."""
+    made: type[LearnerOptions] = dataclasses.make_dataclass(
         f"{learner.__name__}Options",
         [(name, Any, option(default, "", rules.get(name, Check(optional=True))))
-         for name, default in learner.defaults.items()],
+         for name, default in defaults.items()],
         bases=(LearnerOptions,), kw_only=True, eq=False)
     made.made_for = learner
     made.__module__ = learner.__module__

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar, Mapping
 
 import numpy as np
 import torch
@@ -87,13 +87,13 @@ class RandomPolicy(Policy):
                                   for m in mask], np.int64)
             return np.asarray(space.start).reshape(-1) + index.reshape(n, *space.shape), {}
         if isinstance(space, spaces.Box):
-            return self._box(n), {}
+            return self._box(space, n), {}
         if isinstance(space, spaces.MultiBinary):
             return rng.integers(2, size=(n, *np.atleast_1d(space.n))).astype(np.int8), {}
         raise TypeError(f"cannot sample {space!r}")
 
-    def _box(self, n: int) -> np.ndarray:
-        space, rng = self.action_space, self.rng
+    def _box(self, space: spaces.Box, n: int) -> np.ndarray:
+        rng = self.rng
         low, high = np.broadcast_to(space.low, space.shape), np.broadcast_to(space.high, space.shape)
         bounded = np.isfinite(low) & np.isfinite(high)
         uniform = rng.uniform(np.where(bounded, low, 0.0), np.where(bounded, high, 1.0), size=(n, *space.shape))
@@ -121,10 +121,10 @@ class _NoUpdates(Learner):
 class RandomPlayer(_NoUpdates):
     """`"random"`: uniform over legal actions, seeded by the runner (`Policy.seed`) for reproducible games."""
 
-    defaults: dict[str, Any] = {}
+    defaults: ClassVar[dict[str, Any]] = {}
 
     @classmethod
-    def build_policy(cls, layout: AgentLayout, config: dict[str, Any]) -> Policy:
+    def build_policy(cls, layout: AgentLayout, config: Mapping[str, Any]) -> Policy:
         return RandomPolicy(layout.action_space)
 
 
@@ -164,5 +164,5 @@ class FixedPlayer(_NoUpdates):
     Options = FixedOptions
 
     @classmethod
-    def build_policy(cls, layout: AgentLayout, config: FixedOptions) -> Policy:
+    def build_policy(cls, layout: AgentLayout, config: Mapping[str, Any]) -> Policy:
         return GreedyPolicy(load_checkpoint_policy(str(cls.checked(layout.agent, config).checkpoint), layout))

@@ -12,7 +12,7 @@ from __future__ import annotations
 import copy
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Callable, ClassVar
+from typing import Any, Callable, ClassVar, Mapping
 
 import numpy as np
 import torch
@@ -60,9 +60,13 @@ class ActorCritic(Policy):
         space = layout.action_space
         self.layout = layout
         self.discrete = isinstance(space, spaces.Discrete)
-        self.start = int(space.start) if self.discrete else 0
-        self.action_shape = tuple(space.shape) if not self.discrete else ()
-        outputs = int(space.n) if self.discrete else int(np.prod(space.shape))
+        self.action_shape: tuple[int, ...] = ()
+        if isinstance(space, spaces.Discrete):
+            self.start, outputs = int(space.start), int(space.n)
+        elif space.shape is None:
+            raise UnsupportedSpaceError(f"agent {layout.agent!r}: action space {space!r} has no shape")
+        else:
+            self.start, self.action_shape, outputs = 0, tuple(space.shape), int(np.prod(space.shape))
         self.encoder = Encoder(layout, config.torso, only=observation_key)
         hidden, activation = config.hidden, config.activation
         recurrent = config.memory == "gru"
@@ -72,9 +76,11 @@ class ActorCritic(Policy):
         width = self.memory_size or self.encoder.out_dim
         self.pi = mlp(width, hidden, outputs, activation)
         self.v = mlp(width, hidden, 1, activation) if value_head else None
+        head = self.pi[-1]
+        assert isinstance(head, nn.Linear), "mlp() ends with a Linear layer"
         with torch.no_grad():  # small initial policy outputs: near-uniform logits, means near 0
-            self.pi[-1].weight.mul_(0.01)
-            self.pi[-1].bias.zero_()
+            head.weight.mul_(0.01)
+            head.bias.zero_()
         if not self.discrete:
             self.log_std = nn.Parameter(torch.full((outputs,), config.init_log_std))
         self.generator = torch.Generator().manual_seed(torch.initial_seed())
@@ -82,6 +88,18 @@ class ActorCritic(Policy):
     def seed(self, seed: int) -> None:
         """Seed the action sampling (the only randomness in acting)."""
         self.generator.manual_seed(int(seed))
+
+    def value_net(self) -> nn.Sequential:
+        """The value head (a policy built with `value_head=False` has none: its values come from elsewhere)."""
+        if self.v is None:
+            raise RuntimeError(f"agent {self.layout.agent!r}: this policy has no value head (value_head=False)")
+        return self.v
+
+    def recurrent_core(self) -> nn.GRUCell:
+        """The GRU core of a recurrent policy (memory="gru")."""
+        if self.core is None:
+            raise RuntimeError(f"agent {self.layout.agent!r}: this policy has no recurrent core (memory='none')")
+        return self.core
 
     def distribution(self, features: torch.Tensor, mask: Any) -> Dist | DiagGaussian:
         out = self.pi(features)
@@ -92,10 +110,10 @@ class ActorCritic(Policy):
     def evaluate(self, obs: dict[str, torch.Tensor], mask: Any) -> tuple[Dist | DiagGaussian, torch.Tensor]:
         """The action distribution and the value of each row."""
         features = self.encoder(obs)
-        return self.distribution(features, mask), self.v(features).squeeze(-1)
+        return self.distribution(features, mask), self.value_net()(features).squeeze(-1)
 
     def value(self, obs: dict[str, torch.Tensor]) -> torch.Tensor:
-        return self.v(self.encoder(obs)).squeeze(-1)
+        return self.value_net()(self.encoder(obs)).squeeze(-1)
 
     def act(self, obs: dict[str, np.ndarray], mask: np.ndarray | None, explore: bool) -> tuple[np.ndarray, dict]:
         if self.core is not None:  # a recurrent policy asked without memory: every row at its episode's start
@@ -233,11 +251,11 @@ class PPOLearner(Learner):
             )
 
     @classmethod
-    def build_policy(cls, layout: AgentLayout, config: PPOOptions) -> ActorCritic:
+    def build_policy(cls, layout: AgentLayout, config: Mapping[str, Any]) -> ActorCritic:
         return ActorCritic(layout, cls.checked(layout.agent, config))
 
     @classmethod
-    def extra_fields(cls, config: PPOOptions) -> dict[str, str]:
+    def extra_fields(cls, config: Mapping[str, Any]) -> dict[str, str]:
         """With memory="gru", the memory each decision started from (what a training sequence starts from)."""
         extras, options = dict(cls.extras), cls.checked("?", config)
         if options.memory == "gru":
@@ -283,17 +301,18 @@ class PPOLearner(Learner):
         """The current value estimates of each row's observation and of its next observation. A recurrent
         policy's come from its core run over the chunk's sequences (the next observation's from one more step
         of the core, from the memory after the row)."""
-        if not self.recurrent or self.net.v is None:
-            return self.values(batch, "obs"), self.values(batch, "next_obs")
         net, dev = self.net, self.device
+        core, value = net.core, net.v
+        if core is None or value is None:  # not recurrent, or the values come from elsewhere
+            return self.values(batch, "obs"), self.values(batch, "next_obs")
         with torch.no_grad():
             inputs = self.train_inputs(batch)
             rows, after = self.sequence_pass(inputs, self.chunks(batch))
             order = np.argsort(rows)
             after = after[torch.as_tensor(order, device=dev)]
-            following = net.core(net.encoder(obs_tensors(batch, self.ctx.layout, "next_obs", dev)), after)
-            return (net.v(after).squeeze(-1).cpu().double().numpy(),
-                    net.v(following).squeeze(-1).cpu().double().numpy())
+            following = core(net.encoder(obs_tensors(batch, self.ctx.layout, "next_obs", dev)), after)
+            return (value(after).squeeze(-1).cpu().double().numpy(),
+                    value(following).squeeze(-1).cpu().double().numpy())
 
     def chunks(self, batch: Batch) -> list[Chunk]:
         """A recurrent policy's training sequences in this batch (learners/recurrent.py)."""
@@ -315,8 +334,8 @@ class PPOLearner(Learner):
         obs = {k: x[picked] for k, x in inputs["obs"].items()}
         features = encode(obs, picked) if encode is not None else self.net.encoder(obs)
         memory = inputs["memory"] if memory is None else memory
-        trained, outputs = sequence_outputs(core if core is not None else self.net.core, features, memory[picked],
-                                            local)
+        trained, outputs = sequence_outputs(core if core is not None else self.net.recurrent_core(), features,
+                                            memory[picked], local)
         return rows[trained], outputs
 
     def evaluate_sequences(self, inputs: dict[str, Any], chunks: list[Chunk]
@@ -332,7 +351,7 @@ class PPOLearner(Learner):
                         after: torch.Tensor) -> torch.Tensor:
         """Values of a recurrent minibatch's rows `idx` (the trained rows of `chunks`, in `sequence_pass`'s
         order), whose policy core outputs are `after` (PPO: the value head over them)."""
-        return self.net.v(after).squeeze(-1)
+        return self.net.value_net()(after).squeeze(-1)
 
     def minibatches(self, batch: Batch) -> list[Any]:
         """One epoch's minibatches in a random order: row indices, or for a recurrent policy lists of chunks

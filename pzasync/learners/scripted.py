@@ -25,7 +25,7 @@ from __future__ import annotations
 import importlib
 import inspect
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, ClassVar, Mapping
 
 import numpy as np
 import torch
@@ -144,10 +144,10 @@ class _BoardPlayer(_NoUpdates):
 class OnePlyPlayer(_BoardPlayer):
     """`"one_ply"`: win now, else block an immediate loss, else random (connect four, tictactoe)."""
 
-    defaults: dict[str, Any] = {}
+    defaults: ClassVar[dict[str, Any]] = {}
 
     @classmethod
-    def build_policy(cls, layout: AgentLayout, config: dict[str, Any]) -> Policy:
+    def build_policy(cls, layout: AgentLayout, config: Mapping[str, Any]) -> Policy:
         return OnePlyPolicy(cls._game(layout))
 
 
@@ -164,18 +164,18 @@ class NegamaxPlayer(_BoardPlayer):
     Options = NegamaxOptions
 
     @classmethod
-    def build_policy(cls, layout: AgentLayout, config: NegamaxOptions) -> Policy:
+    def build_policy(cls, layout: AgentLayout, config: Mapping[str, Any]) -> Policy:
         return NegamaxPolicy(cls._game(layout), cls.checked(layout.agent, config).depth)
 
 
 class PerfectPlayer(_BoardPlayer):
     """`"perfect"`: tictactoe played perfectly (never loses), random among the best moves."""
 
-    defaults: dict[str, Any] = {}
+    defaults: ClassVar[dict[str, Any]] = {}
     games = (TicTacToe,)
 
     @classmethod
-    def build_policy(cls, layout: AgentLayout, config: dict[str, Any]) -> Policy:
+    def build_policy(cls, layout: AgentLayout, config: Mapping[str, Any]) -> Policy:
         cls._game(layout)
         return PerfectTicTacToePolicy()
 
@@ -256,7 +256,7 @@ class ScriptedPlayer(_NoUpdates):
     Options = ScriptedOptions
 
     @classmethod
-    def build_policy(cls, layout: AgentLayout, config: ScriptedOptions) -> Policy:
+    def build_policy(cls, layout: AgentLayout, config: Mapping[str, Any]) -> Policy:
         player = cls.checked(layout.agent, config).player
         return player_policy(import_player(player, layout.agent) if isinstance(player, str) else player, layout)
 

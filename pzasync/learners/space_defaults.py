@@ -44,7 +44,7 @@ def team_groups(observation_spaces: dict[str, Any], action_spaces: dict[str, Any
         match = _NUMBERED.match(agent)
         if match:
             members.setdefault(match["prefix"], []).append(agent)
-    groups = {}
+    groups: dict[str, tuple[str, ...]] = {}
     for prefix, agents in members.items():
         first = agents[0]
         if (len(agents) >= 2 and prefix not in OPPONENT_PREFIXES

@@ -69,7 +69,7 @@ def start(deal: Deal) -> LeducState:
     """The hand before anyone acts: blinds posted, the small blind to move."""
     chips = [0, 0]
     chips[deal.first], chips[1 - deal.first] = SMALL_BLIND, BIG_BLIND
-    return LeducState(deal=deal, chips=tuple(chips), raised=tuple(chips), to_move=deal.first)
+    return LeducState(deal=deal, chips=(chips[0], chips[1]), raised=(chips[0], chips[1]), to_move=deal.first)
 
 
 def deals() -> Iterator[tuple[Deal, float]]:
@@ -117,7 +117,7 @@ def step(state: LeducState, action: int) -> LeducState:
         unraised += 1
     else:
         raise ValueError(f"leduc action {action!r}: not one of 0..3 ({', '.join(ACTIONS)})")
-    after = replace(state, history=state.history + (action,), chips=tuple(chips), raised=tuple(raised),
+    after = replace(state, history=state.history + (action,), chips=(chips[0], chips[1]), raised=(raised[0], raised[1]),
                     raises=raises, unraised=unraised, to_move=1 - me, folded=folded)
     if folded is None and unraised >= 2:  # the round is over; the next one starts with whoever is to move
         after = replace(after, round=state.round + 1, raised=(0, 0), raises=0, unraised=0)
@@ -134,7 +134,8 @@ def payoffs(state: LeducState) -> tuple[float, float]:
         winners = paired if any(paired) else [hand == max(hands) for hand in hands]
     pot = sum(state.chips)
     share = pot / sum(winners)
-    return tuple((share * won - state.chips[seat]) / BIG_BLIND for seat, won in enumerate(winners))
+    first, second = ((share * won - state.chips[seat]) / BIG_BLIND for seat, won in enumerate(winners))
+    return first, second
 
 
 def observation(state: LeducState, seat: int) -> np.ndarray:

@@ -19,7 +19,7 @@ import socket
 import struct
 import time
 from collections import deque
-from typing import Any, Callable
+from typing import Any, Callable, overload
 
 import numpy as np
 from pettingzoo import AECEnv
@@ -70,7 +70,7 @@ class Connection:
     (`poll`, `next_answered`)."""
 
     def __init__(self, address: str | Address, timeout_s: float = 60.0,
-                 describe_end: Callable[[], str] | None = None, label: str | None = None) -> None:
+                 describe_end: Callable[[bool], str] | None = None, label: str | None = None) -> None:
         self.address = Address.parse(address) if isinstance(address, str) else address
         self.timeout_s = timeout_s
         self.describe_end = describe_end
@@ -163,15 +163,21 @@ class Connection:
                                 f"the cause)", data.get("traceback", ""))
         return _ERRORS.get(code, RemoteEnvError)(f"{text}: {message}")
 
+    @overload
+    def send(self, data: bytes) -> int: ...
+
+    @overload
+    def send(self, data: bytes, instances: list[int] | None) -> Ticket: ...
+
     def send(self, data: bytes, instances: list[int] | None = None) -> Ticket:
         """Send a request; returns its ticket, for `receive` (or `collect`). `instances`: those a STEP or RESET
         names; on a paced connection they are its ticket, each outstanding until a STATE answers it."""
         if self._broken is not None:
             raise self._broken
-        paced = instances is not None and self.paced
-        if paced:
+        paced = tuple(instances) if instances is not None and self.paced else None
+        if paced is not None:
             outstanding, now = self.outstanding, time.monotonic()
-            for instance in instances:
+            for instance in paced:
                 if instance in outstanding:
                     raise ValueError(f"{self.label}: instance {instance} is sent a request while its last STEP or "
                                      f"RESET is not answered")
@@ -182,8 +188,8 @@ class Connection:
             raise self.failure(f"has not taken a request for {self.timeout_s:g}s", hung=True) from None
         except OSError as exc:
             raise self.failure(f"closed the connection ({type(exc).__name__}: {exc})") from None
-        if paced:
-            return tuple(instances)
+        if paced is not None:
+            return paced
         self._sent += 1
         return self._sent - 1
 
@@ -328,7 +334,7 @@ class Connection:
     def collect(self, ticket: Ticket) -> None:
         """Receive a STEP's or RESET's STATE reply and hand each instance its snapshots (on a paced connection,
         wait until every instance of the request was answered)."""
-        if type(ticket) is tuple:
+        if isinstance(ticket, tuple):  # a paced connection's (`send`)
             self.wait_for(ticket)
             return
         kind, body = self.receive(ticket)
@@ -490,6 +496,9 @@ class RemoteEnv(AECEnv):
         self._obs_value = None
         if flags & NO_OBS:
             self._obs_row = None
+        elif agent is None:
+            raise RemoteProtocolError(f"{self.connection.label}: a snapshot of instance {self.instance} carries an "
+                                      f"observation but selects no agent")
         else:
             self._obs_row = row[-2]
             self.infos[agent] = (_info(self.layout, agent, flags, row[-1], info) if flags & (INFO_JSON | INFO_MASK)
@@ -512,12 +521,16 @@ class RemoteEnv(AECEnv):
             return
         if action is None:
             flags, data = NONE_ACTION, b""
+        elif agent is None:
+            raise ValueError(f"{self}: step({action!r}) with no agent selected (reset first)")
         else:
             flags, data = 0, self.layout.actions[agent].encode(action)
         connection = self.connection
         connection.queue(self.instance, flags, data)
         if not self.deferred:
-            connection.collect(connection.flush())
+            ticket = connection.flush()
+            assert ticket is not None, "a step was just queued"
+            connection.collect(ticket)
 
     def observe(self, agent: str) -> Any:
         if agent == self.agent_selection and self._obs_row is not None:

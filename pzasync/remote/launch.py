@@ -39,6 +39,7 @@ class ServerProcess:
         self.template, self.index, self.instances = template, index, instances
         self.dir = tempfile.mkdtemp(prefix="pzremote-")
         path = os.path.join(self.dir, "env.sock")
+        self.socket_path = path
         self.address = Address(path=path)
         try:
             command = template.format(socket=path, python=sys.executable, instances=instances or 16, index=index)
@@ -65,10 +66,10 @@ class ServerProcess:
         """Wait until the socket accepts connections; RemoteEnvError if the server exits or takes too long."""
         deadline = time.monotonic() + timeout_s
         while True:
-            if self.proc.poll() is not None:
+            if self.proc is None or self.proc.poll() is not None:
                 raise RemoteEnvError(f"{self.label} exited before listening on {self.address}; "
                                      f"{self.describe_end()}")
-            if os.path.exists(self.address.path):
+            if os.path.exists(self.socket_path):
                 try:
                     self.address.connect(1.0).close()
                     return

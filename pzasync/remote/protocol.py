@@ -92,7 +92,7 @@ def _json_default(value: Any) -> Any:
     return repr(value)
 
 
-def parse_header(head: bytes, source: str) -> int:
+def parse_header(head: bytes | bytearray, source: str) -> int:
     """The body length (kind included) a frame header announces, checked."""
     (length,) = struct.unpack("<I", head)
     if not 1 <= length <= MAX_FRAME:

@@ -14,6 +14,7 @@ own time, for tests and benchmarks.
 
 from __future__ import annotations
 
+import functools
 import os
 import selectors
 import signal
@@ -133,8 +134,8 @@ class EnvServer:
                 for key, _ in self.selector.select(0.25):
                     if key.data is None:
                         self._accept()
-                    elif key.data is self.pool:
-                        self._finished()
+                    elif self.pool is not None and key.data is self.pool:
+                        self._finished(self.pool)
                     else:
                         self._readable(key.data)
         finally:
@@ -143,9 +144,15 @@ class EnvServer:
     def stop(self) -> None:
         self._stopping = True
 
+    def _unix_path(self) -> str | None:
+        """The Unix socket file this server listens on; None for TCP, or where it listens nowhere."""
+        return self.address.path if isinstance(self.address, Address) else None
+
     def _accept(self) -> None:
-        sock, peer = self.listener.accept()
-        if self.address.path is None:
+        listener = self.listener
+        assert listener is not None, "run() listens before it accepts"
+        sock, peer = listener.accept()
+        if self._unix_path() is None:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         conn = Session(str(peer) or "unix peer", sock)
         self.connections.append(conn)
@@ -153,15 +160,17 @@ class EnvServer:
 
     def _readable(self, conn: Session) -> None:
         """Answer every complete frame that has arrived on `conn`, in order."""
+        stream = conn.stream
+        assert stream is not None, "a connection of the server's own (`_accept`) has a stream"
         try:
-            if not conn.stream.fill():
+            if not stream.fill():
                 return
         except (EOFError, OSError):
             self._drop(conn)
             return
         while True:
             try:
-                found = conn.stream.next_frame()
+                found = stream.next_frame()
             except RemoteProtocolError as exc:
                 self._reply(conn, error_frame("malformed", str(exc)))
                 self._drop(conn)
@@ -176,8 +185,10 @@ class EnvServer:
                 return
 
     def _reply(self, conn: Session, data: bytes) -> bool:
+        stream = conn.stream
+        assert stream is not None, "a connection of the server's own (`_accept`) has a stream"
         try:
-            conn.stream.send(data, time.monotonic() + _SEND_TIMEOUT_S)
+            stream.send(data, time.monotonic() + _SEND_TIMEOUT_S)
             return True
         except OSError:  # TimeoutError included: a client that stopped reading
             self._drop(conn)
@@ -185,9 +196,11 @@ class EnvServer:
 
     def _drop(self, conn: Session) -> None:
         if conn in self.connections:
+            sock = conn.sock
+            assert sock is not None, "a connection of the server's own (`_accept`) has a socket"
             self.connections.remove(conn)
-            self.selector.unregister(conn.sock)
-            conn.sock.close()
+            self.selector.unregister(sock)
+            sock.close()
         self.end(conn)
 
     def session(self, peer: str) -> Session:
@@ -215,9 +228,10 @@ class EnvServer:
         if self.listener is None:
             return
         self.listener.close()
-        if self.address.path is not None:
+        path = self._unix_path()
+        if path is not None:
             try:
-                os.unlink(self.address.path)
+                os.unlink(path)
             except OSError:
                 pass
 
@@ -231,7 +245,7 @@ class EnvServer:
         except _Refused as exc:
             return error_frame(exc.code, str(exc), **exc.context), exc.close
 
-    def _answer(self, conn: Session, kind: int, body: memoryview) -> bytes:
+    def _answer(self, conn: Session, kind: int, body: memoryview) -> bytes | None:
         if not conn.greeted:
             if kind != Kind.HELLO or len(body) < 6 or bytes(body[:4]) != MAGIC:
                 raise _Refused("malformed", f"server {self.address}: the first frame must be HELLO ({MAGIC!r}, "
@@ -242,15 +256,20 @@ class EnvServer:
                                f"{version}", close=True, server_version=VERSION)
             conn.greeted = True
             return self.welcome
-        source = f"client {conn.peer}"
+        source, pool = f"client {conn.peer}", self.pool
         try:
             if kind == Kind.STEP:
-                records = unpack_records(body, self.layout.step_struct, source)[0]
-                return self._step(conn, records) if self.pool is None else self._dispatch_steps(conn, records)
+                steps = unpack_records(body, self.layout.step_struct, source)[0]
+                if pool is None:
+                    return self._step(conn, steps)
+                self._dispatch_steps(pool, conn, steps)
+                return None
             if kind == Kind.RESET:
-                records, tail = split_records(body, RESET_RECORD, source)
-                return (self._reset(conn, records, tail) if self.pool is None else
-                        self._dispatch_resets(conn, records, tail))
+                resets, tail = split_records(body, RESET_RECORD, source)
+                if pool is None:
+                    return self._reset(conn, resets, tail)
+                self._dispatch_resets(pool, conn, resets, tail)
+                return None
             if kind == Kind.OBSERVE:
                 return self._observe(conn, split_records(body, OBSERVE_RECORD, source)[0])
             if kind == Kind.PING:
@@ -334,7 +353,7 @@ class EnvServer:
         return records_frame(Kind.OBSERVATION, replies, info_tail(infos))
 
     # ------------------------------------------------------------------------------------------ paced
-    def _dispatch_steps(self, conn: Session, records: list[tuple]) -> None:
+    def _dispatch_steps(self, pool: StepPool, conn: Session, records: list[tuple]) -> None:
         """Hand each record's step to a worker thread (all checked first); its STATE follows when it is done."""
         jobs, seen = [], set()
         for instance, flags, data in records:
@@ -344,10 +363,9 @@ class EnvServer:
             jobs.append((instance, self._env(conn, instance, create=False), flags, data))
         for instance, env, flags, data in jobs:
             conn.busy.add(instance)
-            self.pool.submit(lambda instance=instance, env=env, flags=flags, data=data:
-                             (conn, instance, env, *self._run_step(instance, env, flags, data)))
+            pool.submit(functools.partial(self._step_job, conn, instance, env, flags, data))
 
-    def _dispatch_resets(self, conn: Session, records: np.ndarray, tail: memoryview) -> None:
+    def _dispatch_resets(self, pool: StepPool, conn: Session, records: np.ndarray, tail: memoryview) -> None:
         """Hand each record's reset to a worker thread (all checked first); its STATE follows when it is done."""
         rows = records.tolist()
         options = iter(read_infos(tail, sum(1 for _, flags, _ in rows if flags & HAS_OPTIONS), f"client {conn.peer}"))
@@ -360,8 +378,16 @@ class EnvServer:
                          next(options) if flags & HAS_OPTIONS else None))
         for instance, env, seed, opts in jobs:
             conn.busy.add(instance)
-            self.pool.submit(lambda instance=instance, env=env, seed=seed, opts=opts:
-                             (conn, instance, env, *self._run_reset(instance, env, seed, opts)))
+            pool.submit(functools.partial(self._reset_job, conn, instance, env, seed, opts))
+
+    def _step_job(self, conn: Session, instance: int, env: Any, flags: int, data: bytes) -> tuple[Any, ...]:
+        """A worker thread's job for one instance's step: what `_finished` takes back."""
+        return (conn, instance, env, *self._run_step(instance, env, flags, data))
+
+    def _reset_job(self, conn: Session, instance: int, env: Any, seed: int | None,
+                   opts: dict | None) -> tuple[Any, ...]:
+        """A worker thread's job for one instance's reset: what `_finished` takes back."""
+        return (conn, instance, env, *self._run_reset(instance, env, seed, opts))
 
     def _run_step(self, instance: int, env: Any, flags: int, data: bytes) -> tuple[Any, bool]:
         """On a worker thread: one instance's step and its snapshots, as (Snapshots or _Refused, whether the
@@ -390,11 +416,11 @@ class EnvServer:
             return _env_error(instance, env, exc), True
         return out, False
 
-    def _finished(self) -> None:
+    def _finished(self, pool: StepPool) -> None:
         """Send what the worker threads finished: per connection one STATE of the instances done, then an ERROR
         for each that failed."""
         replies: dict[Session, tuple[list[bytes], list[dict], list[bytes]]] = {}
-        for conn, instance, env, outcome, raised in self.pool.finished():
+        for conn, instance, env, outcome, raised in pool.finished():
             conn.busy.discard(instance)
             if not conn.open:  # the client left meanwhile: its env serves later sessions
                 conn.envs.pop(instance, None)

@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
 
@@ -28,6 +28,9 @@ from pzasync.runtime.copies.protocol import Answer
 from pzasync.runtime.learner_loop import target_updates, written_within_lead
 from pzasync.transport import stats as S
 from pzasync.transport.protocols import PolicySource, RunControl, TransitionSource, TransitionWriter
+
+if TYPE_CHECKING:
+    from pzasync.runtime.plan import RunPlan
 
 
 @dataclass
@@ -46,9 +49,11 @@ class LocalPolicy:
 
     def refresh(self) -> None:
         """Copy the newest published policy into the module, if the slot's version changed."""
-        if self.slot is not None and self.slot.version != self.version:
-            self.version = self.slot.read(self.vector)
-            vector_to_policy(self.vector, self.module)
+        slot, vector = self.slot, self.vector
+        if slot is not None and slot.version != self.version:
+            assert vector is not None, "a policy with a slot has its vector (__post_init__)"
+            self.version = slot.read(vector)
+            vector_to_policy(vector, self.module)
 
 
 @dataclass
@@ -157,11 +162,12 @@ class Actor:
             [context.actor_index * self.n_copies + k for k in range(self.n_copies)] if stores_track else None)
         self.total_steps = 0
         self.episodes = 0
-        #: The run's `League` (RunConfig.league), which draws each episode's opponents at its start.
+        #: The run's `League` (RunConfig.league, pzasync/league.py, a layer above), which draws each episode's
+        #: opponents at its start.
         self.league: Any = None
         #: Per env copy: this episode's league match, and the seats it gives another policy (not recorded).
         self.matches: list[Any] = [None] * self.n_copies
-        self.overrides: list[dict[str, Any]] = [{} for _ in range(self.n_copies)]
+        self.overrides: list[dict[str, Policy]] = [{} for _ in range(self.n_copies)]
         #: Recurrent policies' memory per (env copy, agent), from its last decision in this episode.
         self._memory: dict[tuple[int, str], np.ndarray] = {}
         #: Copies whose decision `align` held back last round (answered this round whatever their group).
@@ -178,7 +184,9 @@ class Actor:
 
     def _wait_if_ahead(self, a: ActingAgent) -> None:
         """Opt-in waits: under a replay ratio (bounded lead) or on-policy backpressure. Time is reported."""
-        source = a.pace or a.buffer
+        buffer = a.buffer
+        assert buffer is not None, "only agents with a buffer wait (`_may_wait`)"
+        source: TransitionSource | TransitionWriter = a.pace or buffer
         if source.written < a.count.lead_checked_until:
             return
         stats, unit, ratio = self.stats, a.unit, self.context.replay_ratio
@@ -187,7 +195,7 @@ class Actor:
 
         def ahead() -> bool:
             if a.on_policy:
-                return self.context.backpressure and a.buffer.unread >= a.buffer.capacity - self.n_copies
+                return self.context.backpressure and buffer.unread >= buffer.capacity - self.n_copies
             if ratio is None:
                 return False
             due = target_updates(ratio, source.written, a.learning_starts)
@@ -195,6 +203,7 @@ class Actor:
 
         if not ahead():
             if not a.on_policy:  # updates never go back: until the buffer holds this many, ahead() stays False
+                assert ratio is not None, "an off-policy agent waits only under a replay ratio (`_may_wait`)"
                 a.count.lead_checked_until = written_within_lead(ratio, stats.get(unit, S.UPDATES),
                                                                  self.max_lead_updates, a.learning_starts)
             return
@@ -203,7 +212,7 @@ class Actor:
             time.sleep(0.0001)
         stats.add(unit, S.ACTOR_WAIT_NS, time.monotonic_ns() - start)
 
-    def _acting_policy(self, d: PendingDecision) -> tuple[int, Any]:
+    def _acting_policy(self, d: PendingDecision) -> tuple[int, Policy | None]:
         """Which policy answers a decision: (the seat's unit policy, None) or (0, the league opponent's module)."""
         override = self.overrides[d.copy].get(d.agent)
         return (id(self.agents[d.agent].local), None) if override is None else (0, override)
@@ -212,7 +221,7 @@ class Actor:
         """Each pending decision with its action and the extras to store: one batched forward per acting
         policy, i.e. per learning unit (an agent group's members share their policy module here), and per
         league opponent standing in for one."""
-        groups: dict[tuple[int, int], tuple[Any, list[int]]] = {}
+        groups: dict[tuple[int, int], tuple[Policy | None, list[int]]] = {}
         for i, d in enumerate(pending):
             own, opponent = self._acting_policy(d)
             groups.setdefault((own, id(opponent)), (opponent, []))[1].append(i)
@@ -259,7 +268,8 @@ class Actor:
                 stored["track"] = track_of[d.copy] * members + (a.member or 0)
             out[i] = (actions[j], stored)
 
-    def _forward(self, policy: Policy, layout: AgentLayout, decisions: list[PendingDecision]) -> tuple[Any, dict]:
+    def _forward(self, policy: Policy, layout: AgentLayout,
+                 decisions: list[PendingDecision]) -> tuple[np.ndarray, dict]:
         """One batched forward; a recurrent policy's rows get the memory their (env copy, agent) carried out of
         its last decision, zeros at the start of its episode (`_episode_start` forgets the copy's memories)."""
         obs, mask = layout.batch([d.obs for d in decisions]), _masks(decisions)
@@ -429,7 +439,7 @@ class Actor:
         on_episode(summary)
 
 
-def acting_agents(plan: Any, actor: int = 0, resumed_steps: dict[str, int] | None = None) -> dict[str, ActingAgent]:
+def acting_agents(plan: RunPlan, actor: int = 0, resumed_steps: dict[str, int] | None = None) -> dict[str, ActingAgent]:
     """Actor `actor`'s view of every agent of a `RunPlan`: a local policy copy (one per learning unit), its
     slot, the buffer shard it writes and its schedule. Actor 0's policies are seeded as a one-actor run's."""
     config, resumed_steps = plan.config, resumed_steps or {}
@@ -452,7 +462,7 @@ def acting_agents(plan: Any, actor: int = 0, resumed_steps: dict[str, int] | Non
     return acting
 
 
-def build_actor(plan: Any, acting: dict[str, ActingAgent], stats: RunControl, *, paced: bool, actor: int = 0,
+def build_actor(plan: RunPlan, acting: dict[str, ActingAgent], stats: RunControl, *, paced: bool, actor: int = 0,
                 before_decision: Callable[[str], None] | None = None) -> Actor:
     """Actor `actor` of a `RunPlan`, with its env copies (stepped in its process, or by env workers).
     `paced`: its learners run apart from it, so the opt-in waits (replay ratio, backpressure) apply."""

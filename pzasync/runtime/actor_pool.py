@@ -22,7 +22,8 @@ import os
 import time
 import traceback
 from dataclasses import dataclass
-from typing import Any
+from multiprocessing.connection import Connection
+from typing import TYPE_CHECKING, Any
 
 from pzasync.errors import EnvCrashedError, PzasyncError, error_type_path, remote_error, report_unclean_exit
 from pzasync.logs import logger
@@ -31,6 +32,10 @@ from pzasync.runtime.processes import process_context, runner_is_gone
 from pzasync.runtime.results import process_usage
 from pzasync.runtime.stop_signals import ignore_stop_signals, shielded
 from pzasync.transport.shm import unlink_run
+
+if TYPE_CHECKING:
+    from pzasync.runtime.monitor import RunMonitor
+    from pzasync.runtime.plan import RunPlan
 
 
 def split_budget(agent_steps: int | None, actors: int) -> list[int | None]:
@@ -45,7 +50,7 @@ class ActorSetup:
     """What an actor process needs, picklable (the plan's shared memory attaches on unpickling)."""
 
     index: int
-    plan: Any
+    plan: RunPlan
     agent_steps: int | None
     paced: bool
     parent_pid: int
@@ -83,7 +88,7 @@ class ActorFailed:
     traceback: str
 
 
-def actor_process_main(setup: ActorSetup, conn: Any) -> None:
+def actor_process_main(setup: ActorSetup, conn: Connection) -> None:
     """Body of actor process `setup.index`: build, wait for the runner's go (a word of the run's counters), act
     until its budget or the run's stop flag, then report."""
     ignore_stop_signals()  # SIGTERM and Ctrl-C are the runner's; it stops us with the stop flag
@@ -92,14 +97,15 @@ def actor_process_main(setup: ActorSetup, conn: Any) -> None:
 
     plan, k = setup.plan, setup.index
     torch.set_num_threads(plan.config.torch_threads or 1)
-    stats = plan.stats.for_actor(k)
+    stats = plan.counters().for_actor(k)
     episodes: list[Any] = []
-    clock = {"send": time.monotonic() + setup.send_every_s, "calls": 0}
+    clock = {"send": time.monotonic() + setup.send_every_s}
+    calls = {"n": 0}
     orphaned = {"yes": False}
 
     def keep_going() -> bool:
-        clock["calls"] += 1
-        if clock["calls"] & 31:
+        calls["n"] += 1
+        if calls["n"] & 31:
             return not stats.stop_requested
         now = time.monotonic()
         if now >= clock["send"]:
@@ -161,7 +167,7 @@ def actor_process_main(setup: ActorSetup, conn: Any) -> None:
 class ActorPool:
     """The run's actor processes beyond actor 0: start, poll (episodes, failures, deaths), wait, stop."""
 
-    def __init__(self, plan: Any, budgets: list[int | None], paced: bool, resumed_steps: dict[str, int],
+    def __init__(self, plan: RunPlan, budgets: list[int | None], paced: bool, resumed_steps: dict[str, int],
                  timeout_s: float, heartbeat_timeout_s: float | None = None) -> None:
         self.plan = plan
         self.timeout_s = timeout_s
@@ -195,7 +201,7 @@ class ActorPool:
     def running(self) -> bool:
         return any(k not in self.done and p.is_alive() for k, p in self.processes.items())
 
-    def poll(self, monitor: Any) -> None:
+    def poll(self, monitor: RunMonitor) -> None:
         """Take the actors' episodes and closing figures; a failure or a death stops the run."""
         for k, conn in self.conns.items():
             process = self.processes[k]
@@ -211,12 +217,12 @@ class ActorPool:
                     f"finished; its env copies' episodes in progress are lost"))
             self._check_beat(k)
 
-    def start_acting(self, monitor: Any) -> None:
+    def start_acting(self, monitor: RunMonitor) -> None:
         """Wait until every actor process is ready (or one failed, or `timeout_s` passed), then let them all
         act: the caller's actor 0 starts at the same moment."""
-        deadline = time.monotonic() + self.timeout_s
+        deadline, stats = time.monotonic() + self.timeout_s, self.plan.counters()
         try:
-            while len(self.ready) < len(self.processes) and self.fatal is None and not self.plan.stats.stop_requested:
+            while len(self.ready) < len(self.processes) and self.fatal is None and not stats.stop_requested:
                 self.poll(monitor)
                 if time.monotonic() > deadline:
                     late = sorted(set(self.processes) - self.ready)
@@ -227,9 +233,9 @@ class ActorPool:
                 if len(self.ready) < len(self.processes):
                     time.sleep(0.005)
         finally:
-            self.plan.stats.let_actors_go()
+            stats.let_actors_go()
 
-    def _handle(self, k: int, message: Any, monitor: Any) -> None:
+    def _handle(self, k: int, message: Any, monitor: RunMonitor) -> None:
         if isinstance(message, ActorReady):
             self.ready.add(k)
         elif isinstance(message, ActorDone):
@@ -243,7 +249,7 @@ class ActorPool:
             for summary in message:
                 monitor.episode(summary, actor=k)
 
-    def _fail(self, monitor: Any, error: PzasyncError) -> None:
+    def _fail(self, monitor: RunMonitor, error: PzasyncError) -> None:
         if self.fatal is None:
             self.fatal = error
             monitor.request_stop(f"an actor failed: {error}")
@@ -258,7 +264,7 @@ class ActorPool:
             self._warned_silent.add(k)
             logger.warning(f"actor {k} has not stepped for {timeout:.0f}s (stuck in an env step?)")
 
-    def wait(self, monitor: Any) -> None:
+    def wait(self, monitor: RunMonitor) -> None:
         """Poll until every actor has finished (its budget, or the run's stop flag)."""
         while self.running and self.fatal is None:
             if not monitor.tick():  # time budget, signals; the stop flag reaches the actors
@@ -271,7 +277,7 @@ class ActorPool:
             time.sleep(0.01)
         self.poll(monitor)
 
-    def stop(self, monitor: Any | None = None) -> None:
+    def stop(self, monitor: RunMonitor | None = None) -> None:
         """Ask every actor to stop, wait for them (killing those that do not answer) and close the pipes."""
         if self.plan.stats is not None:
             self.plan.stats.request_stop()

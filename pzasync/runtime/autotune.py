@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field, replace
-from typing import Callable
+from typing import Any, Callable
 
 from pzasync.config import AUTO, AUTO_ENVS_PER_ACTOR, RunConfig
+from pzasync.config.groups import chosen
 from pzasync.core.environments import EnvSpec
 from pzasync.core.spaces import AgentLayout, uniform_legal
 
@@ -87,15 +88,16 @@ def autotune(config: RunConfig, *, learner_cores: int, step_seconds: Callable[[]
     evaluator = 1 if config.eval_vs else 0
     left = cores - learner_cores - evaluator
     taken = f"{cores} usable cores, {learner_cores} for learner hosts" + (", 1 for the evaluator" if evaluator else "")
-    changes: dict[str, int] = {}
+    changes: dict[str, Any] = {}
     choices: dict[str, str] = {}
     if config.envs_per_actor == AUTO:
         changes["envs_per_actor"] = AUTO_ENVS_PER_ACTOR
         choices["envs_per_actor"] = f"{AUTO_ENVS_PER_ACTOR} (pzasync train's measured choice)"
-    copies = changes.get("envs_per_actor", config.envs_per_actor)
-    actors = config.actors
+    copies = chosen(changes.get("envs_per_actor", config.envs_per_actor), "envs_per_actor")
     fixed = placement.actor_processes
-    if actors == AUTO:
+    if config.actors != AUTO:
+        actors = chosen(config.actors, "actors")
+    else:
         why_one = (placement.by if fixed == 1 else "a league" if config.league
                    else f"backend={config.backend!r}" if config.backend != "shm" else None)
         if why_one:
@@ -136,7 +138,8 @@ def env_step_seconds(env_spec: EnvSpec, layouts: dict[str, AgentLayout], seed: i
 
     import numpy as np
 
-    env, times = env_spec.make(), []
+    env = env_spec.make()
+    times: list[float] = []
     try:
         env.reset(seed=seed)
         rng, start = np.random.default_rng(seed), time.perf_counter()

@@ -11,17 +11,25 @@ import os
 import signal
 import threading
 import time
-from typing import Any, Callable
+from multiprocessing.connection import Connection
+from typing import Callable, Protocol
 
 from pzasync.runtime.learner_loop import LearnerDriver, LearnerFailed, LearnerReport, LearnerSetup, start_driver
 from pzasync.runtime.processes import runner_is_gone
 from pzasync.runtime.stop_signals import ignore_stop_signals
 from pzasync.transport import stats as S
+from pzasync.transport.protocols import PolicyStore, RunControl, TransitionSource
 from pzasync.transport.shm import run_id_of, unlink_run
 
 
-def learner_process_main(setup: LearnerSetup, messages: Any, checkpoint_every_s: float,
-                         is_orphaned: Any = None) -> None:
+class MessageSink(Protocol):
+    """Where a learner host's reports and failures go: a pipe's sending end (`MessagePipe`), or a queue."""
+
+    def put(self, message: LearnerReport | LearnerFailed, /) -> None: ...
+
+
+def learner_process_main(setup: LearnerSetup, messages: MessageSink, checkpoint_every_s: float,
+                         is_orphaned: Callable[[], bool] | None = None) -> None:
     """Body of a process (or Ray actor) that hosts one learner: `learner_host_main` with a host of one."""
     learner_host_main([setup], messages, checkpoint_every_s, is_orphaned=is_orphaned)
 
@@ -32,15 +40,15 @@ class MessagePipe:
     A local learner host process reports through it (not a multiprocessing queue: the runner's end then reads
     end-of-file when the host dies, and no queue lock or feeder thread is left for a dead process to hold)."""
 
-    def __init__(self, conn: Any) -> None:
+    def __init__(self, conn: Connection) -> None:
         self.conn = conn
 
-    def put(self, message: Any) -> None:
+    def put(self, message: LearnerReport | LearnerFailed, /) -> None:
         self.conn.send(message)
 
 
-def learner_host_process_main(setups: list[LearnerSetup], messages: Any, checkpoint_every_s: float,
-                              commands: Any = None) -> None:
+def learner_host_process_main(setups: list[LearnerSetup], messages: MessagePipe, checkpoint_every_s: float,
+                              commands: Connection | None = None) -> None:
     """Body of a local learner host process: `learner_host_main`, ignoring SIGTERM and SIGINT (the
     runner stops the run, stop_signals.py)."""
     ignore_stop_signals()
@@ -50,8 +58,8 @@ def learner_host_process_main(setups: list[LearnerSetup], messages: Any, checkpo
         messages.conn.close()
 
 
-def learner_host_main(setups: list[LearnerSetup], messages: Any, checkpoint_every_s: float, commands: Any = None,
-                      is_orphaned: Callable[[], bool] | None = None) -> None:
+def learner_host_main(setups: list[LearnerSetup], messages: MessageSink, checkpoint_every_s: float,
+                      commands: Connection | None = None, is_orphaned: Callable[[], bool] | None = None) -> None:
     """Body of a learner host process (`LearnerHostLoop`)."""
     LearnerHostLoop(setups, messages, checkpoint_every_s, commands, is_orphaned).run()
 
@@ -74,12 +82,12 @@ class LearnerHostLoop:
     #: The longest sleep while no learner has anything to do (the sleep doubles from 0.1 ms up to this).
     MAX_IDLE_SLEEP_S = 0.002
 
-    def __init__(self, setups: list[LearnerSetup], messages: Any, checkpoint_every_s: float, commands: Any = None,
-                 is_orphaned: Callable[[], bool] | None = None) -> None:
+    def __init__(self, setups: list[LearnerSetup], messages: MessageSink, checkpoint_every_s: float,
+                 commands: Connection | None = None, is_orphaned: Callable[[], bool] | None = None) -> None:
         first = setups[0]
         #: The runner's pid (recorded at the start: once the runner is gone, getppid() names another process).
         self.parent = parent = first.parent_pid or os.getppid()
-        self.messages, self.commands, self.stats = messages, commands, first.stats
+        self.messages, self.commands, self.stats = messages, commands, first.transport()[2]
         self.checkpoint_every_s = checkpoint_every_s
         self.is_orphaned = is_orphaned or (lambda: runner_is_gone(parent))
         self.torch_threads = first.torch_threads
@@ -225,10 +233,11 @@ class LearnerHostLoop:
         if self.orphaned:
             if hasattr(self.messages, "cancel_join_thread"):
                 self.messages.cancel_join_thread()
-            unlink_run(run_id_of(self.attached[0].buffer.name), self.parent)
+            unlink_run(run_id_of(self.attached[0].transport()[0].name), self.parent)
         closed: set[int] = set()
         for setup in self.attached:
-            for part in (setup.buffer, setup.slot, setup.stats):
+            parts: tuple[TransitionSource | PolicyStore | RunControl, ...] = setup.transport()
+            for part in parts:
                 if id(part) not in closed:
                     closed.add(id(part))
                     part.close()

@@ -19,8 +19,12 @@ Learners talk to their host through typed messages (`LearnerReport`, `LearnerFai
 from __future__ import annotations
 
 import time
-from typing import Any, Callable
+from multiprocessing.connection import Connection
+from multiprocessing.context import ForkServerContext, SpawnContext
+from multiprocessing.process import BaseProcess
+from typing import TYPE_CHECKING, Any, Callable
 
+from pzasync.config import RunConfig
 from pzasync.errors import LearnerCrashedError, LearnerStartupError, learner_error, report_unclean_exit
 from pzasync.logs import logger
 from pzasync.runtime.copies.wire import enlarge_pipe
@@ -34,8 +38,13 @@ from pzasync.runtime.learner_loop import (
     start_driver,
 )
 from pzasync.runtime.processes import process_context
+from pzasync.runtime.results import RunResult
 from pzasync.runtime.stop_signals import shielded
 from pzasync.transport import stats as S
+
+if TYPE_CHECKING:
+    from pzasync.runtime.monitor import RunMonitor
+    from pzasync.runtime.plan import RunPlan
 
 
 class LearnerHost:
@@ -50,11 +59,11 @@ class LearnerHost:
     #: Called by the actor before each decision of an agent (the inline host updates its unit there); None: nothing.
     before_decision: Callable[[str], None] | None = None
 
-    def __init__(self, setups: dict[str, LearnerSetup], config: Any, monitor: Any) -> None:
+    def __init__(self, setups: dict[str, LearnerSetup], config: RunConfig, monitor: RunMonitor) -> None:
         self.setups = setups
         self.config = config
         self.monitor = monitor
-        self.stats = monitor.plan.stats
+        self.stats = monitor.plan.counters()
         #: The error that ends the run (a learner past its restart budget), raised by the runner at the end.
         self.fatal: LearnerCrashedError | None = None
         self.restart_at: dict[str, float] = {}
@@ -63,17 +72,17 @@ class LearnerHost:
 
     # -------------------------------------------------------------------------------- what a host does
     @classmethod
-    def learner_threads(cls, plan: Any) -> int:
+    def learner_threads(cls, plan: RunPlan) -> int:
         """Torch threads of each learner (cores shared among the learners and the actor)."""
         return plan.torch_threads(len(plan.learning) + 1)
 
     @classmethod
-    def actor_threads(cls, plan: Any) -> int:
+    def actor_threads(cls, plan: RunPlan) -> int:
         """Torch threads of the actor's process."""
         return 1
 
     @classmethod
-    def run_elsewhere(cls, runner: Any, agent_steps: int | None, seconds: float | None) -> Any:
+    def run_elsewhere(cls, runner: Any, agent_steps: int | None, seconds: float | None) -> RunResult | None:
         """A backend that runs the whole run, actor included, somewhere else (a Ray actor on another node)
         returns its `RunResult`; None: the run is assembled here, with this host for its learners."""
         return None
@@ -186,19 +195,20 @@ class InlineHost(LearnerHost):
     measures_processes = False
 
     @classmethod
-    def learner_threads(cls, plan: Any) -> int:
+    def learner_threads(cls, plan: RunPlan) -> int:
         return 1  # unused: inline learners run on the actor's threads
 
     @classmethod
-    def actor_threads(cls, plan: Any) -> int:
+    def actor_threads(cls, plan: RunPlan) -> int:
         return plan.torch_threads(1)
 
-    def __init__(self, setups: dict[str, LearnerSetup], config: Any, monitor: Any) -> None:
+    def __init__(self, setups: dict[str, LearnerSetup], config: RunConfig, monitor: RunMonitor) -> None:
         super().__init__(setups, config, monitor)
         self.drivers: dict[str, LearnerDriver] = {}
         self.unit_of = {agent: p.unit for agent, p in monitor.plan.agents.items()}
         self.run_dir = monitor.run_dir
         self._next_checkpoint = float("inf")
+        self.before_decision = self.update_before
 
     def start(self) -> None:
         for unit, setup in self.setups.items():
@@ -210,7 +220,8 @@ class InlineHost(LearnerHost):
     def backoff(self, restarts: int) -> float:
         return 0.0  # nothing to wait for: the learner only runs when the actor calls it
 
-    def before_decision(self, agent: str) -> None:  # type: ignore[override]
+    def update_before(self, agent: str) -> None:
+        """`before_decision`: the updates due to `agent`'s unit, run before its decision."""
         unit = self.unit_of[agent]
         driver = self.drivers.get(unit)
         if driver is None or self.fatal is not None or unit in self.restart_at:
@@ -258,10 +269,11 @@ class ProcessHost(LearnerHost):
     name = "process"
 
     @classmethod
-    def learner_threads(cls, plan: Any) -> int:
+    def learner_threads(cls, plan: RunPlan) -> int:
         return plan.torch_threads(len(plan.learner_hosts()) + 1)
 
-    def __init__(self, setups: dict[str, LearnerSetup], config: Any, monitor: Any, context: Any = None) -> None:
+    def __init__(self, setups: dict[str, LearnerSetup], config: RunConfig, monitor: RunMonitor,
+                 context: SpawnContext | ForkServerContext | None = None) -> None:
         super().__init__(setups, config, monitor)
         self.ctx = context or process_context()
         #: Host index -> its learning units, its current process, the pipe that sends it restarted learners,
@@ -269,9 +281,9 @@ class ProcessHost(LearnerHost):
         #: child holds: a host that dies reads as end-of-file, even one killed halfway through a message.
         self.hosted: list[list[str]] = monitor.plan.learner_hosts()
         self.host_of = {unit: h for h, units in enumerate(self.hosted) for unit in units}
-        self.processes: dict[int, Any] = {}
-        self.commands: dict[int, Any] = {}
-        self.reports: dict[int, Any] = {}
+        self.processes: dict[int, BaseProcess] = {}
+        self.commands: dict[int, Connection] = {}
+        self.reports: dict[int, Connection] = {}
 
     def _spawn(self, host: int, setups: list[LearnerSetup]) -> None:
         receive, send = self.ctx.Pipe(duplex=False)
@@ -299,7 +311,7 @@ class ProcessHost(LearnerHost):
         for host, units in enumerate(self.hosted):
             self._spawn(host, [self.setups[u] for u in units])
 
-    def _drain_host(self, reports: Any) -> None:
+    def _drain_host(self, reports: Connection) -> None:
         try:
             while reports.poll():
                 self.handle(reports.recv())
@@ -313,9 +325,10 @@ class ProcessHost(LearnerHost):
     def _next_message(self, timeout: float) -> LearnerReport | LearnerFailed | None:
         from multiprocessing.connection import wait
 
-        for reports in wait(list(self.reports.values()), timeout):
+        for ready in wait(list(self.reports.values()), timeout):
+            assert isinstance(ready, Connection), "wait() gives back the pipes it was given"
             try:
-                return reports.recv()
+                return ready.recv()
             except (EOFError, OSError):
                 continue  # that host has exited: `_check_started` tells
         if not self.reports:

@@ -18,12 +18,13 @@ from typing import Any
 
 import numpy as np
 
+from pzasync.core.spaces import AgentLayout
 from pzasync.errors import LearnerCrashedError, error_type_path
-from pzasync.learners import LearnerContext, policy_to_vector, resolve_learner, vector_to_policy
+from pzasync.learners import Learner, LearnerContext, policy_to_vector, resolve_learner, vector_to_policy
 from pzasync.learners.players import save_checkpoint
 from pzasync.runtime.results import process_usage
 from pzasync.transport import stats as S
-from pzasync.transport.protocols import PolicyPublisher, RunControl, TransitionSource
+from pzasync.transport.protocols import PolicyStore, RunControl, TransitionSource
 
 
 @dataclass(frozen=True)
@@ -85,10 +86,12 @@ class LearnerSetup:
     #: The learner's options as a plain dict (a Ray worker unpickles the setup before it can import a plug-in's
     #: module); the learner checks them again when it is built.
     config: dict[str, Any]
-    layout: Any
-    buffer: TransitionSource
-    slot: PolicyPublisher
-    stats: RunControl
+    layout: AgentLayout
+    #: The learner's transport: its buffer, its policy's publisher and the run's counters. None only in a setup
+    #: sent to a learner on another node, which makes its own there (backends/ray/workers.py).
+    buffer: TransitionSource | None
+    slot: PolicyStore | None
+    stats: RunControl | None
     replay_ratio: float | None
     publish_every: int
     device: str
@@ -106,8 +109,15 @@ class LearnerSetup:
     #: Trajectories interleaved in the buffer (LearnerContext.tracks).
     tracks: int = 1
 
+    def transport(self) -> tuple[TransitionSource, PolicyStore, RunControl]:
+        """The buffer, slot and counters a learner runs with (every setup a learner is started from has them)."""
+        if self.buffer is None or self.slot is None or self.stats is None:
+            raise ValueError(f"the learner of {self.agent!r} has no buffer, slot or counters in its setup (a setup "
+                             f"for another node gets them where it runs)")
+        return self.buffer, self.slot, self.stats
 
-def build_learner(setup: LearnerSetup) -> Any:
+
+def build_learner(setup: LearnerSetup) -> Learner:
     cls, _ = resolve_learner(setup.learner_path, setup.agent)
     learner = cls(LearnerContext(setup.agent, setup.layout, setup.config, setup.device, setup.seed,
                                      members=list(setup.members), tracks=setup.tracks))
@@ -137,33 +147,32 @@ def start_driver(setup: LearnerSetup) -> LearnerDriver:
 class LearnerDriver:
     """Feeds one learner from its buffer and publishes its policy; call `try_update` repeatedly."""
 
-    def __init__(self, setup: LearnerSetup, learner: Any) -> None:
+    def __init__(self, setup: LearnerSetup, learner: Learner) -> None:
         self.setup = setup
         self.learner = learner
         self.on_policy = bool(learner.on_policy)
-        self.buffer = setup.buffer
-        self.stats = setup.stats
+        self.buffer, self.slot, self.stats = setup.transport()
         self.rng = np.random.default_rng(setup.seed)
-        self.updates = setup.stats.get(setup.agent, S.UPDATES)
+        self.updates = self.stats.get(setup.agent, S.UPDATES)
         self.last_metrics: dict[str, float] = {}
         self.lags: deque[float] = deque(maxlen=20_000)
         self._cpu_at_start = process_usage()[0]  # the report counts CPU from here: imports and start-up excluded
         self._pending: list[dict[str, np.ndarray]] = []
         self._pending_rows = 0
-        self._vector = np.zeros(setup.slot.size, np.float32)
+        self._vector = np.zeros(self.slot.size, np.float32)
         # An on-policy learner's data must come from its newest policy: it publishes after every update.
         self.publish_every = 1 if self.on_policy else setup.publish_every
         self._to_vector = policy_to_vector
 
     def load_published(self) -> None:
         """Adopt the policy the slot holds (what the actor is acting with)."""
-        if self.setup.slot.read(self._vector):
+        if self.slot.read(self._vector):
             vector_to_policy(self._vector, self.learner.policy)
 
     def publish(self) -> int:
         """Publish the learner's current policy; returns the new version."""
         self._to_vector(self.learner.policy, self._vector)
-        version = self.setup.slot.publish(self._vector)
+        version = self.slot.publish(self._vector)
         self.stats.set(self.setup.agent, S.VERSION, version)
         return version
 
@@ -192,7 +201,7 @@ class LearnerDriver:
         batch = self._next_batch()
         if batch is None:
             return False
-        version = self.setup.slot.version
+        version = self.slot.version
         lag = version - batch["policy_version"]
         self.lags.extend(lag[:: max(1, len(lag) // 16)].tolist())
         self.last_metrics = {k: float(v) for k, v in self.learner.update(batch).items()}

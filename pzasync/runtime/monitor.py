@@ -9,7 +9,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import defaultdict
-from typing import Any
+from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
 
@@ -18,13 +18,19 @@ from pzasync.runtime.results import PolicySnapshot, process_usage
 from pzasync.runtime.rundir import RunDirectory
 from pzasync.transport import stats as S
 
+if TYPE_CHECKING:
+    from pzasync.core.transitions import EpisodeSummary
+    from pzasync.runtime.actor import Actor
+    from pzasync.runtime.plan import RunPlan
+    from pzasync.transport.stats import RunStats
+
 
 class RunMonitor:
     """Collects what learners report and what episodes return; decides when the run stops."""
 
     POLL_EVERY_S = 0.25
 
-    def __init__(self, plan: Any, run_dir: RunDirectory | None, show: bool, seconds: float | None,
+    def __init__(self, plan: RunPlan, run_dir: RunDirectory | None, show: bool, seconds: float | None,
                  start: float) -> None:
         self.plan = plan
         self.run_dir = run_dir
@@ -38,7 +44,7 @@ class RunMonitor:
         self._episode_rows: list[dict] = []
         self._calls = 0
         self._next_poll = 0.0
-        self._actor: Any = None
+        self._actor: Actor | None = None
         self._acting_start = start
         self._acting_end: float | None = None
         self._cpu_at_acting_start = 0.0
@@ -46,7 +52,7 @@ class RunMonitor:
         self._live: Any = None
         self._show = show
         #: Called at every poll (every POLL_EVERY_S): the learner host's `poll` (reports, failures, restarts).
-        self.on_poll: Any = None
+        self.on_poll: Callable[[], None] | None = None
         self._watch_stop = threading.Event()
         self._watchdog: threading.Thread | None = None
         #: RunConfig.snapshot_every_steps: policy copies taken at episode ends (RunResult.snapshots).
@@ -58,11 +64,11 @@ class RunMonitor:
         self.evaluations: list[dict] = []
 
     # -------------------------------------------------------------------------------------- events
-    def started(self, actor: Any, heartbeat_timeout_s: float | None = None) -> None:
+    def started(self, actor: Actor, heartbeat_timeout_s: float | None = None) -> None:
         self._actor = actor
         self._acting_start = time.monotonic()
         self._cpu_at_acting_start = process_usage()[0]
-        self.plan.stats.beat()
+        self.plan.counters().beat()
         if heartbeat_timeout_s:
             self._watchdog = threading.Thread(target=self._watch_actor, args=(heartbeat_timeout_s,), daemon=True,
                                               name="pzasync-actor-watchdog")
@@ -88,13 +94,14 @@ class RunMonitor:
 
     def _watch_actor(self, timeout: float) -> None:
         """The actor's heartbeat comes from its polls; if they stop (an env step that never returns), say so."""
-        stats = self.plan.stats
+        stats = self.plan.counters()
         while not self._watch_stop.wait(min(1.0, timeout / 4)):
-            if stats.run is None:  # the counters were released: the run is over
+            if stats.closed:  # the counters were released: the run is over
                 return
             silent = (time.monotonic_ns() - stats.actor_beat(0)) / 1e9
             if silent > timeout and not self._watch_stop.is_set():
-                agent = getattr(self._actor.env, "agent_selection", None)
+                env = self._actor.env if self._actor is not None else None
+                agent = getattr(env, "agent_selection", None)
                 logger.warning(f"the actor has not stepped for {silent:.0f}s (stuck in the env at agent "
                       f"{agent!r}'s turn?); learners keep their last state")
                 stats.beat()  # report again only after another full timeout
@@ -112,10 +119,10 @@ class RunMonitor:
             return 0.0
         return (self._acting_end or time.monotonic()) - self._acting_start
 
-    def _live_stats(self) -> Any:
+    def _live_stats(self) -> RunStats | None:
         """The run's counters, or None once they are released."""
         stats = self.plan.stats
-        return None if stats is None or stats.run is None else stats
+        return None if stats is None or stats.closed else stats
 
     def total_steps(self) -> int:
         """Agent steps of every actor so far (actor 0's alone once the counters are released)."""
@@ -124,7 +131,7 @@ class RunMonitor:
             return self._actor.total_steps if self._actor is not None else 0
         return stats.total_steps
 
-    def episode(self, summary: Any, actor: int = 0) -> None:
+    def episode(self, summary: EpisodeSummary, actor: int = 0) -> None:
         """A finished episode of actor `actor` (RunConfig.actors): returns, snapshots, the episode log."""
         for agent, value in summary.returns.items():
             self.returns[agent].append(value)
@@ -140,15 +147,18 @@ class RunMonitor:
 
     def take_snapshot(self) -> None:
         """Copy every learning agent's acting policy, with the time and counts it belongs to."""
-        actor, stats = self._actor, self.plan.stats
+        actor, stats = self._actor, self.plan.counters()
+        assert actor is not None, "snapshots are taken once the actor has started"
         learning = [a for a in actor.agents.values() if a.learns and a.local.vector is not None]
         steps = self.total_steps()
         self.snapshots.append(PolicySnapshot(
             agent_steps=steps, seconds=time.monotonic() - self._acting_start,
             updates={a.agent: stats.get(a.unit, S.UPDATES) for a in learning},
             versions={a.agent: a.local.version for a in learning},
-            vectors={a.agent: a.local.vector.copy() for a in learning}))
-        self._next_snapshot = (steps // self.snapshot_every + 1) * self.snapshot_every
+            vectors={a.agent: a.local.vector.copy() for a in learning if a.local.vector is not None}))
+        every = self.snapshot_every
+        assert every is not None, "snapshots are taken only with snapshot_every_steps"
+        self._next_snapshot = (steps // every + 1) * every
 
     def learner_error(self, agent: str, summary: str, trace: str) -> None:
         """Record a crashed learner; the first crash of an agent prints its traceback, later ones one line.
@@ -167,7 +177,7 @@ class RunMonitor:
     def request_stop(self, reason: str) -> None:
         if self.stop_reason is None:
             self.stop_reason = reason
-        self.plan.stats.request_stop()
+        self.plan.counters().request_stop()
 
     # -------------------------------------------------------------------------------------- polling
     def tick(self) -> bool:
@@ -178,7 +188,7 @@ class RunMonitor:
         now = time.monotonic()
         if now >= self._next_poll:
             self._next_poll = now + self.POLL_EVERY_S
-            self.plan.stats.beat()
+            self.plan.counters().beat()
             if self.on_poll is not None:
                 self.on_poll()
             if self.evaluator is not None:
@@ -196,7 +206,7 @@ class RunMonitor:
         if log and self.run_dir is not None:
             row = {"wall_s": round(time.monotonic() - self.start, 4), "agent": unit,
                    "agent_steps": self.total_steps(),
-                   "version": self.plan.stats.get(unit, S.VERSION), **report}
+                   "version": self.plan.counters().get(unit, S.VERSION), **report}
             self.run_dir.append("metrics.jsonl", row)
             self.run_dir.tensorboard(report["updates"], unit, report.get("metrics", {}))
 

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from pzasync.config import RunConfig
-from pzasync.config.groups import AUTO
+from pzasync.config.groups import AUTO, chosen
 from pzasync.core.environments import EnvSpec
 from pzasync.core.groups import resolve_groups
 from pzasync.core.spaces import AgentLayout, env_layouts, probe_info_masks
@@ -159,7 +159,7 @@ class RunPlan:
             cls.check_spaces(layouts[agent])
             name = spec[0] if isinstance(spec, tuple) else spec
             capacity = self.config.buffer_capacity
-            if capacity == AUTO:  # the most `allocation.fit_buffers` gives, below, once the sizes are known
+            if isinstance(capacity, str):  # AUTO: the most `allocation.fit_buffers` gives, below, once sizes are known
                 capacity = allocation.AUTO_BUFFER_TRANSITIONS
             if cls.on_policy:
                 capacity = self.config.onpolicy_buffer_batches * int(options.get("batch_size", 64))
@@ -185,11 +185,12 @@ class RunPlan:
         self.config = tuning.config
         #: Actor processes and env copies each: one process per RunConfig.actors with envs_per_actor copies,
         #: unless the runner placed the same actors x envs_per_actor copies in fewer (Placement.actor_processes).
-        self.actors = placement.actor_processes or self.config.actors
-        if self.config.actors % self.actors:
+        actors = chosen(self.config.actors, "actors")
+        self.actors: int = placement.actor_processes or actors
+        if actors % self.actors:
             raise ConfigError(f"option actors={self.config.actors}: the env copies of {self.config.actors} actors "
                               f"cannot be shared evenly by {self.actors} actor processes")
-        self.envs_per_actor = self.config.envs_per_actor * self.config.actors // self.actors
+        self.envs_per_actor: int = chosen(self.config.envs_per_actor, "envs_per_actor") * actors // self.actors
         self._check_league()
         self._check_yardstick()
         if self.config.buffer_capacity == AUTO:
@@ -331,6 +332,12 @@ class RunPlan:
     def torch_threads(self, processes: int) -> int:
         """Torch threads of each of `processes` processes sharing the usable cores (RunConfig.torch_threads)."""
         return self.config.torch_threads or max(1, usable_cores() // max(1, processes))
+
+    def counters(self) -> RunStats:
+        """The run's counters (`stats`), which `allocate` creates and `release` removes."""
+        if self.stats is None:
+            raise RuntimeError("the run's counters are read outside allocate() ... release()")
+        return self.stats
 
     def allocate(self) -> None:
         """Create every learner unit's buffer and slot and the run's counters (owned by this process)."""

@@ -24,7 +24,7 @@ import multiprocessing as mp
 import os
 import signal
 import sys
-from multiprocessing.context import BaseContext, ForkServerContext, ForkServerProcess
+from multiprocessing.context import ForkServerContext, ForkServerProcess, SpawnContext
 from typing import Any
 
 from pzasync.transport.shm import _alive
@@ -58,7 +58,7 @@ class _ForkServerChild(ForkServerProcess):
 
 
 class _ForkServerContext(ForkServerContext):
-    Process = _ForkServerChild  # type: ignore[assignment]
+    Process = _ForkServerChild
 
 
 _FORK_SERVER = _ForkServerContext()
@@ -77,7 +77,7 @@ def start_method() -> str:
     return "forkserver" if sys.platform.startswith("linux") else "spawn"
 
 
-def process_context() -> BaseContext:
+def process_context() -> SpawnContext | ForkServerContext:
     """The multiprocessing context a run starts its processes with (`start_method`)."""
     if start_method() == "spawn":
         return mp.get_context("spawn")

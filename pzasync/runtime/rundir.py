@@ -22,9 +22,12 @@ import os
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from pzasync.errors import ConfigError
+
+if TYPE_CHECKING:
+    from torch.utils.tensorboard import SummaryWriter
 
 
 def safe_name(agent: str) -> str:
@@ -53,7 +56,8 @@ class RunDirectory:
             (self.path / "checkpoints").mkdir(parents=True, exist_ok=True)
         elif not (self.path / "run.json").exists():
             raise ConfigError(f"{self.path} is not a pzasync run directory (no run.json)")
-        self._tb = None
+        #: The TensorBoard writer: None before its first use, False where tensorboard is not installed.
+        self._tb: SummaryWriter | Literal[False] | None = None
 
     @classmethod
     def new(cls, root: str | os.PathLike, env_name: str) -> RunDirectory:
@@ -107,7 +111,7 @@ class RunDirectory:
             if "exploitability" in row:  # leduc: the round's exact exploitability (evaluation/exploitability.py)
                 writer.add_scalar(f"eval/{row['agent']}/exploitability", row["exploitability"], row["agent_steps"])
 
-    def _writer(self) -> Any:
+    def _writer(self) -> SummaryWriter | Literal[False]:
         """The TensorBoard writer, made on first use; False where tensorboard is not installed."""
         if self._tb is None:
             try:

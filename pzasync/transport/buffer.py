@@ -39,7 +39,7 @@ from pzasync.core.spaces import AgentLayout, leaf_value
 from pzasync.core.transitions import Transition
 from pzasync.errors import ConfigError, PzasyncError
 from pzasync.transport import ordering
-from pzasync.transport.shm import ArraySpec, Segment, carve, check_fits, new_run_id, packed_size
+from pzasync.transport.shm import DETACHED, ArraySpec, Segment, carve, check_fits, new_run_id, packed_size
 
 # Header words: written count (actor), read cursor and dropped count (learner), capacity.
 _WRITTEN, _CURSOR, _DROPPED, _CAPACITY = 0, 1, 2, 3
@@ -127,15 +127,15 @@ class SharedRingBuffer:
         self.obs_paths = obs_paths or {}
         #: Observation frames (observations stored once), or 0 (`obs` and `next_obs` stored in every row).
         self.frames = frames
-        views = carve(segment.buf, _segment_specs(fields, capacity, frames))
-        self._words = segment.buf[:64].cast("q")
+        views = carve(segment.view, _segment_specs(fields, capacity, frames))
+        self._words = segment.view[:64].cast("q")
         self._seq = views.pop("seq")
         views.pop("header")
         #: Frame columns by observation field name ("obs", "obs/<leaf>"), their sequence words, and (writer
         #: only) the frames written and each track's newest `next_obs` frame.
         self._frame_columns = {name[len("frame:"):]: views.pop(name) for name in list(views)
                                if name.startswith("frame:")}
-        self._frame_seq = views.pop("frame_seq", None)
+        self._frame_seq: np.ndarray | None = views.pop("frame_seq", None)
         self._frames_written = 0
         self._track_tail: dict[Any, int] = {}
         self._columns: dict[str, np.ndarray] = views
@@ -271,14 +271,15 @@ class SharedRingBuffer:
         return {"obs": obs}
 
     def _store_frame(self, leaves: dict[str, Any]) -> int:
-        f = self._frames_written
+        f, frame_seq = self._frames_written, self._frame_seq
+        assert frame_seq is not None, "frames are stored only by a buffer that has them"
         slot = f % self.frames
-        self._frame_seq[slot] = 2 * f + 1
+        frame_seq[slot] = 2 * f + 1
         ordering.full_fence()
         for name, column in self._frame_columns.items():
             column[slot] = leaves[name]
         ordering.full_fence()
-        self._frame_seq[slot] = 2 * f + 2
+        frame_seq[slot] = 2 * f + 2
         self._frames_written = f + 1
         return f
 
@@ -356,10 +357,12 @@ class SharedRingBuffer:
         if not self.frames:
             ordering.full_fence()  # all of the rows before the words again
             return before, batch, self._seq[rows]
+        frame_seq = self._frame_seq
+        assert frame_seq is not None, "a buffer with frames has their sequence words"
         prefixes = ("obs", "next_obs")
         refs = {prefix: batch.pop(prefix + "_ref") for prefix in prefixes}
         slots = {prefix: refs[prefix] % self.frames for prefix in prefixes}
-        seen = {prefix: self._frame_seq[slots[prefix]] for prefix in prefixes}
+        seen = {prefix: frame_seq[slots[prefix]] for prefix in prefixes}
         ordering.full_fence()  # the frames' words before any of the frames
         for prefix in prefixes:
             for name, column in self._frame_columns.items():
@@ -368,7 +371,7 @@ class SharedRingBuffer:
         intact = np.ones(rows.shape, dtype=bool)
         for prefix in prefixes:
             expected = 2 * refs[prefix] + 2
-            intact &= (seen[prefix] == expected) & (self._frame_seq[slots[prefix]] == expected)
+            intact &= (seen[prefix] == expected) & (frame_seq[slots[prefix]] == expected)
         after = self._seq[rows]
         after[~intact] = -1
         return before, batch, after
@@ -486,10 +489,8 @@ class SharedRingBuffer:
         """Detach this process from the buffer's memory."""
         self._columns = {}
         self._frame_columns = {}
-        self._seq = self._frame_seq = None
-        if self._words is not None:
-            self._words.release()
-            self._words = None
+        self._seq, self._frame_seq = DETACHED, None
+        self._words.release()  # idempotent; a released view refuses every access
         self._segment.close()
 
     def unlink(self) -> None:

@@ -82,7 +82,7 @@ class ObservationSlots:
         views = self._views.get((slot, agent))
         if views is None:
             start = slot * self.record_bytes
-            carved = carve(self.segment.buf[start:start + self.record_bytes], self.specs[agent])
+            carved = carve(self.segment.view[start:start + self.record_bytes], self.specs[agent])
             mask = carved.pop("mask", None)
             views = self._views[(slot, agent)] = (list(carved.values()), mask)
         return views
@@ -100,7 +100,7 @@ class ObservationSlots:
             values = [obs] if not layout.nested_obs else [leaf_value(obs, leaf.path) for leaf in layout.obs_leaves]
         except (KeyError, IndexError, TypeError):
             return False
-        if mask is not None:
+        if mask is not None and mask_view is not None:  # both or neither (checked above)
             values.append(mask)
             leaf_views = [*leaf_views, mask_view]
         for value, view in zip(values, leaf_views):

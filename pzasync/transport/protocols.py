@@ -6,10 +6,11 @@ env --actor--> TransitionWriter ==> TransitionSource --learner--> PolicyPublishe
 ```
 
 Each arrow's two ends are one object today: `SharedRingBuffer` (transport/buffer.py) is a writer and a source,
-`PolicySlot` (transport/slots.py) a publisher and a source, `RunStats` (transport/stats.py) the run control, all in
-local shared memory. The Ray backend (backends/ray/host.py) adds implementations for learners on another node:
-transitions go in chunks through Ray's object store into a local ring buffer on the learner's node, and policies come
-back as versioned object references. Code that moves data names these protocols, never the classes; a new
+`PolicySlot` (transport/slots.py) a publisher and a source (a `PolicyStore`: a learner reads back what it
+published), `RunStats` (transport/stats.py) the run control, all in local shared memory. The Ray backend
+(backends/ray/host.py) adds implementations for learners on another node: transitions go in chunks through Ray's
+object store into a local ring buffer on the learner's node, and policies come back as versioned object
+references. Code that moves data names these protocols, never the classes; a new
 transport implements them and a `LearnerHost` (runtime/hosts.py) that knows where to run learners.
 
 The contracts (docs/shared-memory.md states them for the shared-memory implementation):
@@ -57,6 +58,10 @@ class TransitionSource(Protocol):
     capacity: int
 
     @property
+    def name(self) -> str:
+        """What messages call it (with shared memory, its segment's name, which names the run)."""
+
+    @property
     def written(self) -> int: ...
 
     @property
@@ -65,11 +70,17 @@ class TransitionSource(Protocol):
     def sample(self, batch_size: int, rng: np.random.Generator) -> dict[str, np.ndarray]:
         """`batch_size` untorn rows drawn uniformly among those written."""
 
-    def sample_windows(self, batch_size: int, window: int, rng: np.random.Generator) -> dict[str, np.ndarray]:
-        """Sampled rows, each with the `window` rows written after it (n-step returns)."""
+    def sample_windows(self, batch_size: int, window: int,
+                       rng: np.random.Generator) -> tuple[dict[str, np.ndarray], np.ndarray]:
+        """Sampled rows, each with the `window` rows written after it (n-step returns): `(batch, valid)`, columns
+        shaped `(batch_size, window + 1, ...)` and whether each position holds the row it should
+        (`SharedRingBuffer.sample_windows`)."""
 
     def read_new(self, max_rows: int | None = None) -> dict[str, np.ndarray] | None:
         """The next unread transitions in order, or None; skipped ones are counted in `dropped`."""
+
+    def close(self) -> None:
+        """Release this process's view of it (idempotent)."""
 
 
 @runtime_checkable
@@ -84,6 +95,9 @@ class PolicyPublisher(Protocol):
     @property
     def version(self) -> int: ...
 
+    def close(self) -> None:
+        """Release this process's view of it (idempotent)."""
+
 
 @runtime_checkable
 class PolicySource(Protocol):
@@ -97,6 +111,12 @@ class PolicySource(Protocol):
 
     def read(self, out: np.ndarray) -> int:
         """Copy the newest complete vector into `out`; returns its version (0: none yet, `out` untouched)."""
+
+
+@runtime_checkable
+class PolicyStore(PolicyPublisher, PolicySource, Protocol):
+    """A learner's end of its policy as the learner holds it: it publishes, and reads back what it published (a
+    restarted learner without a checkpoint starts from its last published weights)."""
 
 
 @runtime_checkable
@@ -122,3 +142,6 @@ class RunControl(Protocol):
 
     def record_episodes(self, episodes: int) -> None:
         """The actor's count of finished episodes, all env copies together."""
+
+    def close(self) -> None:
+        """Release this process's view of the counters (idempotent)."""

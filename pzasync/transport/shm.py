@@ -19,12 +19,16 @@ from pathlib import Path
 
 import numpy as np
 
-from pzasync.errors import InsufficientSharedMemoryError
+from pzasync.errors import InsufficientSharedMemoryError, PzasyncError
 from pzasync.logs import logger
 
 PREFIX = "pzasync"
 SHM_DIR = Path("/dev/shm")
 _NAME_RE = re.compile(rf"^{PREFIX}_(?P<run>[0-9a-f]+)_(?P<pid>\d+)_(?P<label>[\w.-]+)$")
+#: What a closed object's arrays on a segment are replaced with, so that the segment can be unmapped: an empty,
+#: read-only array that views no segment.
+DETACHED = np.empty(0, np.int64)
+DETACHED.flags.writeable = False
 
 
 def new_run_id() -> str:
@@ -71,6 +75,13 @@ class Segment:
             raise
         os.close(fd)
         self.buf: memoryview | None = memoryview(self._mmap)
+
+    @property
+    def view(self) -> memoryview:
+        """`buf`, while the segment is mapped in this process."""
+        if self.buf is None:
+            raise PzasyncError(f"shared-memory segment {self.name!r} is closed in this process")
+        return self.buf
 
     @classmethod
     def create(cls, run_id: str, label: str, size: int) -> Segment:

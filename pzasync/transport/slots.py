@@ -27,7 +27,7 @@ from pzasync.transport import ordering
 from pzasync.transport.shm import ArraySpec, Segment, carve, new_run_id, packed_size
 
 PublishMode = Literal["double_buffer", "snapshot"]
-MODES: tuple[str, ...] = ("double_buffer", "snapshot")
+MODES: tuple[PublishMode, ...] = ("double_buffer", "snapshot")
 
 # Header words: [0] current version, [1] sequence word of copy 0, [2] sequence word of copy 1.
 _VERSION, _SEQ0 = 0, 1
@@ -45,9 +45,9 @@ class PolicySlot:
         self._segment = segment
         self.size = size
         self.mode = mode
-        views = carve(segment.buf, _specs(size, mode))
+        views = carve(segment.view, _specs(size, mode))
         # A memoryview cast to int64 reads one word as a Python int in tens of nanoseconds.
-        self._words = segment.buf[: 8 * 8].cast("q")
+        self._words = segment.view[: 8 * 8].cast("q")
         self._copies = [views[f"copy{i}"] for i in range(2 if mode == "double_buffer" else 1)]
 
     @classmethod
@@ -127,9 +127,7 @@ class PolicySlot:
     def close(self) -> None:
         """Detach this process from the slot's memory."""
         self._copies = []
-        if self._words is not None:
-            self._words.release()
-            self._words = None
+        self._words.release()  # idempotent; a released view refuses every access
         self._segment.close()
 
     def unlink(self) -> None:

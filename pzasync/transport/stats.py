@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import time
 
-from pzasync.transport.shm import ArraySpec, Segment, carve, packed_size
+import numpy as np
+
+from pzasync.transport.shm import DETACHED, ArraySpec, Segment, carve, packed_size
 
 # Run-wide words, written by the main process: the stop flag, and the go that starts every actor at once.
 STOP, GO = 2, 4
@@ -41,17 +43,19 @@ class RunStats:
         self.actors, self.actor = int(actors), int(actor)
         self.index = {agent: i for i, agent in enumerate(self.agents)}
         n = max(1, len(agents))
-        flat = carve(segment.buf, _specs(len(agents), self.actors))["words"]
-        self.run = flat[:_RUN_WORDS]
-        self.per_agent = flat[_RUN_WORDS:_RUN_WORDS + n * _AGENT_WORDS].reshape(n, _AGENT_WORDS)
+        flat = carve(segment.view, _specs(len(agents), self.actors))["words"]
+        #: Set by `close`: the arrays below are then empty and view nothing.
+        self.closed = False
+        self.run: np.ndarray = flat[:_RUN_WORDS]
+        self.per_agent: np.ndarray = flat[_RUN_WORDS:_RUN_WORDS + n * _AGENT_WORDS].reshape(n, _AGENT_WORDS)
         base = _RUN_WORDS + n * _AGENT_WORDS
         #: Per actor: AGENT_STEPS, EPISODES, ACTOR_BEAT.
-        self.actor_words = flat[base:base + self.actors * _ACTOR_WORDS].reshape(self.actors, _ACTOR_WORDS)
+        self.actor_words: np.ndarray = flat[base:base + self.actors * _ACTOR_WORDS].reshape(self.actors, _ACTOR_WORDS)
         base += self.actors * _ACTOR_WORDS
         #: Per actor and agent: STEPS, ACTOR_WAIT_NS.
-        self.actor_agent = flat[base:base + self.actors * n * 2].reshape(self.actors, n, 2)
+        self.actor_agent: np.ndarray = flat[base:base + self.actors * n * 2].reshape(self.actors, n, 2)
         # The same words as one flat int64 memoryview: item access costs tens of nanoseconds (hot paths).
-        self.words = segment.buf[: 8 * len(flat)].cast("q")
+        self.words = segment.view[: 8 * len(flat)].cast("q")
         mine = _RUN_WORDS + n * _AGENT_WORDS
         self._total_word = mine + self.actor * _ACTOR_WORDS + AGENT_STEPS
         first_step = mine + self.actors * _ACTOR_WORDS + self.actor * n * 2
@@ -134,10 +138,9 @@ class RunStats:
             self.per_agent[self.index[agent], word] += value
 
     def close(self) -> None:
-        self.run = self.per_agent = self.actor_words = self.actor_agent = None
-        if self.words is not None:
-            self.words.release()
-            self.words = None
+        self.closed = True
+        self.run = self.per_agent = self.actor_words = self.actor_agent = DETACHED
+        self.words.release()  # idempotent; a released view refuses every access
         self._segment.close()
 
     def unlink(self) -> None:

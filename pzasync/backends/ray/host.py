@@ -34,12 +34,17 @@ from typing import Any
 import numpy as np
 
 from pzasync.backends.ray.workers import LearnerActor, RemoteRun
+from pzasync.config import RunConfig
 from pzasync.errors import ConfigError
 from pzasync.runtime.autotune import usable_cores
 from pzasync.runtime.hosts import LearnerHost
 from pzasync.runtime.learner_loop import LearnerFailed, LearnerReport, LearnerSetup, restarted
+from pzasync.runtime.monitor import RunMonitor
+from pzasync.runtime.results import RunResult
 from pzasync.transport import stats as S
+from pzasync.transport.buffer import SharedRingBuffer
 from pzasync.transport.shm import unlink_run
+from pzasync.transport.slots import PolicySlot
 
 #: Seconds between two status calls to a remote learner (its counters, mirrored into the run's).
 STATUS_EVERY_S = 0.2
@@ -61,7 +66,7 @@ def require_ray() -> Any:
     return ray
 
 
-def init_ray(ray: Any, config: Any, learners: int) -> bool:
+def init_ray(ray: Any, config: RunConfig, learners: int) -> bool:
     """Join `config.ray_address`, or start a local instance; True if this call started (and so owns) it.
     Inside a Ray worker (a remote actor process) Ray is already initialised and is used as it is."""
     if ray.is_initialized():
@@ -73,7 +78,7 @@ def init_ray(ray: Any, config: Any, learners: int) -> bool:
     return True
 
 
-def run_remotely(runner: Any, agent_steps: int | None, seconds: float | None) -> Any:
+def run_remotely(runner: Any, agent_steps: int | None, seconds: float | None) -> RunResult:
     """`AsyncRunner.run` with `ray_actor_resources` set: the run itself becomes a Ray actor asking for those
     resources (and `ray_actor_cpus`). Ctrl-C here stops it gracefully there; its errors reach you as Ray
     raises them (an instance of the original type)."""
@@ -134,13 +139,13 @@ class RayHost(LearnerHost):
     name = "ray"
 
     @classmethod
-    def run_elsewhere(cls, runner: Any, agent_steps: int | None, seconds: float | None) -> Any:
+    def run_elsewhere(cls, runner: Any, agent_steps: int | None, seconds: float | None) -> RunResult | None:
         """With `ray_actor_resources`, the whole run is a Ray actor on the node that has them (`run_remotely`)."""
         if runner.config.ray_actor_resources is None:
             return None
         return run_remotely(runner, agent_steps, seconds)
 
-    def __init__(self, setups: dict[str, LearnerSetup], config: Any, monitor: Any) -> None:
+    def __init__(self, setups: dict[str, LearnerSetup], config: RunConfig, monitor: RunMonitor) -> None:
         super().__init__(setups, config, monitor)
         self.ray = require_ray()
         self.plan = monitor.plan
@@ -179,7 +184,7 @@ class RayHost(LearnerHost):
         actor = self._actor_class.options(**self._actor_options(unit)).remote()
         node = ray.get(actor.node.remote(), timeout=timeout)
         remote = self.config.ray_transport == "object_store" or node != ray.get_runtime_context().get_node_id()
-        local_buffer, local_slot = self.plan.units[unit].buffer, self.plan.units[unit].slot
+        local_buffer, local_slot = self._shared(unit)
         payload = initial = None
         if remote:
             payload = {"fields": local_buffer.fields, "capacity": local_buffer.capacity,
@@ -336,7 +341,7 @@ class RayHost(LearnerHost):
         if len(state.in_flight) >= cfg.ray_max_chunks_in_flight:
             return False
         rows = cfg.ray_chunk_rows
-        buffer = self.plan.units[unit].buffer
+        buffer = self._shared(unit)[0]
         if cfg.backpressure and self.plan.units[unit].learner_cls.on_policy:
             # Never send more than the learner's ring can hold unread: the local ring fills instead, and the
             # actor's own backpressure wait takes over, as with a learner on this node.
@@ -367,11 +372,18 @@ class RayHost(LearnerHost):
         if newer is None:
             return False
         version, vector = newer
-        slot = self.plan.units[unit].slot
+        slot = self._shared(unit)[1]
         if version > slot.version:
             slot.publish(vector, version=version)
             self.stats.set(unit, S.VERSION, version)
         return True
+
+    def _shared(self, unit: str) -> tuple[SharedRingBuffer, PolicySlot]:
+        """The unit's buffer and slot in the run's shared memory (one actor with this backend: one buffer)."""
+        p = self.plan.units[unit]
+        if not isinstance(p.buffer, SharedRingBuffer) or p.slot is None:
+            raise RuntimeError(f"learner unit {unit!r} has no buffer and slot of its own in shared memory")
+        return p.buffer, p.slot
 
     def _final_policy(self, unit: str, state: _Remote) -> None:
         """After a remote learner stopped: mirror its last published version, if the actor lacks it."""

@@ -20,7 +20,8 @@ import numpy as np
 
 from pzasync.runners import AsyncRunner
 from pzasync.runtime.host_loop import learner_process_main
-from pzasync.runtime.learner_loop import LearnerReport, LearnerSetup
+from pzasync.runtime.learner_loop import LearnerFailed, LearnerReport, LearnerSetup
+from pzasync.runtime.results import RunResult
 from pzasync.transport import stats as S
 from pzasync.transport.buffer import SharedRingBuffer
 from pzasync.transport.shm import _alive, new_run_id
@@ -74,6 +75,15 @@ class VersionedVector:
         pass
 
 
+@dataclasses.dataclass(frozen=True)
+class _OwnMemory:
+    """A remote-mode learner's own buffer, publisher and counters, made on its node (`LearnerActor.prepare`)."""
+
+    buffer: SharedRingBuffer
+    publisher: VersionedVector
+    stats: RunStats
+
+
 class LearnerActor:
     """One learner unit inside a Ray actor. `run` holds the learning loop (its own concurrency group);
     every other method answers the host from a second thread."""
@@ -84,6 +94,8 @@ class LearnerActor:
         self.node_id = ray.get_runtime_context().get_node_id()
         self.messages: queue.Queue = queue.Queue()
         self.setup: LearnerSetup | None = None
+        #: Remote mode: what the learner runs on here (None in shared-memory mode).
+        self.own: _OwnMemory | None = None
         self.remote = False
         self.closed = False
         self._next_chunk = 0
@@ -114,13 +126,14 @@ class LearnerActor:
         stats = RunStats.create(run_id, [setup.agent])
         stats.set(setup.agent, S.UPDATES, remote["updates"])
         self.remote = True
+        self.own = _OwnMemory(buffer, publisher, stats)
         self.setup = dataclasses.replace(setup, buffer=buffer, slot=publisher, stats=stats, parent_pid=0)
         return run_id, os.getpid()  # how the host removes these segments if this actor dies on its machine
 
     def run(self, checkpoint_every_s: float, driver_pid: int) -> dict[str, Any] | None:
         """The learning loop, until `stop` (or the run's stop flag in shared-memory mode). Remote mode returns
         the learner's final counters (`status`)."""
-        setup = self.setup
+        setup = self._prepared()
         if setup.checkpoint_path:
             os.makedirs(os.path.dirname(setup.checkpoint_path), exist_ok=True)
         if not self.remote:
@@ -134,8 +147,9 @@ class LearnerActor:
             with self._lock:
                 final = self._final
                 self.closed = True
-            setup.buffer.unlink()
-            setup.stats.unlink()
+            own = self._own()
+            own.buffer.unlink()
+            own.stats.unlink()
         return final
 
     def push(self, seq: int, chunk: dict[str, np.ndarray]) -> int:
@@ -145,10 +159,11 @@ class LearnerActor:
             if self.closed:
                 return 0
             self._early[seq] = chunk
+            buffer = self._own().buffer
             while self._next_chunk in self._early:
-                self.setup.buffer.write_rows(self._early.pop(self._next_chunk))
+                buffer.write_rows(self._early.pop(self._next_chunk))
                 self._next_chunk += 1
-            return self.setup.buffer.read_cursor
+            return buffer.read_cursor
 
     def status(self) -> dict[str, int | float] | None:
         """The learner's counters (remote mode), or None once it has finished."""
@@ -156,14 +171,15 @@ class LearnerActor:
             return None if self.closed else self._status()
 
     def _status(self) -> dict[str, int | float]:
-        stats, agent, buffer = self.setup.stats, self.setup.agent, self.setup.buffer
+        own, agent = self._own(), self._prepared().agent
+        stats, buffer = own.stats, own.buffer
         return {"updates": stats.get(agent, S.UPDATES), "status": stats.get(agent, S.STATUS),
                 "silent_s": (time.monotonic_ns() - stats.get(agent, S.BEAT)) / 1e9,
                 "learner_wait_ns": stats.get(agent, S.LEARNER_WAIT_NS), "dropped": buffer.dropped,
                 "received": buffer.written, "unread": buffer.unread, "cursor": buffer.read_cursor}
 
     def policy_newer_than(self, version: int, wait_s: float = 0.0) -> tuple[int, np.ndarray] | None:
-        return self.setup.slot.newer_than(version, wait_s)
+        return self._own().publisher.newer_than(version, wait_s)
 
     def drain(self) -> list[Any]:
         out = []
@@ -176,7 +192,19 @@ class LearnerActor:
     def stop(self) -> None:
         with self._lock:
             if not self.closed:
-                self.setup.stats.request_stop()
+                self._prepared().transport()[2].request_stop()
+
+    def _prepared(self) -> LearnerSetup:
+        """The setup `prepare` was given (made local in remote mode)."""
+        if self.setup is None:
+            raise RuntimeError("LearnerActor: prepare() has not been called")
+        return self.setup
+
+    def _own(self) -> _OwnMemory:
+        """Remote mode's buffer, publisher and counters."""
+        if self.own is None:
+            raise RuntimeError("LearnerActor: a remote-mode call in shared-memory mode (or before prepare())")
+        return self.own
 
 
 class _FinalStatus:
@@ -186,8 +214,8 @@ class _FinalStatus:
     def __init__(self, owner: LearnerActor, setup: LearnerSetup) -> None:
         self.owner, self.setup = owner, setup
 
-    def put(self, message: Any) -> None:
-        if isinstance(message, LearnerReport) and self.setup.stats.stop_requested:
+    def put(self, message: LearnerReport | LearnerFailed, /) -> None:
+        if isinstance(message, LearnerReport) and self.setup.transport()[2].stop_requested:
             with self.owner._lock:
                 self.owner._final = self.owner._status()
         self.owner.messages.put(message)
@@ -204,7 +232,7 @@ class RemoteRun:
         self.node_id = ray.get_runtime_context().get_node_id()
         self.runner = AsyncRunner(env, learners, config)
 
-    def run(self, agent_steps: int | None, seconds: float | None) -> Any:
+    def run(self, agent_steps: int | None, seconds: float | None) -> RunResult:
         result = self.runner.run(agent_steps=agent_steps, seconds=seconds)
         result.actor_node = self.node_id
         return result

@@ -4,26 +4,30 @@ remote env servers (remote.py, docs/remote.md). Each kind is chosen in `copies_f
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
+from pzasync.config.groups import chosen
 from pzasync.remote.address import is_remote_id
 from pzasync.runtime.copies.local import LocalCopies, LocalEnvs
 from pzasync.runtime.copies.protocol import Answer, EnvCopies, EnvCopiesFactory
 from pzasync.runtime.copies.remote import RemoteCopies, RemoteEnvs
 from pzasync.runtime.copies.workers import EnvWorkers, WorkerCopies
 
+if TYPE_CHECKING:
+    from pzasync.runtime.plan import RunPlan
+
 __all__ = ["Answer", "EnvCopies", "EnvCopiesFactory", "EnvWorkers", "LocalCopies", "LocalEnvs", "RemoteCopies",
            "RemoteEnvs", "WorkerCopies", "copies_for"]
 
 
-def copies_for(plan: Any) -> EnvCopiesFactory:
+def copies_for(plan: RunPlan) -> EnvCopiesFactory:
     """An actor's env copies as its run plan asks: `envs_per_actor` copies, served by remote env servers when
     the env id names them (unix://, tcp://, cmd:; env workers would add nothing: the servers step the envs),
     else stepped by `env_workers` worker processes, or in the actor's process when there are none."""
     cfg = plan.config
     if is_remote_id(plan.env_spec.source):
         return RemoteEnvs(plan.env_spec, plan.envs_per_actor, cfg.heartbeat_timeout_s)
-    if cfg.env_workers:
-        return EnvWorkers(plan.env_spec, plan.envs_per_actor, cfg.env_workers, cfg.heartbeat_timeout_s,
-                          run_id=plan.run_id)
+    workers = chosen(cfg.env_workers, "env_workers")
+    if workers:
+        return EnvWorkers(plan.env_spec, plan.envs_per_actor, workers, cfg.heartbeat_timeout_s, run_id=plan.run_id)
     return LocalEnvs([plan.env_spec.make() for _ in range(plan.envs_per_actor)], plan.env_spec.name)

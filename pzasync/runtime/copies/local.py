@@ -6,10 +6,10 @@ from __future__ import annotations
 
 from typing import Any, Callable, Sequence
 
-from pzasync.core.spaces import env_action_converter
+from pzasync.core.spaces import AgentLayout, env_action_converter
 from pzasync.core.stepper import EpisodeStepper, PendingDecision
 from pzasync.core.transitions import EpisodeSummary, LayoutBook, Transition
-from pzasync.runtime.copies.protocol import Answer
+from pzasync.runtime.copies.protocol import Answer, emitting
 
 
 class LocalEnvs:
@@ -21,7 +21,7 @@ class LocalEnvs:
         self.env = self.envs[0]
         self.env_name = env_name or str(self.env)
 
-    def open(self, seed: int | None, layouts: dict, *, emit: Callable[[Transition, int], None],
+    def open(self, seed: int | None, layouts: dict[str, AgentLayout], *, emit: Callable[[Transition, int], None],
              on_episode: Callable[[EpisodeSummary], None], on_start: Callable[[int], None],
              check_rewards: bool = True, max_episode_steps: int | None = None) -> LocalCopies:
         return LocalCopies(self.envs, list(range(self.copies)), seed, layouts, emit=emit, on_episode=on_episode,
@@ -36,7 +36,7 @@ class LocalCopies:
     """Env copies stepped in this process. `emit(t, copy)`, `on_episode(summary)` and `on_start(copy)` are
     called as things happen."""
 
-    def __init__(self, envs: list[Any], copies: list[int], seed: int | None, layouts: dict, *,
+    def __init__(self, envs: list[Any], copies: list[int], seed: int | None, layouts: dict[str, AgentLayout], *,
                  emit: Callable[[Transition, int], None], on_episode: Callable[[EpisodeSummary], None],
                  on_start: Callable[[int], None], check_rewards: bool = True,
                  max_episode_steps: int | None = None) -> None:
@@ -45,7 +45,7 @@ class LocalCopies:
         self.envs = envs
         self.on_start = on_start
         self.steppers = {
-            k: EpisodeStepper(env, (lambda t, k=k: emit(t, k)), copy=k, seed=None if seed is None else seed + k,
+            k: EpisodeStepper(env, emitting(emit, k), copy=k, seed=None if seed is None else seed + k,
                               layouts=LayoutBook(env, layouts, fixed=True), check_rewards=check_rewards,
                               max_episode_steps=max_episode_steps, to_env=to_env, on_episode=on_episode)
             for k, env in zip(copies, envs)
@@ -108,7 +108,7 @@ class LocalCopies:
             self.current = k
             stepper.cut()
 
-    def failure_context(self) -> tuple[int, Any, int]:
+    def failure_context(self) -> tuple[int, str | None, int]:
         """(copy, agent whose turn it was, episode index of that copy) for an error raised while stepping."""
         stepper = self.steppers[self.current]
         return self.current, getattr(stepper.env, "agent_selection", None), stepper.episode_index

@@ -18,19 +18,26 @@ from __future__ import annotations
 
 from typing import Any, Callable, Protocol, Sequence
 
+from pzasync.core.spaces import AgentLayout
 from pzasync.core.stepper import PendingDecision
 from pzasync.core.transitions import EpisodeSummary, Transition
 
 #: A pending decision with the action and extras (stored with the transition) that answer it.
-Answer = tuple[PendingDecision, Any, dict]
+Answer = tuple[PendingDecision, Any, dict[str, Any]]
+
+
+def emitting(emit: Callable[[Transition, int], None], copy: int) -> Callable[[Transition], None]:
+    """`emit(transition, copy)` for the transitions of one copy (what its stepper emits)."""
+    return lambda t: emit(t, copy)
 
 
 class EnvCopies(Protocol):
     """One run's env copies, stepped in rounds by group."""
 
-    #: Whether the actor may answer part of a group and hold the rest back (`submit`'s `held`): copies
-    #: stepped in the actor's process can; a group sent to another process is answered whole.
-    holds_back: bool
+    @property
+    def holds_back(self) -> bool:
+        """Whether the actor may answer part of a group and hold the rest back (`submit`'s `held`): copies
+        stepped in the actor's process can; a group sent to another process is answered whole."""
 
     def start(self, may_reset: bool) -> None:
         """Bring every copy to its first pending decision (starting episodes while `may_reset`)."""
@@ -47,7 +54,7 @@ class EnvCopies(Protocol):
     def finish(self) -> None:
         """Cut every copy still in an episode and deliver those transitions (the run is over)."""
 
-    def failure_context(self) -> tuple[int, Any, int]:
+    def failure_context(self) -> tuple[int, str | None, int]:
         """(copy, agent whose turn it was, episode of that copy) for an error raised while stepping here;
         (-1, None, -1) where errors carry their own context."""
 
@@ -58,14 +65,20 @@ class EnvCopies(Protocol):
 class EnvCopiesFactory(Protocol):
     """What an actor's env copies are made from; it outlives the runs that `open` copies."""
 
-    #: How many copies each run steps.
-    copies: int
-    #: The env's name, for messages.
-    env_name: str
-    #: The copy stepped in the actor's own process when there is one (read for messages), else None.
-    env: Any
+    @property
+    def copies(self) -> int:
+        """How many copies each run steps."""
 
-    def open(self, seed: int | None, layouts: dict, *, emit: Callable[[Transition, int], None],
+    @property
+    def env_name(self) -> str:
+        """The env's name, for messages."""
+
+    @property
+    def env(self) -> Any:
+        """The copy stepped in the actor's own process when there is one (an AEC env, read for messages), else
+        None."""
+
+    def open(self, seed: int | None, layouts: dict[str, AgentLayout], *, emit: Callable[[Transition, int], None],
              on_episode: Callable[[EpisodeSummary], None], on_start: Callable[[int], None],
              check_rewards: bool, max_episode_steps: int | None) -> EnvCopies:
         """The copies for one run: copy k's first reset gets `seed + k`; `emit(transition, copy)`,

@@ -27,17 +27,20 @@ launched again, up to N times in the run, and its copies start fresh episodes.
 
 from __future__ import annotations
 
+import functools
 import select
+import socket
 import time
 from typing import Any, Callable, Sequence
 
-from pzasync.core.spaces import env_action_converter
+from pzasync.core.environments import EnvSpec
+from pzasync.core.spaces import AgentLayout, env_action_converter
 from pzasync.core.stepper import EpisodeStepper, PendingDecision
 from pzasync.core.transitions import EpisodeSummary, LayoutBook, Transition
-from pzasync.errors import RemoteEnvError
+from pzasync.errors import EnvSpecError, RemoteEnvError
 from pzasync.logs import logger
 from pzasync.remote.client import Connection
-from pzasync.runtime.copies.protocol import Answer
+from pzasync.runtime.copies.protocol import Answer, emitting
 from pzasync.runtime.copies.remote_links import Group, Links
 
 
@@ -49,17 +52,20 @@ class RemoteEnvs:
     #: No copy is stepped in the actor's process.
     env: Any = None
 
-    def __init__(self, env_spec: Any, copies: int, timeout_s: float = 60.0,
+    def __init__(self, env_spec: EnvSpec, copies: int, timeout_s: float = 60.0,
                  connection: type[Connection] = Connection) -> None:
+        if not isinstance(env_spec.source, str):
+            raise EnvSpecError(f"env {env_spec.name!r}: a remote env is named by an address or a cmd: template, not "
+                               f"{env_spec.source!r}")
         self.env_spec, self.copies, self.connection = env_spec, copies, connection
-        self.env_name = env_spec.name
+        self.env_id, self.env_name = env_spec.source, env_spec.name
         self.timeout_s = float(env_spec.kwargs.get("timeout_s", timeout_s))
 
-    def open(self, seed: int | None, layouts: dict, *, emit: Callable[[Transition, int], None],
+    def open(self, seed: int | None, layouts: dict[str, AgentLayout], *, emit: Callable[[Transition, int], None],
              on_episode: Callable[[EpisodeSummary], None], on_start: Callable[[int], None],
              check_rewards: bool = True, max_episode_steps: int | None = None) -> RemoteCopies:
         """Launch the servers of a `cmd:` id (or reach the one at the address) and connect the copies."""
-        return RemoteCopies(self.env_spec.source, dict(self.env_spec.kwargs), self.copies, seed, layouts, emit=emit,
+        return RemoteCopies(self.env_id, dict(self.env_spec.kwargs), self.copies, seed, layouts, emit=emit,
                             on_episode=on_episode, on_start=on_start, check_rewards=check_rewards,
                             max_episode_steps=max_episode_steps, timeout_s=self.timeout_s,
                             connection=self.connection, wrap=self.env_spec.wrap)
@@ -73,7 +79,7 @@ class RemoteCopies:
 
     holds_back = False
 
-    def __init__(self, env_id: str, kwargs: dict, copies: int, seed: int | None, layouts: dict, *,
+    def __init__(self, env_id: str, kwargs: dict, copies: int, seed: int | None, layouts: dict[str, AgentLayout], *,
                  emit: Callable[[Transition, int], None], on_episode: Callable[[EpisodeSummary], None],
                  on_start: Callable[[int], None], check_rewards: bool = True, max_episode_steps: int | None = None,
                  timeout_s: float = 60.0, connection: type[Connection] = Connection,
@@ -99,7 +105,7 @@ class RemoteCopies:
                 # served env is observed as an in-process one would be.
                 env = remote_env if wrap is None else wrap(remote_env)
                 self.steppers[k] = EpisodeStepper(
-                    env, (lambda t, k=k: emit(t, k)), copy=k, seed=None if seed is None else seed + k,
+                    env, emitting(emit, k), copy=k, seed=None if seed is None else seed + k,
                     layouts=LayoutBook(env, layouts, fixed=True), check_rewards=check_rewards,
                     max_episode_steps=max_episode_steps, to_env=to_env, on_episode=on_episode)
         except BaseException:
@@ -214,7 +220,9 @@ class RemoteCopies:
                 g.connection.flush()
                 return
             g.answered = [d.copy for d, _, _ in answered]
-            g.ticket = g.connection.flush()
+            ticket = g.connection.flush()
+            assert not isinstance(ticket, tuple), "an unpaced connection's tickets are numbers"
+            g.ticket = ticket
             g.ready = None if g.ticket is not None else []
         except RemoteEnvError as exc:
             self._recover(exc, may_reset)
@@ -237,13 +245,21 @@ class RemoteCopies:
             outstanding.sort(key=lambda i: self.groups[i].since)
             for i in outstanding:
                 g = self.groups[i]
-                if g.ready is not None or (g.connection.poll() if g.paced else g.connection.has_reply(g.ticket)):
+                if g.ready is not None or (g.connection.poll() if g.paced else
+                                           g.ticket is not None and g.connection.has_reply(g.ticket)):
                     return i, self._complete(g)
-            waiting: dict[Any, int] = {}
+            waiting: dict[socket.socket, int] = {}
             for i in outstanding:  # a connection's replies come in order: its oldest ticket is read next
-                sock = self.groups[i].connection.sock
-                if sock not in waiting or self.groups[i].ticket < self.groups[waiting[sock]].ticket:
-                    waiting[sock] = i
+                g = self.groups[i]
+                sock = g.connection.sock
+                assert sock is not None, "a group awaiting a reply has an open connection"
+                if sock in waiting:
+                    first = self.groups[waiting[sock]]
+                    # groups that share a connection are unpaced ones (a paced connection has one), each with a ticket
+                    assert g.ticket is not None and first.ticket is not None, "an unpaced group awaits its ticket"
+                    if g.ticket >= first.ticket:
+                        continue
+                waiting[sock] = i
             readable, _, _ = select.select(list(waiting), [], [], 0.05)
             if readable:
                 i = min((waiting[s] for s in readable), key=lambda i: self.groups[i].since)
@@ -261,7 +277,9 @@ class RemoteCopies:
                     continue
             elif g.ticket is None or now - g.since <= self.timeout_s or g.connection.has_reply(g.ticket):
                 continue
-            if not select.select([g.connection.sock], [], [], 0)[0]:
+            sock = g.connection.sock
+            assert sock is not None, "a group awaiting a reply has an open connection"
+            if not select.select([sock], [], [], 0)[0]:
                 raise g.connection.failure(f"has not answered for {self.timeout_s:g}s (an env step that never "
                                           f"returns?)", hung=True)
 
@@ -273,6 +291,7 @@ class RemoteCopies:
         if g.paced:
             return self._answered_paced(g, g.connection.next_answered())
         ticket, g.ticket = g.ticket, None
+        assert ticket is not None, "an unpaced group awaiting a reply has its ticket"
         g.connection.collect(ticket)
         for k in g.answered:
             self.current = k
@@ -301,7 +320,7 @@ class RemoteCopies:
                 self._wind_down()
                 raise error
             try:
-                for server in sorted(servers):
+                for server in sorted(s for s in servers if s is not None):  # None is not in `servers` (above)
                     self.restarts_left -= 1
                     dropped = self._drop(self.links.copies_of(server))
                     logger.warning(f"remote: {next(c.broken for c in failed if self.links.server(c) == server)}; "
@@ -326,17 +345,21 @@ class RemoteCopies:
         for g in self.groups:
             if g.connection.broken is None and g.paced:
                 g.ready = None
-                self._quietly(g.connection, lambda g=g: self._drain_paced(g))
+                self._quietly(g.connection, functools.partial(self._drain_paced, g))
             elif g.connection.broken is None and g.ticket is not None:
                 g.may_reset, g.ready = False, None
-                self._quietly(g.connection, lambda g=g: self._complete(g))
+                self._quietly(g.connection, functools.partial(self._complete, g))
             g.clear()
         for connection in self.links.connections:
-            copies = self.links.copies_of(None, connection)
-            self._quietly(connection, lambda copies=copies: [self.steppers[k].cut() for k in copies])
+            self._quietly(connection, functools.partial(self._cut, self.links.copies_of(None, connection)))
         for connection in self.links.connections:
             if connection.broken is not None:
                 self._drop(self.links.copies_of(None, connection))
+
+    def _cut(self, copies: list[int]) -> None:
+        """Cut the episodes of `copies` (rule 5)."""
+        for k in copies:
+            self.steppers[k].cut()
 
     def _drain_paced(self, g: Group) -> None:
         """Read every answer a paced group still awaits, starting no episode: the steps are completed (and their
@@ -361,7 +384,7 @@ class RemoteCopies:
         except Exception as exc:  # noqa: BLE001 - the run already ends with the first server's error
             logger.warning(f"remote: while cutting the episodes of {connection.label}: {type(exc).__name__}: {exc}")
 
-    def failure_context(self) -> tuple[int, Any, int]:
+    def failure_context(self) -> tuple[int, str | None, int]:
         stepper = self.steppers.get(self.current)
         if stepper is None:
             return -1, None, -1

@@ -79,8 +79,8 @@ class Links:
             endpoints: list[tuple[Address, int | None]] = [(s.address, i) for i, s in enumerate(self.servers)]
         else:
             endpoints = [(Address.parse(env_id), None)]
-        for share, (address, server) in zip(np.array_split(np.arange(copies), len(endpoints)), endpoints):
-            share = [int(k) for k in share]
+        for part, (address, server) in zip(np.array_split(np.arange(copies), len(endpoints)), endpoints):
+            share = [int(k) for k in part]
             while share:
                 connection = self._open(address, server)
                 mine, share = share[:connection.max_instances], share[connection.max_instances:]

@@ -98,7 +98,9 @@ class AnsweredDecisions:
                stash: Callable[[int, str, Any, np.ndarray | None], bool] | None = None) -> tuple:
         """The event that carries `t` (emitted by `copy`) over the pipe. A next observation that is no entry
         goes to `stash(copy, agent, obs, mask)` (the final observation slot) when given and it takes it."""
-        start = end = None  # an entry, counted from the latest (-1); FINAL: in the final slot; None: sent in full
+        # an entry, counted from the latest (-1); FINAL: in the final slot; None: sent in full
+        start: int | None = None
+        end: int | str | None = None
         entries = self._by_copy.get(copy, {}).get(t.agent, ())
         for i, (obs, mask, action, extras) in enumerate(entries, start=-len(entries)):
             if t.obs is obs and t.action_mask is mask and t.action is action and (
@@ -124,6 +126,9 @@ class AnsweredDecisions:
         if end is None:
             next_obs, next_mask = ended
         elif end == FINAL:
+            if final is None:
+                raise ValueError(f"env copy {copy}: agent {agent!r}'s next observation is in the final slot, but no "
+                                 f"final slots were given")
             next_obs, next_mask = final(copy, agent)
         else:
             next_obs, next_mask = entries[end][:2]

@@ -24,6 +24,8 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
+from pzasync.core.environments import EnvSpec
+from pzasync.core.spaces import AgentLayout
 from pzasync.core.stepper import PendingDecision
 from pzasync.core.transitions import EpisodeSummary, Transition
 from pzasync.errors import EnvCrashedError, error_type_path, remote_error
@@ -41,7 +43,7 @@ class EnvWorkers:
     """What the actor needs to step its copies in env workers: `copies` copies of `env_spec` over `workers`
     processes, each answering within `timeout_s`."""
 
-    env_spec: Any
+    env_spec: EnvSpec
     copies: int
     workers: int
     timeout_s: float = 120.0
@@ -54,7 +56,7 @@ class EnvWorkers:
     def env_name(self) -> str:
         return self.env_spec.name
 
-    def open(self, seed: int | None, layouts: dict, *, emit: Callable[[Transition, int], None],
+    def open(self, seed: int | None, layouts: dict[str, AgentLayout], *, emit: Callable[[Transition, int], None],
              on_episode: Callable[[EpisodeSummary], None], on_start: Callable[[int], None],
              check_rewards: bool = True, max_episode_steps: int | None = None) -> WorkerCopies:
         """Spawn the workers and build their env copies (start-up: `Actor.prepare` does this before acting)."""
@@ -68,8 +70,8 @@ class EnvWorkers:
 
 
 # ---------------------------------------------------------------------------------------------- the worker
-def worker_main(inbox: Any, conn: Any, env_spec: Any, groups: dict[int, list[int]], seed: int | None,
-                layouts: dict, check_rewards: bool, max_episode_steps: int | None, slots_name: str,
+def worker_main(inbox: Any, conn: Any, env_spec: EnvSpec, groups: dict[int, list[int]], seed: int | None,
+                layouts: dict[str, AgentLayout], check_rewards: bool, max_episode_steps: int | None, slots_name: str,
                 n_copies: int) -> None:
     """Body of an env worker: build its groups of copies, then answer the actor's messages (each about one
     group) in order until told to close."""
@@ -85,6 +87,7 @@ def worker_main(inbox: Any, conn: Any, env_spec: Any, groups: dict[int, list[int
         events.append(("start", k))
 
     def stash(k: int, agent: str, obs: Any, mask: np.ndarray | None) -> bool:
+        assert slots is not None, "copies step once the slots are attached"
         slot = slots.final_slot(k, agent)
         if slot is None or slot in finals_named or not slots.put(slot, agent, obs, mask):
             return False
@@ -96,9 +99,9 @@ def worker_main(inbox: Any, conn: Any, env_spec: Any, groups: dict[int, list[int
     group = next(iter(groups))
     try:
         slots = ObservationSlots.attach(slots_name, layouts, n_copies)
-        for group, copies in groups.items():
-            envs.append(LocalEnvs([env_spec.make() for _ in copies]))
-            local[group] = LocalCopies(envs[-1].envs, copies, seed, layouts,
+        for group, members in groups.items():
+            envs.append(LocalEnvs([env_spec.make() for _ in members]))
+            local[group] = LocalCopies(envs[-1].envs, members, seed, layouts,
                                        emit=lambda t, k: events.append(history.encode(t, k, stash)),
                                        on_episode=lambda s: events.append(("end", s)),
                                        on_start=on_start, check_rewards=check_rewards,
@@ -115,7 +118,9 @@ def worker_main(inbox: Any, conn: Any, env_spec: Any, groups: dict[int, list[int
             copies = local[group]
             if kind == "start":
                 copies.start(message[2])
-                _, pending = copies.next_ready()
+                ready = copies.next_ready()
+                assert ready is not None, "a started group has its first decisions"
+                pending = ready[1]
             elif kind == "step":
                 _, _, answered_copies, actions, extras, cut, may_reset = message
                 answered = [(waiting.pop(k), a, x) for k, a, x in zip(answered_copies, actions, extras)]
@@ -156,7 +161,8 @@ class WorkerCopies:
 
     holds_back = False
 
-    def __init__(self, env_spec: Any, copies: int, workers: int, seed: int | None, layouts: dict, *,
+    def __init__(self, env_spec: EnvSpec, copies: int, workers: int, seed: int | None,
+                 layouts: dict[str, AgentLayout], *,
                  emit: Callable[[Transition, int], None], on_episode: Callable[[EpisodeSummary], None],
                  on_start: Callable[[int], None], check_rewards: bool = True,
                  max_episode_steps: int | None = None, timeout_s: float = 120.0, env_name: str = "env",
@@ -244,7 +250,9 @@ class WorkerCopies:
                        else PendingDecision(*d) for d in pending]
 
     def _final(self, copy: int, agent: str) -> tuple[Any, np.ndarray | None]:
-        return self.slots.take(self.slots.final_slot(copy, agent), agent)
+        slot = self.slots.final_slot(copy, agent)
+        assert slot is not None, "a worker put this observation in the copy's final slot for the agent"
+        return self.slots.take(slot, agent)
 
     def _send(self, group: int, message: tuple) -> None:
         w = self.worker_of[group]
@@ -302,7 +310,7 @@ class WorkerCopies:
         while self.next_ready() is not None:
             pass
 
-    def failure_context(self) -> tuple[int, Any, int]:
+    def failure_context(self) -> tuple[int, str | None, int]:
         return -1, None, -1  # errors inside a worker carry their own context
 
     def close(self) -> None:
