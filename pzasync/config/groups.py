@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from pzasync.config.declare import NONE, Check, OptionGroup, key_values, option
+from pzasync.core.environments import ENV_APIS
 from pzasync.errors import ConfigError
 from pzasync.specs import parse_mix
 from pzasync.transport.buffer import OBS_STORAGE
@@ -121,6 +122,13 @@ class ActingOptions(OptionGroup):
     TABLE = "acting"
     TITLE = "Acting options"
 
+    env_api: str = option(
+        AUTO, "Which of the env's APIs the actor steps (docs/transitions.md, \"The parallel path\"): \"aec\", one "
+              "decision at a time through agent_iter(); \"parallel\", every live agent of a cycle at once through "
+              "the parallel API, answered with one batched forward per policy; \"auto\": \"parallel\" for an env "
+              "that is simultaneous-move underneath (a ParallelEnv, a module with parallel_env(), an AEC env made "
+              "by parallel_to_aec), \"aec\" for every other env and for remote envs.",
+        Check(str, choices=ENV_APIS, why="'auto', 'aec' or 'parallel'"), metavar="auto|aec|parallel")
     envs_per_actor: int | str = option(
         1, "Env copies the actor steps side by side (docs/running.md, Vectorised acting). Each copy's pending "
            "decisions are grouped by acting agent and answered with one batched forward per agent; copy k gets "

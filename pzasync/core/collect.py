@@ -1,8 +1,9 @@
 """`rollout`: episodes played in-process, their transitions returned as arrays.
 
-`run_episodes` drives one `EpisodeStepper` (core/stepper.py, the AEC loop every actor uses) with a policy
-callback; completed transitions go to a sink. A budget takes effect at the next live decision, so an episode
-is never cut between an action and the turns that reveal its outcome.
+`run_episodes` drives one copy stepper (core/stepper.py: `EpisodeStepper`, the AEC loop every actor uses, or
+`ParallelStepper`, the parallel path's) with a policy callback; completed transitions go to a sink. A budget takes
+effect at the next decisions that do not fit in it (the next live decision; on the parallel path, the next cycle),
+so an episode is never cut between an action and the turns that reveal its outcome.
 """
 
 from __future__ import annotations
@@ -12,11 +13,12 @@ from typing import Any, Callable
 
 import numpy as np
 
-from pzasync.core.environments import make_env
+from pzasync.core.environments import ENV_APIS, make_env, make_parallel_env
+from pzasync.core.parallel_stepper import ParallelStepper
 from pzasync.core.spaces import AgentLayout, leaf_value, stack_masks
 from pzasync.core.stepper import EpisodeStepper
 from pzasync.core.transitions import EpisodeSummary, LayoutBook, Transition
-from pzasync.errors import ConfigError, UnsupportedSpaceError
+from pzasync.errors import ConfigError, EnvSpecError, UnsupportedSpaceError
 
 #: policy(agent, obs, mask) -> (action, extras stored with the transition)
 ActFn = Callable[[str, Any, "np.ndarray | None"], "tuple[Any, dict]"]
@@ -36,8 +38,10 @@ def run_episodes(
     keep_going: Callable[[], bool] | None = None,
     to_env: Callable[[str, Any], Any] | None = None,
     on_episode_start: Callable[[], None] | None = None,
+    parallel: bool = False,
 ) -> int:
-    """Play episodes until `agent_steps` decisions were taken (None: until `keep_going` says stop).
+    """Play episodes until `agent_steps` decisions were taken (None: until `keep_going` says stop); with
+    `parallel`, `env` is a parallel env stepped a cycle at a time (docs/transitions.md, "The parallel path").
 
     The first reset gets `seed`, later ones none (docs/transitions.md, rule 8). `to_env(agent, action)` converts
     the stored action into what `env.step` gets (e.g. clipped to a Box). `on_episode_start()` runs after each
@@ -47,23 +51,23 @@ def run_episodes(
         raise ConfigError("run_episodes needs agent_steps or keep_going, or it would never stop")
     if agent_steps is not None and agent_steps < 1:
         raise ConfigError(f"agent_steps must be >= 1, got {agent_steps}")
-    stepper = EpisodeStepper(env, emit, seed=seed, layouts=layouts, check_rewards=check_rewards,
-                             max_episode_steps=max_episode_steps, to_env=to_env, on_episode=on_episode)
+    stepper_type: type[EpisodeStepper] | type[ParallelStepper] = ParallelStepper if parallel else EpisodeStepper
+    stepper = stepper_type(env, emit, seed=seed, layouts=layouts, check_rewards=check_rewards,
+                           max_episode_steps=max_episode_steps, to_env=to_env, on_episode=on_episode)
 
-    def out_of_budget() -> bool:
-        return (agent_steps is not None and stepper.steps >= agent_steps) or (keep_going is not None
-                                                                              and not keep_going())
+    def fits(decisions: int) -> bool:
+        return (agent_steps is None or stepper.steps + decisions <= agent_steps) and (keep_going is None
+                                                                                     or keep_going())
 
-    while not out_of_budget():
+    while fits(1):
         stepper.reset()
         if on_episode_start is not None:
             on_episode_start()
-        while (decision := stepper.advance()) is not None:
-            if out_of_budget():
+        while decisions := stepper.next_decisions():
+            if not fits(len(decisions)):
                 stepper.cut()
-                break
-            action, extras = act(decision.agent, decision.obs, decision.mask)
-            stepper.step(action, extras)
+                return stepper.steps
+            stepper.answer([(d, *act(d.agent, d.obs, d.mask)) for d in decisions])
     return stepper.steps
 
 
@@ -118,15 +122,25 @@ def rollout(
     max_episode_steps: int | None = None,
     check_rewards: bool = True,
     episodes: list[EpisodeSummary] | None = None,
+    env_api: str = "aec",
 ) -> dict[str, dict[str, Any]]:
     """Play `agent_steps` decisions in-process and return each agent's transitions as arrays (docs/transitions.md).
 
     `policy(agent, obs, mask) -> action`. Keys per agent: obs, action, reward, next_obs, terminated, truncated,
     and action_mask / next_action_mask where the env has masks. Nested observations come back as a dict of
-    arrays keyed by leaf name. Pass a list as `episodes` to receive each episode's summary.
+    arrays keyed by leaf name. Pass a list as `episodes` to receive each episode's summary. `env_api`: "aec"
+    steps the env turn by turn; "parallel" through its parallel API, a cycle at a time (docs/transitions.md, "The
+    parallel path"), as the runners do with `RunConfig(env_api=...)`; "auto" the parallel API where the env has one.
     """
-
-    env = make_env(env)
+    if env_api not in ENV_APIS:
+        raise ConfigError(f"env_api {env_api!r}: must be one of {ENV_APIS}")
+    parallel = env_api == "parallel"
+    if env_api == "auto":
+        try:
+            env, parallel = make_parallel_env(env), True
+        except EnvSpecError:
+            pass
+    env = make_parallel_env(env) if env_api == "parallel" else env if parallel else make_env(env)
     book = LayoutBook(env)
     collected: list[Transition] = []
     run_episodes(
@@ -139,5 +153,6 @@ def rollout(
         check_rewards=check_rewards,
         max_episode_steps=max_episode_steps,
         on_episode=episodes.append if episodes is not None else None,
+        parallel=parallel,
     )
     return transitions_to_arrays(collected, book.layouts)

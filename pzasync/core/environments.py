@@ -17,9 +17,9 @@ from typing import Any, Callable
 import cloudpickle
 import gymnasium
 from pettingzoo import AECEnv, ParallelEnv
-from pettingzoo.utils.conversions import parallel_to_aec
+from pettingzoo.utils.conversions import parallel_to_aec, parallel_to_aec_wrapper
 
-from pzasync.core.global_state import GlobalStateObservations, StateRequest
+from pzasync.core.global_state import GlobalStateObservations, ParallelGlobalState, StateRequest
 from pzasync.core.gym_adapter import GymnasiumAECEnv
 from pzasync.core.wrappers import apply_wrappers
 from pzasync.errors import EnvSpecError
@@ -41,6 +41,10 @@ ACCEPTED = (
     "('unix:///path', 'tcp://host:port', 'cmd:COMMAND --socket {socket}'), an AEC/parallel/Gymnasium env instance, "
     "or a zero-argument factory returning one"
 )
+
+#: The env APIs the actor can step (RunConfig.env_api, `rollout(env_api=...)`): "auto" is the parallel one where the
+#: env is simultaneous-move underneath (docs/transitions.md, "The parallel path").
+ENV_APIS: tuple[str, ...] = ("auto", "aec", "parallel")
 
 #: The keyword arguments a remote env id takes (docs/remote.md): the reply deadline in seconds, and for cmd:
 #: ids how many servers to launch and how many instances each serves (the template's {instances}).
@@ -91,8 +95,9 @@ def _close_matches(text: str) -> str:
     return f" Did you mean: {', '.join(matches)}?" if matches else ""
 
 
-def _from_registry(spec: str, kwargs: dict) -> AECEnv | None:
-    """PettingZoo >= 1.27 registry ids ('classic/connect_four_v3'); None where there is no such registry or id."""
+def _from_registry(spec: str, kwargs: dict, parallel: bool = False) -> Any:
+    """PettingZoo >= 1.27 registry ids ('classic/connect_four_v3'): the env as registered (its parallel form first
+    where `parallel`); None where there is no such registry or id."""
     try:
         import pettingzoo
         from pettingzoo.env_registry.exceptions import PettingZooRegistryError
@@ -100,9 +105,9 @@ def _from_registry(spec: str, kwargs: dict) -> AECEnv | None:
         return None
     from pettingzoo.env_registry.exceptions import FailedToImport
 
-    for kind in ("aec", "parallel"):
+    for kind in ("parallel", "aec") if parallel else ("aec", "parallel"):
         try:
-            return as_aec(pettingzoo.make(kind, spec, **kwargs), spec)
+            return pettingzoo.make(kind, spec, **kwargs)
         except FailedToImport as exc:
             raise EnvSpecError(f"env {spec!r} cannot be made here: {exc}") from None
         except PettingZooRegistryError:
@@ -110,7 +115,9 @@ def _from_registry(spec: str, kwargs: dict) -> AECEnv | None:
     return None
 
 
-def _from_string(spec: str, kwargs: dict) -> AECEnv:
+def _from_string(spec: str, kwargs: dict, parallel: bool = False) -> Any:
+    """The env a text names, as its source makes it (AEC, parallel or Gymnasium; a module's `parallel_env()`
+    first where `parallel`)."""
     if is_remote_id(spec):
         unknown = sorted(set(kwargs) - set(REMOTE_KWARGS))
         if unknown:
@@ -126,11 +133,11 @@ def _from_string(spec: str, kwargs: dict) -> AECEnv:
         factory = getattr(module, attr, None)
         if not callable(factory):
             raise EnvSpecError(f"module {module_name!r} has no callable {attr!r} (env spec {spec!r})")
-        return as_aec(factory(**kwargs), spec)
+        return factory(**kwargs)
     if spec in gymnasium.registry:
-        return as_aec(gymnasium.make(spec, **kwargs), spec)
+        return gymnasium.make(spec, **kwargs)
     if "/" in spec:
-        env = _from_registry(spec, kwargs)
+        env = _from_registry(spec, kwargs, parallel)
         if env is not None:
             return env
         raise EnvSpecError(f"unknown env {spec!r}; expected {ACCEPTED}.{_close_matches(spec)}")
@@ -144,26 +151,61 @@ def _from_string(spec: str, kwargs: dict) -> AECEnv:
         raise EnvSpecError(
             f"unknown env {spec!r} (no module {missing!r}); expected {ACCEPTED}.{_close_matches(spec)}"
         ) from None
-    for name in ("env", "parallel_env"):
+    for name in ("parallel_env", "env") if parallel else ("env", "parallel_env"):
         factory = getattr(module, name, None)
         if callable(factory):
-            return as_aec(factory(**kwargs), spec)
+            return factory(**kwargs)
     raise EnvSpecError(f"module {spec!r} has neither env() nor parallel_env(); expected {ACCEPTED}")
+
+
+def _made(spec: Any, kwargs: dict, parallel: bool) -> Any:
+    """What `spec` makes, unconverted."""
+    if isinstance(spec, str):
+        return _from_string(spec, kwargs, parallel)
+    if isinstance(spec, (AECEnv, ParallelEnv, gymnasium.Env)):
+        if kwargs:
+            raise EnvSpecError(f"kwargs {sorted(kwargs)} cannot be applied to an env instance")
+        return spec
+    if callable(spec):
+        return spec(**kwargs)
+    raise EnvSpecError(f"cannot make an env from {spec!r} ({type(spec).__name__}); expected {ACCEPTED}")
+
+
+def as_parallel(env: Any) -> ParallelEnv | None:
+    """The parallel API of an env that is simultaneous-move underneath: a `ParallelEnv` itself, or the parallel
+    env inside an AEC env made by `parallel_to_aec` (under any wrappers); None for any other env."""
+    if isinstance(env, ParallelEnv):
+        return env
+    seen = 0
+    while env is not None and seen < 64:
+        if isinstance(env, parallel_to_aec_wrapper):
+            return env.env
+        env, seen = getattr(env, "env", None), seen + 1
+    return None
+
+
+def make_parallel_env(spec: Any, **kwargs: Any) -> ParallelEnv:
+    """The parallel API of the env `spec` names (a module's `parallel_env()`, a `ParallelEnv`, or the parallel env
+    under a `parallel_to_aec` conversion); EnvSpecError, naming the env, for an env that has none."""
+    if isinstance(spec, EnvSpec):
+        return spec.make_parallel(**kwargs)
+    made = _made(spec, kwargs, parallel=True)
+    parallel = as_parallel(made)
+    if parallel is None:
+        if hasattr(made, "close"):
+            made.close()
+        name = spec if isinstance(spec, str) else getattr(spec, "__qualname__", type(spec).__name__)
+        raise EnvSpecError(f"env {name!r} has no parallel API (it is turn-based, or an AEC env not made by "
+                           f"parallel_to_aec): use env_api='aec' (--env-api aec)")
+    return parallel
 
 
 def make_env(spec: Any, **kwargs: Any) -> AECEnv:
     """Build a PettingZoo AEC env from `spec` (see `ACCEPTED`); kwargs go to the env's constructor."""
     if isinstance(spec, EnvSpec):
         return spec.make(**kwargs)
-    if isinstance(spec, str):
-        return _from_string(spec, kwargs)
-    if isinstance(spec, (AECEnv, ParallelEnv, gymnasium.Env)):
-        if kwargs:
-            raise EnvSpecError(f"kwargs {sorted(kwargs)} cannot be applied to an env instance")
-        return as_aec(spec)
-    if callable(spec):
-        return as_aec(spec(**kwargs), getattr(spec, "__name__", "the env factory"))
-    raise EnvSpecError(f"cannot make an env from {spec!r} ({type(spec).__name__}); expected {ACCEPTED}")
+    source = spec if isinstance(spec, str) else getattr(spec, "__name__", "the env factory")
+    return as_aec(_made(spec, kwargs, parallel=False), source)
 
 
 @dataclass
@@ -207,6 +249,15 @@ class EnvSpec:
 
     def make(self, **overrides: Any) -> AECEnv:
         return self.wrap(make_env(self.source, **{**self.kwargs, **overrides}))
+
+    def make_parallel(self, **overrides: Any) -> ParallelEnv:
+        """The env's parallel API (`make_parallel_env`), with the same wrappers (SuperSuit's take parallel envs
+        too) and the global state beside the observations of `state`'s agents: for the parallel path
+        (docs/transitions.md, "The parallel path")."""
+        env = make_parallel_env(self.source, **{**self.kwargs, **overrides})
+        if self.wrappers:
+            env = apply_wrappers(env, self.wrappers)
+        return env if self.state is None else ParallelGlobalState(env, self.state, self.name)
 
     def wrap(self, env: AECEnv) -> AECEnv:
         """What `make` puts around the env it builds (the `wrappers`, then the global state for `state`'s agents):

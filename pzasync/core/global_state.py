@@ -139,6 +139,34 @@ def with_state_space(observation_space: spaces.Space, state_space: spaces.Box) -
     return spaces.Dict({OBSERVATION_KEY: observation_space, STATE_KEY: state_space})
 
 
+def _declared_state_space(env: Any, source: str, env_name: str) -> spaces.Box | None:
+    """The state's space before the first reset: the env's declared one, or the concatenation's (both known without
+    a reset); None for a state function's, known only after one."""
+    if source == "concat" or (source == "auto" and not _has_env_state(env)):
+        return _concat_reader(env, env_name)[1]
+    if source in ("env", "auto"):
+        return env.state_space
+    return None
+
+
+def beside(obs: Any, state: np.ndarray) -> dict[str, Any]:
+    """An agent's observation with the state beside it (a mask in the observation stays a key)."""
+    if isinstance(obs, dict) and MASK_KEY in obs:
+        rest = {k: v for k, v in obs.items() if k != MASK_KEY}
+        inner = rest[OBSERVATION_KEY] if list(rest) == [OBSERVATION_KEY] else rest
+        return {OBSERVATION_KEY: inner, MASK_KEY: obs[MASK_KEY], STATE_KEY: state}
+    return {OBSERVATION_KEY: obs, STATE_KEY: state}
+
+
+def checked_state(read: Callable[[], np.ndarray], space: spaces.Box, source: str, env_name: str) -> np.ndarray:
+    """The state `read` returns, refused (naming the env and the source) when its shape is not its space's."""
+    state = np.asarray(read())
+    if state.shape != space.shape:
+        raise EnvSpecError(f"env {env_name!r}: the global state ({source}) has shape {state.shape}, but its space "
+                           f"{space} says {space.shape}")
+    return state
+
+
 class GlobalStateObservations(BaseWrapper):
     """An AEC env whose `request.agents` observe `{"observation": ..., "state": ...}` (module docstring).
 
@@ -176,17 +204,11 @@ class GlobalStateObservations(BaseWrapper):
             return inner
         space = self._spaces.get(agent)
         if space is None:
-            state_space = self.state_space
+            state_space = self.state_space or _declared_state_space(self.env, self.request.source, self.env_name)
             if state_space is None:
-                # Before the first reset: the env's declared state space, or the concatenation's (both are
-                # known without a reset); a state function's is known only after one.
-                if self.request.source == "concat" or (self.request.source == "auto" and not _has_env_state(self.env)):
-                    state_space = self.state_space = _concat_reader(self.env, self.env_name)[1]
-                elif self.request.source in ("env", "auto"):
-                    state_space = self.state_space = self.env.state_space
-                else:
-                    self.env.reset()
-                    state_space = self._ensure_reader()[1]
+                self.env.reset()
+                state_space = self._ensure_reader()[1]
+            self.state_space = state_space
             space = self._spaces[agent] = with_state_space(inner, state_space)
         return space
 
@@ -197,16 +219,117 @@ class GlobalStateObservations(BaseWrapper):
         read, state_space = self.read_state, self.state_space
         if read is None or state_space is None:
             raise RuntimeError(f"env {self.env_name!r}: observe() called before reset()")
-        state = np.asarray(read())
-        if state.shape != state_space.shape:
-            raise EnvSpecError(f"env {self.env_name!r}: the global state ({self.request.source}) has shape "
-                               f"{state.shape}, but its space {state_space} says {state_space.shape}")
-        if isinstance(obs, dict) and MASK_KEY in obs:
-            rest = {k: v for k, v in obs.items() if k != MASK_KEY}
-            inner = rest[OBSERVATION_KEY] if list(rest) == [OBSERVATION_KEY] else rest
-            return {OBSERVATION_KEY: inner, MASK_KEY: obs[MASK_KEY], STATE_KEY: state}
-        return {OBSERVATION_KEY: obs, STATE_KEY: state}
+        return beside(obs, checked_state(read, state_space, self.request.source, self.env_name))
 
     def state(self) -> np.ndarray:
         read, _ = self._ensure_reader()
         return np.asarray(read())
+
+
+class _ParallelView:
+    """A parallel env seen as `state_reader` reads an AEC env: its agents, spaces, `state()`, and `observe(agent)`
+    from the observations its last reset or step returned."""
+
+    def __init__(self, env: Any) -> None:
+        self.env = env
+        self.observations: dict[str, Any] = {}
+
+    @property
+    def agents(self) -> list[str]:
+        return list(self.env.agents)
+
+    @property
+    def possible_agents(self) -> list[str]:
+        return list(self.env.possible_agents)
+
+    @property
+    def state_space(self) -> Any:
+        return getattr(self.env, "state_space", None)
+
+    def observation_space(self, agent: str) -> spaces.Space:
+        return self.env.observation_space(agent)
+
+    def observe(self, agent: str) -> Any:
+        return self.observations[agent]
+
+    def state(self) -> np.ndarray:
+        return self.env.state()
+
+
+class ParallelGlobalState:
+    """A parallel env whose `request.agents` observe `{"observation": ..., "state": ...}`: the parallel path's
+    counterpart of `GlobalStateObservations`, the state read once per cycle (after each reset and step), when
+    every agent observes."""
+
+    def __init__(self, env: Any, request: StateRequest, env_name: str) -> None:
+        self.env = env
+        self.request = request
+        self.env_name = env_name
+        self.state_agents = frozenset(request.agents)
+        unknown = sorted(self.state_agents - set(env.possible_agents))
+        if unknown:
+            raise EnvSpecError(f"env {env_name!r}: the global state was asked for unknown agent(s) {unknown}")
+        self.view = _ParallelView(env)
+        self.read_state: Callable[[], np.ndarray] | None = None
+        self.state_space: spaces.Box | None = None
+        self._spaces: dict[str, spaces.Space] = {}
+        self.metadata = getattr(env, "metadata", {})
+        self.possible_agents = list(env.possible_agents)
+
+    @property
+    def agents(self) -> list[str]:
+        return list(self.env.agents)
+
+    @property
+    def unwrapped(self) -> Any:
+        return self.env.unwrapped
+
+    def action_space(self, agent: str) -> spaces.Space:
+        return self.env.action_space(agent)
+
+    def observation_space(self, agent: str) -> spaces.Space:
+        inner = self.env.observation_space(agent)
+        if agent not in self.state_agents:
+            return inner
+        space = self._spaces.get(agent)
+        if space is None:
+            state_space = self.state_space or _declared_state_space(self.view, self.request.source, self.env_name)
+            if state_space is None:
+                self.reset()
+                state_space = self._ensure_reader()[1]
+            self.state_space = state_space
+            space = self._spaces[agent] = with_state_space(inner, state_space)
+        return space
+
+    def _ensure_reader(self) -> tuple[Callable[[], np.ndarray], spaces.Box]:
+        """The state's reader and space, made at the first call after a reset."""
+        read, space = self.read_state, self.state_space
+        if read is None or space is None:
+            read, space = self.read_state, self.state_space = state_reader(self.view, self.request.source,
+                                                                           self.env_name)
+            self._spaces.clear()
+        return read, space
+
+    def _with_state(self, observations: dict[str, Any]) -> dict[str, Any]:
+        self.view.observations = dict(observations)
+        read, space = self._ensure_reader()
+        state = checked_state(read, space, self.request.source, self.env_name)
+        return {agent: beside(obs, state) if agent in self.state_agents else obs
+                for agent, obs in observations.items()}
+
+    def reset(self, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[dict, dict]:
+        observations, infos = self.env.reset(seed=seed, options=options)
+        return self._with_state(observations), infos
+
+    def step(self, actions: dict[str, Any]) -> tuple[dict, dict, dict, dict, dict]:
+        observations, rewards, terminations, truncations, infos = self.env.step(actions)
+        return self._with_state(observations), rewards, terminations, truncations, infos
+
+    def state(self) -> np.ndarray:
+        return np.asarray(self._ensure_reader()[0]())
+
+    def render(self) -> Any:
+        return self.env.render()
+
+    def close(self) -> None:
+        self.env.close()

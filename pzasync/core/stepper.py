@@ -11,12 +11,40 @@ each with its own assembler, reward ledger and conservation check, with exactly 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterator, Protocol
 
 import numpy as np
 
 from pzasync.core.transitions import EpisodeSummary, LayoutBook, RewardLedger, Transition, TransitionAssembler
 from pzasync.errors import RewardConservationError
+
+
+class CopyStepper(Protocol):
+    """One env copy stepped for the actor, the evaluator and `rollout`: `EpisodeStepper` (the AEC loop, one decision
+    at a time) or `ParallelStepper` (core/parallel_stepper.py: a parallel env, a cycle's decisions at once)."""
+
+    copy: int
+    env: Any
+    in_episode: bool
+    steps: int
+
+    @property
+    def episode_index(self) -> int: ...
+
+    def reset(self, seed: int | None = None) -> None:
+        """Start the next episode."""
+
+    def next_decisions(self) -> list[PendingDecision]:
+        """The decisions to answer next (none once the episode has ended)."""
+
+    def answer(self, answered: list[tuple[PendingDecision, Any, dict]]) -> None:
+        """Take the answers to every decision `next_decisions` gave."""
+
+    def cut(self) -> None:
+        """End the episode here (docs/transitions.md, rule 5)."""
+
+    def abandon(self) -> int:
+        """Forget the episode in flight without completing anything."""
 
 
 @dataclass(slots=True)
@@ -117,6 +145,18 @@ class EpisodeStepper:
             return PendingDecision(self.copy, agent, obs, mask)
         self._end(cut=False)
         return None
+
+    def next_decisions(self) -> list[PendingDecision]:
+        """The copy's next decisions, as every kind of copy stepper hands them out (`CopyStepper`): the next live
+        decision of the episode (`advance`), or none when it ended."""
+        decision = self.advance()
+        return [] if decision is None else [decision]
+
+    def answer(self, answered: list[tuple[PendingDecision, Any, dict]]) -> None:
+        """Take the answer to the pending decision (`CopyStepper`: one answer here, a cycle's on the parallel
+        path)."""
+        (_, action, extras), = answered
+        self.step(action, extras)
 
     def step(self, action: Any, extras: dict | None = None) -> None:
         """Take `action` at the pending decision: complete the agent's previous transition, record this one's

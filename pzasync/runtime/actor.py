@@ -373,11 +373,11 @@ class Actor:
                     continue  # every copy of the group is between episodes and may not start one: it is done
                 cut: list[int] = []
                 if not going:
-                    cut, pending = [d.copy for d in pending], []
+                    cut, pending = list(dict.fromkeys(d.copy for d in pending)), []
                 elif agent_steps is not None:  # a round never takes more decisions than the budget has left
                     left = agent_steps - (self.total_steps - start_steps)
                     if left < len(pending):
-                        cut, pending = [d.copy for d in pending[left:]], pending[:left]
+                        pending, cut = _within_budget(pending, left)
                 pending, held = self.align(pending) if aligning and pending else (pending, [])
                 answered = self.decide(pending) if pending else []
                 going = not out_of_budget()
@@ -472,6 +472,22 @@ def build_actor(plan: RunPlan, acting: dict[str, ActingAgent], stats: RunControl
                               check_rewards=cfg.check_rewards, max_episode_steps=cfg.max_episode_steps,
                               before_decision=before_decision, raise_on_nonfinite=cfg.nonfinite == "raise",
                               actor_index=actor, stores_track=plan.envs_per_actor * plan.actors > 1))
+
+
+def _within_budget(pending: list[PendingDecision], left: int) -> tuple[list[PendingDecision], list[int]]:
+    """The decisions of the copies that fit in `left` decisions, copy by copy in order (a copy's decisions are
+    answered together: one on the AEC path, a whole cycle on the parallel path), and the copies cut."""
+    sizes: dict[int, int] = {}
+    for d in pending:
+        sizes[d.copy] = sizes.get(d.copy, 0) + 1
+    kept, cut = set(), []
+    for copy, size in sizes.items():
+        if size <= left:
+            kept.add(copy)
+            left -= size
+        else:
+            cut.append(copy)
+    return [d for d in pending if d.copy in kept], cut
 
 
 def _masks(decisions: list[PendingDecision]) -> np.ndarray | None:

@@ -76,7 +76,8 @@ def env_obs_bytes(plan: Any) -> int:
     """Bytes of the actors' observation slots (obs_slots.py), which each actor creates with env workers."""
     if not plan.config.env_workers:
         return 0
-    return plan.actors * ObservationSlots.nbytes({a: p.layout for a, p in plan.agents.items()}, plan.envs_per_actor)
+    return plan.actors * ObservationSlots.nbytes({a: p.layout for a, p in plan.agents.items()}, plan.envs_per_actor,
+                                                 per_agent=plan.env_api == "parallel")
 
 
 def shm_bytes(plan: Any) -> int:

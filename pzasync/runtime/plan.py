@@ -22,7 +22,7 @@ from pzasync.config.groups import AUTO, chosen
 from pzasync.core.environments import EnvSpec
 from pzasync.core.groups import resolve_groups
 from pzasync.core.spaces import AgentLayout, env_layouts, probe_info_masks
-from pzasync.errors import ConfigError, UserInputError
+from pzasync.errors import ConfigError, EnvSpecError, UserInputError
 from pzasync.learners import Learner, Policy, policy_size, resolve_learner, state_request
 from pzasync.logs import logger
 from pzasync.remote.address import is_remote_id
@@ -148,6 +148,8 @@ class RunPlan:
         resolved = {agent: resolve_learner(spec, agent) for agent, spec in specs.items()}
         resolved = {agent: (cls, cls.validate_config(agent, options)) for agent, (cls, options) in resolved.items()}
         self.env_spec = self.env_spec.with_state(state_request(resolved, self.env_spec.name))
+        #: The env's API the actor steps (RunConfig.env_api resolved): "aec" or "parallel".
+        self.env_api, api_note = self._env_api()
         probe = self.env_spec.make()
         try:
             layouts = env_layouts(probe, probe_info_masks(probe, seed=self.config.seed))
@@ -180,8 +182,8 @@ class RunPlan:
         tuning = autotune(self.config, learner_cores=self._learner_cores(placement), cores=usable_cores(),
                           placement=placement, step_seconds=lambda: env_step_seconds(
                               self.env_spec, layouts, self.config.seed))
-        #: What the "auto" options (RunConfig.actors, envs_per_actor, env_workers) became, and why.
-        self.auto: dict[str, str] = tuning.choices
+        #: What the "auto" options (RunConfig.actors, envs_per_actor, env_workers, env_api) became, and why.
+        self.auto: dict[str, str] = {**tuning.choices, **({"env_api": api_note} if api_note else {})}
         self.config = tuning.config
         #: Actor processes and env copies each: one process per RunConfig.actors with envs_per_actor copies,
         #: unless the runner placed the same actors x envs_per_actor copies in fewer (Placement.actor_processes).
@@ -205,6 +207,26 @@ class RunPlan:
         self.shm_bytes = allocation.shm_bytes(self)
         allocation.check_budget(self)
         self.stats: RunStats | None = None
+
+    def _env_api(self) -> tuple[str, str | None]:
+        """RunConfig.env_api resolved ("aec" or "parallel"), and where "auto" chose the parallel path, why
+        (docs/transitions.md, "The parallel path"): the env has a parallel API. Remote envs take the AEC path."""
+        wanted, name = self.config.env_api, self.env_spec.name
+        if wanted == "aec":
+            return "aec", None
+        if is_remote_id(self.env_spec.source):
+            if wanted == "parallel":
+                raise ConfigError(f"option env_api='parallel': env {name!r} is served by another process, which "
+                                  f"speaks the AEC protocol (docs/remote.md); use env_api='aec' or 'auto'")
+            return "aec", None
+        try:
+            self.env_spec.make_parallel().close()
+        except EnvSpecError as exc:
+            if wanted == "parallel":
+                raise ConfigError(f"option env_api='parallel': {exc}") from None
+            return "aec", None
+        return "parallel", ("parallel (the env is simultaneous-move underneath: every live agent's decision of a "
+                            "cycle in one forward per policy; env_api='aec' steps it turn by turn)")
 
     def _group_unit(self, group: str, members: list[str]) -> AgentPlan:
         """One learner unit for the group's members, which must agree on spaces (what one policy needs)."""

@@ -1,8 +1,10 @@
 """Shared-memory slots that carry observations from env workers to their actor (runtime/copies/workers.py).
 
 Each env copy has a pending slot: the observation and action mask of the decision it waits on (a copy waits
-on at most one at a time). Each (copy, agent) also has a final slot: an observation that ends the agent's
-transition without being a decision the actor saw (the last one of an episode). A worker writes a slot and
+on at most one at a time on the AEC path); on the parallel path (`per_agent`), where a copy waits on every live
+agent's decision of its cycle, each (copy, agent) has one. Each (copy, agent) also has a final slot: an
+observation that ends the agent's transition without being a decision the actor saw (the last one of an
+episode). A worker writes a slot and
 names it in its next answer on the pipe; the actor copies it out as soon as that answer arrives, before it
 sends the group its next message. Only then may the worker write that slot again, so the pipe's send and
 receive order every write before its read. A final slot is named at most once per answer (the worker checks).
@@ -35,15 +37,20 @@ def _record_specs(layout: AgentLayout) -> list[ArraySpec]:
 
 
 class ObservationSlots:
-    """The pending and final slots of `copies` env copies whose agents have `layouts`, in one segment."""
+    """The pending and final slots of `copies` env copies whose agents have `layouts`, in one segment; with
+    `per_agent`, a pending slot per (copy, agent) (the parallel path)."""
 
-    def __init__(self, segment: Segment, layouts: dict[str, AgentLayout], copies: int) -> None:
+    def __init__(self, segment: Segment, layouts: dict[str, AgentLayout], copies: int,
+                 per_agent: bool = False) -> None:
         self.segment = segment
         self.layouts = layouts
         self.copies = copies
         self.agent_index = {agent: i for i, agent in enumerate(layouts)}
         self.specs = {agent: _record_specs(layout) for agent, layout in layouts.items()}
         self.record_bytes, self.has_final_slots = self.sizes(layouts, copies)
+        #: Pending slots, one per copy or per (copy, agent); the final slots follow them.
+        self.per_agent = per_agent
+        self.pending_slots = copies * (len(layouts) if per_agent else 1)
         #: (slot, agent) -> the leaves' views and the mask's view (None without a mask), made on first use.
         self._views: dict[tuple[int, str], tuple[list[np.ndarray], np.ndarray | None]] = {}
 
@@ -54,29 +61,36 @@ class ObservationSlots:
         return record, copies * len(layouts) * record <= FINAL_SLOTS_MAX_BYTES
 
     @classmethod
-    def nbytes(cls, layouts: dict[str, AgentLayout], copies: int) -> int:
+    def nbytes(cls, layouts: dict[str, AgentLayout], copies: int, per_agent: bool = False) -> int:
         record, finals = cls.sizes(layouts, copies)
-        return record * copies * (1 + (len(layouts) if finals else 0))
+        return record * copies * ((len(layouts) if per_agent else 1) + (len(layouts) if finals else 0))
 
     @classmethod
-    def create(cls, run_id: str, layouts: dict[str, AgentLayout], copies: int) -> ObservationSlots:
+    def create(cls, run_id: str, layouts: dict[str, AgentLayout], copies: int,
+               per_agent: bool = False) -> ObservationSlots:
         """A new segment, owned (and unlinked, `unlink`) by this process: the actor's."""
-        return cls(Segment.create(run_id, f"envobs{next(_serial)}", cls.nbytes(layouts, copies)), layouts, copies)
+        return cls(Segment.create(run_id, f"envobs{next(_serial)}", cls.nbytes(layouts, copies, per_agent)),
+                   layouts, copies, per_agent)
 
     @classmethod
-    def attach(cls, name: str, layouts: dict[str, AgentLayout], copies: int) -> ObservationSlots:
+    def attach(cls, name: str, layouts: dict[str, AgentLayout], copies: int,
+               per_agent: bool = False) -> ObservationSlots:
         """The segment `create` made, seen from an env worker."""
-        return cls(Segment.attach(name), layouts, copies)
+        return cls(Segment.attach(name), layouts, copies, per_agent)
 
-    def pending_slot(self, copy: int) -> int:
-        return copy
+    def pending_slot(self, copy: int, agent: str | None = None) -> int:
+        """Where the decision `agent` of `copy` waits on is put: the copy's slot, or with `per_agent` the
+        (copy, agent)'s."""
+        if agent is None or not self.per_agent:
+            return copy
+        return copy * len(self.layouts) + self.agent_index[agent]
 
     def final_slot(self, copy: int, agent: str) -> int | None:
         """Where `agent` of `copy` gets an episode's last observation (None: no final slots, or an unknown agent)."""
         index = self.agent_index.get(agent)
         if index is None or not self.has_final_slots:
             return None
-        return self.copies + copy * len(self.layouts) + index
+        return self.pending_slots + copy * len(self.layouts) + index
 
     def _views_of(self, slot: int, agent: str) -> tuple[list[np.ndarray], np.ndarray | None]:
         views = self._views.get((slot, agent))

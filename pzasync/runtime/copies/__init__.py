@@ -23,11 +23,15 @@ __all__ = ["Answer", "EnvCopies", "EnvCopiesFactory", "EnvWorkers", "LocalCopies
 def copies_for(plan: RunPlan) -> EnvCopiesFactory:
     """An actor's env copies as its run plan asks: `envs_per_actor` copies, served by remote env servers when
     the env id names them (unix://, tcp://, cmd:; env workers would add nothing: the servers step the envs),
-    else stepped by `env_workers` worker processes, or in the actor's process when there are none."""
+    else stepped by `env_workers` worker processes, or in the actor's process when there are none; through the
+    env's parallel API where the plan chose the parallel path (`RunPlan.env_api`)."""
     cfg = plan.config
     if is_remote_id(plan.env_spec.source):
         return RemoteEnvs(plan.env_spec, plan.envs_per_actor, cfg.heartbeat_timeout_s)
+    parallel = plan.env_api == "parallel"
     workers = chosen(cfg.env_workers, "env_workers")
     if workers:
-        return EnvWorkers(plan.env_spec, plan.envs_per_actor, workers, cfg.heartbeat_timeout_s, run_id=plan.run_id)
-    return LocalEnvs([plan.env_spec.make() for _ in range(plan.envs_per_actor)], plan.env_spec.name)
+        return EnvWorkers(plan.env_spec, plan.envs_per_actor, workers, cfg.heartbeat_timeout_s, run_id=plan.run_id,
+                          parallel=parallel)
+    make = plan.env_spec.make_parallel if parallel else plan.env_spec.make
+    return LocalEnvs([make() for _ in range(plan.envs_per_actor)], plan.env_spec.name, parallel=parallel)

@@ -1,21 +1,26 @@
 """Env copies stepped in the actor's own process: `LocalEnvs` holds the env instances, `LocalCopies` steps
-them for one run, each copy an `EpisodeStepper` (so transitions are assembled with `rollout`'s exact
-semantics). An env worker steps its own groups with the same class."""
+them for one run, each copy a `CopyStepper` (so transitions are assembled with `rollout`'s exact semantics): an
+`EpisodeStepper` on the AEC path, one decision of a copy at a time, or a `ParallelStepper` on the parallel path
+(`parallel=True`: the envs are parallel envs), every live agent's decision of a copy's cycle at once. An env
+worker steps its own groups with the same class."""
 
 from __future__ import annotations
 
 from typing import Any, Callable, Sequence
 
+from pzasync.core.parallel_stepper import ParallelStepper
 from pzasync.core.spaces import AgentLayout, env_action_converter
-from pzasync.core.stepper import EpisodeStepper, PendingDecision
+from pzasync.core.stepper import CopyStepper, EpisodeStepper, PendingDecision
 from pzasync.core.transitions import EpisodeSummary, LayoutBook, Transition
 from pzasync.runtime.copies.protocol import Answer, emitting
 
 
 class LocalEnvs:
-    """Env instances stepped in this process (`EnvCopiesFactory`); they live until `close`."""
+    """Env instances stepped in this process (`EnvCopiesFactory`); they live until `close`. With `parallel`, they
+    are parallel envs, stepped a cycle at a time (the parallel path)."""
 
-    def __init__(self, envs: Any, env_name: str | None = None) -> None:
+    def __init__(self, envs: Any, env_name: str | None = None, parallel: bool = False) -> None:
+        self.parallel = parallel
         self.envs = list(envs) if isinstance(envs, (list, tuple)) else [envs]
         self.copies = len(self.envs)
         self.env = self.envs[0]
@@ -25,7 +30,8 @@ class LocalEnvs:
              on_episode: Callable[[EpisodeSummary], None], on_start: Callable[[int], None],
              check_rewards: bool = True, max_episode_steps: int | None = None) -> LocalCopies:
         return LocalCopies(self.envs, list(range(self.copies)), seed, layouts, emit=emit, on_episode=on_episode,
-                           on_start=on_start, check_rewards=check_rewards, max_episode_steps=max_episode_steps)
+                           on_start=on_start, check_rewards=check_rewards, max_episode_steps=max_episode_steps,
+                           parallel=self.parallel)
 
     def close(self) -> None:
         for env in self.envs:
@@ -39,40 +45,43 @@ class LocalCopies:
     def __init__(self, envs: list[Any], copies: list[int], seed: int | None, layouts: dict[str, AgentLayout], *,
                  emit: Callable[[Transition, int], None], on_episode: Callable[[EpisodeSummary], None],
                  on_start: Callable[[int], None], check_rewards: bool = True,
-                 max_episode_steps: int | None = None) -> None:
+                 max_episode_steps: int | None = None, parallel: bool = False) -> None:
 
         to_env = env_action_converter(layouts)
         self.envs = envs
         self.on_start = on_start
-        self.steppers = {
-            k: EpisodeStepper(env, emitting(emit, k), copy=k, seed=None if seed is None else seed + k,
-                              layouts=LayoutBook(env, layouts, fixed=True), check_rewards=check_rewards,
-                              max_episode_steps=max_episode_steps, to_env=to_env, on_episode=on_episode)
+        #: A copy's decisions are answered together: on the parallel path a cycle is stepped whole, so nothing of a
+        #: round may be held back (Actor.align); on the AEC path a copy waits on one decision, which may be.
+        self.holds_back = not parallel
+        stepper: type[EpisodeStepper] | type[ParallelStepper] = ParallelStepper if parallel else EpisodeStepper
+        self.steppers: dict[int, CopyStepper] = {
+            k: stepper(env, emitting(emit, k), copy=k, seed=None if seed is None else seed + k,
+                       layouts=LayoutBook(env, layouts, fixed=True), check_rewards=check_rewards,
+                       max_episode_steps=max_episode_steps, to_env=to_env, on_episode=on_episode)
             for k, env in zip(copies, envs)
         }
         #: The copy being stepped (for error messages).
         self.current = copies[0]
 
-    def _next(self, stepper: EpisodeStepper, may_reset: bool) -> PendingDecision | None:
-        """The copy's next live decision, starting episodes while `may_reset`."""
+    def _next(self, stepper: CopyStepper, may_reset: bool) -> list[PendingDecision]:
+        """The copy's next decisions, starting episodes while `may_reset`."""
         self.current = stepper.copy
         while True:
             if not stepper.in_episode:
                 if not may_reset:
-                    return None
+                    return []
                 stepper.reset()
                 self.on_start(stepper.copy)
-            decision = stepper.advance()
-            if decision is not None:
-                return decision
+            decisions = stepper.next_decisions()
+            if decisions:
+                return decisions
 
     # The group interface the actor drives (one group here; two per worker in WorkerCopies).
     _ready: list[PendingDecision] | None = None
-    holds_back = True
 
     def start(self, may_reset: bool) -> None:
-        """Bring every copy to its first pending decision."""
-        self._ready = [d for s in self.steppers.values() if (d := self._next(s, may_reset)) is not None]
+        """Bring every copy to its first pending decisions."""
+        self._ready = [d for s in self.steppers.values() for d in self._next(s, may_reset)]
 
     def submit(self, group: int, answered: list[Answer], cut: list[int], may_reset: bool,
                held: Sequence[PendingDecision] = ()) -> None:
@@ -86,20 +95,20 @@ class LocalCopies:
         return None if ready is None else (0, ready)
 
     def step(self, answered: list[Answer], cut: list[int], may_reset: bool) -> list[PendingDecision]:
-        """Cut the copies in `cut`, take each answered decision's action, and return the next decisions."""
+        """Cut the copies in `cut`, give each copy the answers to its decisions, and return the next decisions
+        (each copy's together, copies in the order of their first answer)."""
         for k in cut:
             self.current = k
             self.steppers[k].cut()
+        by_copy: dict[int, list[Answer]] = {}
+        for answer in answered:
+            by_copy.setdefault(answer[0].copy, []).append(answer)
         following = []
-        for decision, action, extras in answered:
-            stepper = self.steppers[decision.copy]
-            self.current = decision.copy
-            stepper.step(action, extras)
-            # The episode goes on (advance's usual answer), else it ended and `_next` starts the next one.
-            if (nxt := stepper.advance() if stepper.in_episode else None) is None:
-                nxt = self._next(stepper, may_reset)
-            if nxt is not None:
-                following.append(nxt)
+        for copy, answers in by_copy.items():
+            stepper = self.steppers[copy]
+            self.current = copy
+            stepper.answer(answers)
+            following += self._next(stepper, may_reset)
         return following
 
     def finish(self) -> None:

@@ -49,6 +49,8 @@ class EnvWorkers:
     timeout_s: float = 120.0
     #: The run whose name the observation slots' segment carries (a fresh id when None).
     run_id: str | None = None
+    #: The parallel path: the workers step the env's parallel API, a whole cycle of a copy at a time.
+    parallel: bool = False
     #: No copy is stepped in the actor's process.
     env: Any = None
 
@@ -63,7 +65,7 @@ class EnvWorkers:
         return WorkerCopies(self.env_spec, self.copies, self.workers, seed, layouts, emit=emit,
                             on_episode=on_episode, on_start=on_start, check_rewards=check_rewards,
                             max_episode_steps=max_episode_steps, timeout_s=self.timeout_s,
-                            env_name=self.env_spec.name, run_id=self.run_id)
+                            env_name=self.env_spec.name, run_id=self.run_id, parallel=self.parallel)
 
     def close(self) -> None:
         """Nothing held between runs: each run's `WorkerCopies` stops its own workers."""
@@ -72,12 +74,12 @@ class EnvWorkers:
 # ---------------------------------------------------------------------------------------------- the worker
 def worker_main(inbox: Any, conn: Any, env_spec: EnvSpec, groups: dict[int, list[int]], seed: int | None,
                 layouts: dict[str, AgentLayout], check_rewards: bool, max_episode_steps: int | None, slots_name: str,
-                n_copies: int) -> None:
-    """Body of an env worker: build its groups of copies, then answer the actor's messages (each about one
-    group) in order until told to close."""
+                n_copies: int, parallel: bool = False) -> None:
+    """Body of an env worker: build its groups of copies (parallel envs on the parallel path), then answer the
+    actor's messages (each about one group) in order until told to close."""
     ignore_stop_signals()  # SIGTERM and Ctrl-C are the runner's to handle; its actor closes us
     events: list[tuple] = []
-    waiting: dict[int, PendingDecision] = {}  # each copy's decision the actor is answering
+    waiting: dict[tuple[int, str], PendingDecision] = {}  # the decisions the actor is answering, by (copy, agent)
     history = AnsweredDecisions()
     slots: ObservationSlots | None = None
     finals_named: set[int] = set()  # final slots named in the answer being built (each at most once)
@@ -98,14 +100,15 @@ def worker_main(inbox: Any, conn: Any, env_spec: EnvSpec, groups: dict[int, list
     envs: list[LocalEnvs] = []
     group = next(iter(groups))
     try:
-        slots = ObservationSlots.attach(slots_name, layouts, n_copies)
+        slots = ObservationSlots.attach(slots_name, layouts, n_copies, per_agent=parallel)
+        make = env_spec.make_parallel if parallel else env_spec.make
         for group, members in groups.items():
-            envs.append(LocalEnvs([env_spec.make() for _ in members]))
+            envs.append(LocalEnvs([make() for _ in members], parallel=parallel))
             local[group] = LocalCopies(envs[-1].envs, members, seed, layouts,
                                        emit=lambda t, k: events.append(history.encode(t, k, stash)),
                                        on_episode=lambda s: events.append(("end", s)),
                                        on_start=on_start, check_rewards=check_rewards,
-                                       max_episode_steps=max_episode_steps)
+                                       max_episode_steps=max_episode_steps, parallel=parallel)
         _send_wire(conn, ("ready",))
         while True:
             try:
@@ -122,17 +125,17 @@ def worker_main(inbox: Any, conn: Any, env_spec: EnvSpec, groups: dict[int, list
                 assert ready is not None, "a started group has its first decisions"
                 pending = ready[1]
             elif kind == "step":
-                _, _, answered_copies, actions, extras, cut, may_reset = message
-                answered = [(waiting.pop(k), a, x) for k, a, x in zip(answered_copies, actions, extras)]
+                _, _, answered_keys, actions, extras, cut, may_reset = message
+                answered = [(waiting.pop(key), a, x) for key, a, x in zip(answered_keys, actions, extras)]
                 for d, a, x in answered:
                     history.answered(d, a, x)
                 pending = copies.step(answered, cut, may_reset)
             else:  # "finish"
                 copies.finish()
                 pending = []
-            waiting.update((d.copy, d) for d in pending)
+            waiting.update(((d.copy, d.agent), d) for d in pending)
             _send_wire(conn, ("ok", group, events, [
-                (d.copy, d.agent) if slots.put(slots.pending_slot(d.copy), d.agent, d.obs, d.mask)
+                (d.copy, d.agent) if slots.put(slots.pending_slot(d.copy, d.agent), d.agent, d.obs, d.mask)
                 else (d.copy, d.agent, d.obs, d.mask) for d in pending]))
             events = []
             finals_named.clear()
@@ -166,7 +169,7 @@ class WorkerCopies:
                  emit: Callable[[Transition, int], None], on_episode: Callable[[EpisodeSummary], None],
                  on_start: Callable[[int], None], check_rewards: bool = True,
                  max_episode_steps: int | None = None, timeout_s: float = 120.0, env_name: str = "env",
-                 run_id: str | None = None) -> None:
+                 run_id: str | None = None, parallel: bool = False) -> None:
         self.emit, self.on_episode, self.on_start = emit, on_episode, on_start
         self.timeout_s = timeout_s
         self.env_name = env_name
@@ -185,7 +188,7 @@ class WorkerCopies:
         self._outstanding: dict[int, float] = {}
         ctx = process_context()
         #: Where the workers put observations (transport/obs_slots.py); this process owns the segment.
-        self.slots = ObservationSlots.create(run_id or new_run_id(), layouts, copies)
+        self.slots = ObservationSlots.create(run_id or new_run_id(), layouts, copies, per_agent=parallel)
         try:
             for w in range(workers):
                 groups = {g: self.members[g] for g in range(n_groups) if self.worker_of[g] == w}
@@ -194,7 +197,7 @@ class WorkerCopies:
                 enlarge_pipe(outbox)
                 proc = ctx.Process(target=worker_main, name=f"pzasync-env-worker-{w}", daemon=True,
                                    args=(inbox, outbox, env_spec, groups, seed, layouts, check_rewards,
-                                         max_episode_steps, self.slots.name, copies))
+                                         max_episode_steps, self.slots.name, copies, parallel))
                 with shielded():
                     proc.start()
                 inbox.close()
@@ -246,7 +249,7 @@ class WorkerCopies:
                 self.history.forget(event[1])
                 self.on_start(event[1])
         slots = self.slots
-        return group, [PendingDecision(d[0], d[1], *slots.take(slots.pending_slot(d[0]), d[1])) if len(d) == 2
+        return group, [PendingDecision(d[0], d[1], *slots.take(slots.pending_slot(d[0], d[1]), d[1])) if len(d) == 2
                        else PendingDecision(*d) for d in pending]
 
     def _final(self, copy: int, agent: str) -> tuple[Any, np.ndarray | None]:
@@ -275,8 +278,8 @@ class WorkerCopies:
             raise ValueError(f"env worker group {group}: {len(held)} decisions held back; a group is answered whole")
         for d, action, extras in answered:
             self.history.answered(d, action, extras)
-        self._send(group, ("step", group, [d.copy for d, _, _ in answered], _packed([a for _, a, _ in answered]),
-                           [x for _, _, x in answered], cut, may_reset))
+        self._send(group, ("step", group, [(d.copy, d.agent) for d, _, _ in answered],
+                           _packed([a for _, a, _ in answered]), [x for _, _, x in answered], cut, may_reset))
 
     def next_ready(self) -> tuple[int, list[PendingDecision]] | None:
         """The next group to come back, among those with an answer outstanding (None when none is)."""
