@@ -113,9 +113,12 @@ def test_async_runner_trains_on_the_env_unmodified(env, learners, options):
     run = AsyncRunner(env, learners, RunConfig(seed=0, check_rewards=True, backpressure=True, **options))
     result = run.run(agent_steps=steps)
     assert result.stopped_because == "agent-step budget reached"
-    assert result.agent_steps == steps
-    assert sum(r.agent_steps for r in result.agents.values()) == steps
-    assert sum(r.transitions_written for r in result.agents.values()) == steps
+    if run.plan.env_api == "aec":
+        assert result.agent_steps == steps
+    else:  # the parallel path takes whole cycles (docs/transitions.md): never past the budget, short of one cycle
+        assert steps - len(run.plan.agents) < result.agent_steps <= steps
+    assert sum(r.agent_steps for r in result.agents.values()) == result.agent_steps
+    assert sum(r.transitions_written for r in result.agents.values()) == result.agent_steps
     units = {p.agent for p in run.plan.learning}
     assert units, "no learner unit"
     for agent, r in result.agents.items():

@@ -236,3 +236,55 @@ def test_the_global_state_rides_beside_every_agents_observation_once_a_cycle():
         assert env.observation_space(agent)["state"].shape == state.shape
     observations, *_ = env.step({a: 1 for a in env.agents})
     np.testing.assert_array_equal(observations["agent_2"]["state"], env.unwrapped.state())
+
+
+# ------------------------------------------------------------------------------------------------ the actor
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize("env_id, kwargs, copies, workers, live", [
+    ("mpe2.simple_spread_v3", {"N": 3, "max_cycles": 9}, 3, 0, 3),
+    (GENERATED, {}, 4, 0, 3),                                    # agents that die and join: 3 alive at most
+    ("mpe2.simple_tag_v3", {"max_cycles": 8}, 3, 1, 3),          # two teams of unequal spaces, one env worker
+    (GENERATED, {}, 4, 2, 3),                                    # dying and joining agents over two workers' pipes
+])
+def test_each_parallel_copy_of_the_actor_equals_its_own_parallel_rollout(env_id, kwargs, copies, workers, live):
+    """The actor on the parallel path, in its process or over env workers: copy k plays exactly what a parallel
+    rollout seeded seed + k plays, field by field; one module shared by every agent answers a round of every
+    copy's whole cycle in one forward."""
+    from test_vector_actor import FIELDS, Counters, HashedPolicy, ListWriter, hashed_choice, per_copy
+
+    from pzasync.core.collect import transitions_to_arrays
+    from pzasync.core.spaces import env_layouts, probe_info_masks
+    from pzasync.runtime.actor import ActingAgent, Actor, ActorContext, LocalPolicy
+    from pzasync.runtime.copies import EnvWorkers, LocalEnvs
+
+    spec, seed = EnvSpec.of(env_id, **kwargs), 5
+    probe = spec.make()
+    layouts = env_layouts(probe, probe_info_masks(probe, seed=0))
+    probe.close()
+    writers = {agent: ListWriter() for agent in layouts}
+    shared = {}  # one module per observation shape: every agent of a team in one forward
+    for agent, layout in layouts.items():
+        shared.setdefault(layout.obs_space.shape, LocalPolicy(HashedPolicy(layout)))
+    agents = {agent: ActingAgent(agent, layout, shared[layout.obs_space.shape], learns=False,
+                                 buffer=writers[agent], tracks=copies) for agent, layout in layouts.items()}
+    envs = (EnvWorkers(spec, copies, workers, 60.0, parallel=True) if workers
+            else LocalEnvs([spec.make_parallel() for _ in range(copies)], parallel=True))
+    actor = Actor(ActorContext(envs, agents, Counters()))
+    budget = 400
+    taken = actor.run(agent_steps=budget, seed=seed, keep_going=lambda: True, on_episode=lambda s: None)
+    assert budget - copies * len(layouts) < taken <= budget, "whole cycles, never past the budget"
+    streams = {agent: per_copy(w, copies) for agent, w in writers.items()}
+    for k in range(copies):
+        decisions = sum(len(by_copy[k]) for by_copy in streams.values())
+        n = {a: layouts[a].action_space.n for a in layouts}
+        expected = pzasync.rollout(spec, lambda agent, obs, mask: hashed_choice(obs, mask, n[agent]),
+                                   agent_steps=decisions, seed=seed + k, env_api="parallel")
+        got = transitions_to_arrays([t for by_copy in streams.values() for t in by_copy[k]], layouts)
+        assert set(got) == set(expected)
+        for agent, arrays in expected.items():
+            for name in FIELDS:
+                if name in arrays:
+                    np.testing.assert_array_equal(got[agent][name], arrays[name], err_msg=f"copy {k} {agent} {name}")
+    sizes = [n for local in shared.values() for n in local.module.batch_sizes]
+    largest_group = copies if workers == 0 else -(-copies // (2 * workers))  # a worker's group of copies
+    assert max(sizes) == largest_group * live, "a round answers every live agent of a group's cycles in one forward"

@@ -219,6 +219,8 @@ class RunPlan:
                 raise ConfigError(f"option env_api='parallel': env {name!r} is served by another process, which "
                                   f"speaks the AEC protocol (docs/remote.md); use env_api='aec' or 'auto'")
             return "aec", None
+        if wanted == AUTO and any(":" in wrapper for wrapper in self.env_spec.wrappers):
+            return "aec", None  # a user's wrapper function takes what `make` gives it: an AEC env
         try:
             self.env_spec.make_parallel().close()
         except EnvSpecError as exc:
