@@ -262,6 +262,39 @@ def test_observations_stored_once_read_like_the_old_layout(layout, capacity):
             buf.unlink()
 
 
+@pytest.mark.parametrize("storage", ["twice", "once"])
+def test_transitions_written_in_batches_read_back_as_written_one_by_one(layout, storage):
+    """`write_batch` (the actor's writes after each round) leaves a buffer exactly as `write` one transition at a
+    time would: the same in-order chunks, drop counts and seeded samples, with observations stored once sharing
+    their frames as often."""
+    stream = _recorded_stream(seed=2, count=1500)
+    extras = {"track": "int32"}
+    single = SharedRingBuffer.create(layout, 200, extras, obs_storage=storage, tracks=6)
+    batched = SharedRingBuffer.create(layout, 200, extras, obs_storage=storage, tracks=6)
+    try:
+        rng = np.random.default_rng(4)
+        i = 0
+        while i < len(stream):
+            size = int(rng.integers(1, 40))
+            for t in stream[i:i + size]:
+                single.write(t)
+            assert batched.write_batch(stream[i:i + size]) == len(stream[i:i + size])
+            i += size
+            if rng.random() < 0.3:
+                rows = int(rng.integers(1, 120))
+                assert _same(single.read_new(max_rows=rows), batched.read_new(max_rows=rows))
+                assert single.dropped == batched.dropped
+            seed = int(rng.integers(2**31))
+            assert _same(single.sample(32, np.random.default_rng(seed)), batched.sample(32, np.random.default_rng(seed)))
+        assert single.written == batched.written == len(stream)
+        if storage == "once":
+            assert batched._frames_written <= single._frames_written < 1.3 * len(stream)
+    finally:
+        for buf in (single, batched):
+            buf.close()
+            buf.unlink()
+
+
 def test_rows_appended_in_chunks_share_frames_and_read_back_unchanged(layout):
     """`write_rows` (what the Ray backend's remote learners are fed with) on a buffer that stores
     observations once: chunks read from a two-column buffer come back the same, with frames shared."""

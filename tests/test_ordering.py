@@ -263,8 +263,9 @@ def test_rows_appended_to_a_buffer_storing_observations_once_fence_like_written_
         taken = fences(monkeypatch, lambda: (int(buf._seq[row]), float(buf._columns["reward"][row]),
                                              int(buf._columns["obs_ref"][row]), buf._frame_seq.copy(), buf.written))
         assert buf.write_rows(batch) == 1
-        # A new track (the batch names none): a frame for obs, one for next_obs, then the row.
-        assert len(taken) == 6
+        # A new track (the batch names none): a frame for obs and one for next_obs, written in one phase (two
+        # fences), then the row.
+        assert len(taken) == 4
         (word1, reward1, ref1, frames1, written1), (word2, reward2, ref2, _, written2) = taken[-2:]
         assert word1 == word2 == 13 and (reward1, reward2) == (2.0, 20.0)
         assert ref1 == old_ref != ref2 == buf._columns["obs_ref"][row], "the references are row data too"

@@ -79,6 +79,10 @@ class ListWriter:
     def write(self, t: Transition) -> None:
         self.rows.append(t)
 
+    def write_batch(self, transitions) -> int:
+        self.rows.extend(transitions)
+        return len(transitions)
+
 
 class Counters:
     """The RunControl words the actor touches, in plain Python."""

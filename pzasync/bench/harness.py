@@ -6,6 +6,8 @@ between trials), in seed-major order so that drifts in machine speed hit every c
 - ``bare_random``: the env alone with random legal actions, the env's own limit (its `last()` read the way
   the actor reads it: `bare_loop`);
 - ``bare_policy``: the same loop plus the learning agents' policy forwards, the single-actor limit;
+- ``bare_parallel``: the env's parallel API with one batched forward per policy and cycle (`bare_parallel_loop`),
+  what a user writes by hand against the parallel API, the reference of the parallel path;
 - ``async_idle``: the async actor with its learner processes present but idle (off-policy learners only);
 - ``sequential``: SequentialRunner at the replay ratio;
 - ``async_double_buffer`` / ``async_snapshot``: AsyncRunner at the same replay ratio, so the same algorithm;
@@ -130,6 +132,71 @@ def bare_loop(env: Any, learners: Any | None, agent_steps: int, seed: int = 0,
     return steps / elapsed
 
 
+def bare_parallel_loop(env: Any, learners: Any | None, agent_steps: int, seed: int = 0,
+                       on_progress: Callable[[int], None] | None = None,
+                       groups: dict[str, list[str]] | None = None) -> float:
+    """Agent steps per second of a plain loop over the env's parallel API with one batched forward per policy and
+    cycle: `reset`, then per cycle every live agent's observation grouped by learning unit, one `act` per unit's
+    policy (the same module the actor runs, exploring; random legal actions for players that do not learn), one
+    `step(actions)`. What a user writes against the parallel API by hand: the reference the parallel path is
+    judged by (docs/transitions.md, "The parallel path")."""
+    from pzasync.config import RunConfig
+    from pzasync.core.environments import EnvSpec
+    from pzasync.core.spaces import env_layouts, probe_info_masks, stack_masks
+    from pzasync.core.transitions import LayoutBook
+    from pzasync.evaluation.evaluate import random_actor
+    from pzasync.runtime.plan import RunPlan
+
+    spec = EnvSpec.of(env)
+    probe = spec.make()
+    try:
+        layouts = env_layouts(probe, probe_info_masks(probe, seed=seed))
+    finally:
+        probe.close()
+    instance = spec.make_parallel()
+    try:
+        plan = RunPlan(spec, learners if learners is not None else "random", RunConfig(agent_groups=groups or {}))
+        policies: dict[str, Any] = {}  # unit -> its module, built once
+        unit_of: dict[str, str] = {}
+        for agent, p in plan.agents.items():
+            if p.learns:
+                if p.unit not in policies:
+                    policies[p.unit] = p.build_policy(seed)
+                unit_of[agent] = p.unit
+        randoms = {a: random_actor(instance, seed + i) for i, a in enumerate(layouts)}
+        to_env = env_action_converter(layouts)
+        book = LayoutBook(instance, layouts, fixed=True)
+        steps, first = 0, True
+        start = time.perf_counter()
+        while steps < agent_steps:
+            observations, infos = instance.reset(seed=seed if first else None)
+            first = False
+            while instance.agents and steps < agent_steps:
+                by_unit: dict[str, list[tuple[str, Any, Any]]] = {}
+                actions: dict[str, Any] = {}
+                for agent in instance.agents:
+                    obs, mask = book.get(agent, infos.get(agent)).split(observations[agent], infos.get(agent))
+                    unit = unit_of.get(agent)
+                    if unit is None:
+                        actions[agent] = to_env(agent, randoms[agent](agent, obs, mask))
+                    else:
+                        by_unit.setdefault(unit, []).append((agent, obs, mask))
+                for unit, rows in by_unit.items():
+                    layout = layouts[rows[0][0]]
+                    masks = None if rows[0][2] is None else stack_masks([m for _, _, m in rows])
+                    chosen, _ = policies[unit].act(layout.batch([o for _, o, _ in rows]), masks, True)
+                    for (agent, _, _), action in zip(rows, chosen):
+                        actions[agent] = to_env(agent, action)
+                observations, _rewards, _terminations, _truncations, infos = instance.step(actions)
+                previous, steps = steps, steps + len(actions)
+                if on_progress is not None and steps // 1000 > previous // 1000:
+                    on_progress(steps)
+        elapsed = time.perf_counter() - start
+    finally:
+        instance.close()
+    return steps / elapsed
+
+
 # ---------------------------------------------------------------------------------------------- pure figures
 def summarize(values: Sequence[float | None]) -> dict[str, float | None]:
     """Median and spread of repeated measurements (NaN-free input; empty gives n=0)."""
@@ -208,6 +275,8 @@ def headline(summary: dict[str, dict]) -> dict[str, Any]:
     """The ratios the benchmark is quoted by, from the per-configuration medians.
 
     - `actor_over_bare_policy`: async actor (idle learners) / bare loop with the same policy forwards.
+    - `actor_over_bare_parallel`: async actor (idle learners) / the parallel API's loop with one batched forward
+      per policy and cycle (`bare_parallel`).
     - `bare_policy_over_bare_random`: what the policy forwards cost against the env alone.
     - `async_over_sequential_wall[mode]`: wall time of the same agent steps, async / sequential (< 1 is faster).
     - `async_over_sequential_time_to_target[mode]`: median time to the target score, async / sequential.
@@ -231,6 +300,7 @@ def headline(summary: dict[str, dict]) -> dict[str, Any]:
 
     out: dict[str, Any] = {
         "actor_over_bare_policy": ratio(rate("async_idle"), rate("bare_policy")),
+        "actor_over_bare_parallel": ratio(rate("async_idle"), rate("bare_parallel")),
         "bare_policy_over_bare_random": ratio(rate("bare_policy"), rate("bare_random")),
         "async_over_sequential_wall": {}, "async_over_sequential_time_to_target": {},
         "async_overlap": {}, "async_limit": {}, "async_learner_alone_from": {},
@@ -262,6 +332,7 @@ def headline(summary: dict[str, dict]) -> dict[str, Any]:
         if label != config:
             out["vector"][label] = {"envs_per_actor": envs, "env_workers": workers, "actors": actors,
                                     "over_bare_policy": ratio(rate(label), rate("bare_policy")),
+                                    "over_bare_parallel": ratio(rate(label), rate("bare_parallel")),
                                     "over_bare_random": ratio(rate(label), rate("bare_random")),
                                     "over_one_env": ratio(rate(label), rate(config))}
     free = summary.get("async_free", {}).get("updates_per_agent_step")
@@ -374,8 +445,9 @@ def run_trial(spec: TrialSpec, on_progress: Callable[[int], None] | None = None)
         torch.set_num_threads(1)
         cpu_before = process_usage()[0]
         start = time.perf_counter()
-        rate = bare_loop(env, s.learners if spec.config == "bare_policy" else None, s.agent_steps, spec.seed,
-                         on_progress, groups=s.run_options.get("agent_groups"))
+        loop = bare_parallel_loop if spec.config == "bare_parallel" else bare_loop
+        rate = loop(env, s.learners if spec.config in ("bare_policy", "bare_parallel") else None, s.agent_steps,
+                    spec.seed, on_progress, groups=s.run_options.get("agent_groups"))
         wall = time.perf_counter() - start
         cpu, rss = process_usage()
         # The loop's own time (env creation and policy construction excluded), as for the runners.

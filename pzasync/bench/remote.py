@@ -26,7 +26,7 @@ import sys
 import tempfile
 import time
 from dataclasses import asdict, dataclass
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
@@ -120,6 +120,9 @@ class _Discard:
 
     def write(self, transition: Transition) -> int:
         return 0
+
+    def write_batch(self, transitions: Sequence[Transition]) -> int:
+        return len(transitions)
 
 
 class _Counters:

@@ -7,10 +7,12 @@ from typing import Any
 import numpy as np
 
 from pzasync.bench.harness import SAME_ALGORITHM, split_label
+from pzasync.bench.settings import BARE_CONFIGS
 
 LABELS = {
     "bare_random": "bare, random",
     "bare_policy": "bare + policies",
+    "bare_parallel": "parallel API + batched policies",
     "async_idle": "async, idle learners",
     "sequential": "sequential",
     "async_double_buffer": "async double buffer",
@@ -18,7 +20,8 @@ LABELS = {
     "async_free": "async free-running *",
 }
 COLORS = {"sequential": "#d62728", "async_double_buffer": "#1f77b4", "async_snapshot": "#2ca02c",
-          "async_free": "#9467bd", "bare_random": "#7f7f7f", "bare_policy": "#bcbd22", "async_idle": "#17becf"}
+          "async_free": "#9467bd",
+          "bare_random": "#7f7f7f", "bare_policy": "#bcbd22", "bare_parallel": "#8c564b", "async_idle": "#17becf"}
 
 
 def describe(label: str) -> str:
@@ -78,7 +81,7 @@ def summary_tables(report: dict[str, Any]) -> list[Any]:
                       _per_agent(s["updates_per_agent_step"], "{:.3f}"), lag)
         cells = [describe(config), f"{cpu:.2f}", f"{s['peak_rss_mb']['median']:,.0f}",
                  f"{s['shm_bytes']['median'] / 2**20:.1f}",
-                 format_spread(s["startup_seconds"], "{:.1f}") if config not in ("bare_random", "bare_policy") else "-"]
+                 format_spread(s["startup_seconds"], "{:.1f}") if config not in BARE_CONFIGS else "-"]
         if target is not None:
             ttt = s.get("time_to_target")
             cells += (["-", "-"] if ttt is None else
@@ -95,6 +98,9 @@ def headline_lines(report: dict[str, Any]) -> list[str]:
     if h.get("actor_over_bare_policy") is not None:
         lines.append(f"actor / bare loop with the same policies: {h['actor_over_bare_policy']:.2f}x the rate "
                      "(the runtime's own overhead, learners idle)")
+    if h.get("actor_over_bare_parallel") is not None:
+        lines.append(f"actor / the parallel API's loop with one batched forward per policy and cycle: "
+                     f"{h['actor_over_bare_parallel']:.2f}x the rate")
     if h.get("bare_policy_over_bare_random") is not None:
         lines.append(f"bare loop with policies / env alone: {h['bare_policy_over_bare_random']:.2f}x the rate")
     for mode, value in h.get("async_over_sequential_wall", {}).items():

@@ -16,7 +16,7 @@ from pzasync.recipes import TRAIN_ENV, default_yardstick
 from pzasync.runtime.plan import RunPlan
 from pzasync.specs import learner_spec_of, learner_spec_text, parse_learner_spec
 
-BARE_CONFIGS = ("bare_random", "bare_policy")
+BARE_CONFIGS = ("bare_random", "bare_policy", "bare_parallel")
 RUNNER_CONFIGS = ("async_idle", "sequential", "async_double_buffer", "async_snapshot", "async_free")
 CONFIGS = BARE_CONFIGS + RUNNER_CONFIGS
 #: Configurations that run the same algorithm (the same replay ratio) as the sequential baseline.

@@ -100,8 +100,10 @@ class ParallelStepper:
         """The next cycle's decisions, or the episode's end: no live agent left, or `max_episode_steps` that the
         cycle would pass (then the episode is cut before it)."""
         live = list(self.env.agents)
-        for agent in [a for a in self._open if a not in live]:  # left without being done: truncated where it was
-            self._complete(agent, self._open.pop(agent), truncated=True)
+        if self._open and not self._open.keys() <= set(live):
+            alive = set(live)
+            for agent in [a for a in self._open if a not in alive]:  # left without being done: truncated there
+                self._complete(agent, self._open.pop(agent), truncated=True)
         if not live:
             self._end(cut=False)
             return

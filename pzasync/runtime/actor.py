@@ -94,8 +94,9 @@ class ActingAgent:
     #: ratio; `buffer` is this actor's own shard.
     pace: TransitionSource | None = None
     count: AgentCounts = field(default_factory=AgentCounts)
-    #: Indices of the observation leaves checked for NaN and inf (the floating ones).
+    #: Indices of the observation leaves checked for NaN and inf (the floating ones), and their keys in a batch.
     float_leaves: tuple[int, ...] = field(init=False)
+    float_keys: tuple[str, ...] = field(init=False)
 
     @property
     def policy(self) -> Policy:
@@ -105,8 +106,10 @@ class ActingAgent:
     def __post_init__(self) -> None:
         if not self.unit:
             object.__setattr__(self, "unit", self.agent)
-        object.__setattr__(self, "float_leaves", tuple(i for i, leaf in enumerate(self.layout.obs_leaves)
-                                                       if leaf.dtype.kind == "f"))
+        floating = tuple(i for i, leaf in enumerate(self.layout.obs_leaves) if leaf.dtype.kind == "f")
+        keys = ["obs"] if not self.layout.nested_obs else [f"obs/{leaf.name}" for leaf in self.layout.obs_leaves]
+        object.__setattr__(self, "float_leaves", floating)
+        object.__setattr__(self, "float_keys", tuple(keys[i] for i in floating))
 
 
 @dataclass(frozen=True)
@@ -174,6 +177,9 @@ class Actor:
         self._held: set[int] = set()
         #: (seed, on_episode, copies) made ready by `prepare` for the next `run`.
         self._prepared: tuple | None = None
+        #: Transitions emitted since the last `flush`, and their buffer, by buffer.
+        self._emitted: dict[int, list[Transition]] = {}
+        self._emitted_to: dict[int, TransitionWriter] = {}
 
     # ------------------------------------------------------------------------------------------ per round
     def _may_wait(self, a: ActingAgent) -> bool:
@@ -212,19 +218,25 @@ class Actor:
             time.sleep(0.0001)
         stats.add(unit, S.ACTOR_WAIT_NS, time.monotonic_ns() - start)
 
-    def _acting_policy(self, d: PendingDecision) -> tuple[int, Policy | None]:
-        """Which policy answers a decision: (the seat's unit policy, None) or (0, the league opponent's module)."""
+    def _acting_policy(self, d: PendingDecision) -> tuple[int, int]:
+        """Which policy answers a decision (as `decide` groups them): (the seat's unit policy, 0) or (0, the
+        league opponent's module)."""
         override = self.overrides[d.copy].get(d.agent)
-        return (id(self.agents[d.agent].local), None) if override is None else (0, override)
+        return (id(self.agents[d.agent].local), 0) if override is None else (0, id(override))
 
     def decide(self, pending: list[PendingDecision]) -> list[Answer]:
         """Each pending decision with its action and the extras to store: one batched forward per acting
         policy, i.e. per learning unit (an agent group's members share their policy module here), and per
         league opponent standing in for one."""
         groups: dict[tuple[int, int], tuple[Policy | None, list[int]]] = {}
+        agents, overrides = self.agents, self.overrides
         for i, d in enumerate(pending):
-            own, opponent = self._acting_policy(d)
-            groups.setdefault((own, id(opponent)), (opponent, []))[1].append(i)
+            opponent = overrides[d.copy].get(d.agent) if overrides[d.copy] else None
+            key = (id(agents[d.agent].local), 0) if opponent is None else (0, id(opponent))
+            group = groups.get(key)
+            if group is None:
+                group = groups[key] = (opponent, [])
+            group[1].append(i)
         out: list[Any] = [None] * len(pending)
         for opponent, rows in groups.values():
             self._answer([pending[i] for i in rows], rows, out, opponent)
@@ -234,16 +246,18 @@ class Actor:
         """One group's decisions, answered by one forward: of the seats' own unit policy (counted in their
         schedules, stored with the policy version, member index and track) or of a league opponent (counted in
         the run's steps only, storing nothing)."""
-        first = self.agents[decisions[0].agent]
+        agents = self.agents
+        first = agents[decisions[0].agent]
         if opponent is None:
-            seats = list({d.agent: self.agents[d.agent] for d in decisions}.values())
+            seats = list({d.agent: agents[d.agent] for d in decisions}.values())
+            before = self.context.before_decision
             for a in seats:
-                if self.context.before_decision is not None:
-                    self.context.before_decision(a.agent)
+                if before is not None:
+                    before(a.agent)
                 if self._waits[a.agent]:
                     self._wait_if_ahead(a)
             first.local.refresh()
-        actions, extras = self._forward(opponent or first.policy, first.layout, decisions)
+        actions, extras = self._forward(opponent or first.policy, first, decisions)
         self.total_steps += len(decisions)
         if opponent is not None:
             self.stats.record_steps(None, 0, self.total_steps)
@@ -251,28 +265,32 @@ class Actor:
                 out[i] = (actions[j], {})
             return
         for d in decisions:
-            self.agents[d.agent].count.steps += 1
+            agents[d.agent].count.steps += 1
         sharing = self._sharing[id(first.local)]
         first.policy.on_actor_steps(round(sum(m.count.steps for m in sharing) / len(sharing)))
+        record, total = self.stats.record_steps, self.total_steps
         for a in seats:
-            self.stats.record_steps(a.agent, a.count.steps - a.count.offset, self.total_steps)
+            record(a.agent, a.count.steps - a.count.offset, total)
         version, track_of = first.local.version, self._track_base
         members = first.tracks // self.n_copies
         for j, (i, d) in enumerate(zip(rows, decisions)):
-            a = self.agents[d.agent]
-            stored = {k: v[j] for k, v in extras.items()}
+            member = agents[d.agent].member
+            stored = {k: v[j] for k, v in extras.items()} if extras else {}
             stored["policy_version"] = version
-            if a.member is not None:
-                stored["member"] = a.member
+            if member is not None:
+                stored["member"] = member
             if track_of is not None:
-                stored["track"] = track_of[d.copy] * members + (a.member or 0)
+                stored["track"] = track_of[d.copy] * members + (member or 0)
             out[i] = (actions[j], stored)
 
-    def _forward(self, policy: Policy, layout: AgentLayout,
+    def _forward(self, policy: Policy, first: ActingAgent,
                  decisions: list[PendingDecision]) -> tuple[np.ndarray, dict]:
         """One batched forward; a recurrent policy's rows get the memory their (env copy, agent) carried out of
-        its last decision, zeros at the start of its episode (`_episode_start` forgets the copy's memories)."""
-        obs, mask = layout.batch([d.obs for d in decisions]), _masks(decisions)
+        its last decision, zeros at the start of its episode (`_episode_start` forgets the copy's memories). The
+        observations are checked for NaN and inf first, all rows at once (`_check_finite`)."""
+        obs, mask = first.layout.batch([d.obs for d in decisions]), _masks(decisions)
+        if first.float_keys:
+            self._check_finite(obs, first.float_keys, decisions)
         if not policy.memory_size:
             return policy.act(obs, mask, True)
         memories = self._memory
@@ -297,8 +315,7 @@ class Actor:
         starves; per copy nothing changes, since its env is not stepped while it waits."""
         groups: dict[tuple[int, int], list[PendingDecision]] = {}
         for d in pending:
-            own, opponent = self._acting_policy(d)
-            groups.setdefault((own, id(opponent)), []).append(d)
+            groups.setdefault(self._acting_policy(d), []).append(d)
         if len(groups) < 2:
             self._held = set()
             return pending, []
@@ -311,27 +328,48 @@ class Actor:
         self._held = {d.copy for d in held}
         return now, held
 
-    def _finite(self, a: ActingAgent, t: Transition) -> bool:
-        if not math.isfinite(t.reward):
-            return False
-        floating = a.float_leaves
-        for obs in (t.obs, t.next_obs):
-            if floating:
-                leaves = a.layout.leaves_of(obs)
-                if not all(np.isfinite(leaves[i]).all() for i in floating):
-                    return False
-        return True
+    def _check_finite(self, obs: dict[str, np.ndarray], keys: tuple[str, ...],
+                      decisions: list[PendingDecision]) -> None:
+        """Count (or raise, with RunConfig(nonfinite="raise")) each decision whose observation holds NaN or inf,
+        before any policy acts on it: every transition's observation is a decision's."""
+        rows = len(decisions)
+        bad = np.zeros(rows, bool)
+        for key in keys:
+            bad |= ~np.isfinite(obs[key].reshape(rows, -1)).all(axis=1)
+        for i in np.flatnonzero(bad):
+            self._nonfinite(decisions[int(i)].agent, "its observation")
+
+    def _nonfinite(self, agent: str, what: str) -> None:
+        self.agents[agent].count.nonfinite += 1
+        if self.context.raise_on_nonfinite:
+            raise NonFiniteError(f"agent {agent!r}: NaN or inf in a transition ({what}) after {self.total_steps} "
+                                 f"agent steps; RunConfig(nonfinite='count') counts instead")
 
     def emit(self, t: Transition, copy: int = 0) -> None:
+        """Take a completed transition: its reward (and a final observation, which no decision saw) is checked
+        for NaN and inf, and it is written (to its unit's buffer, unless a league opponent played the seat) with
+        the rest of its round (`flush`)."""
         a = self.agents[t.agent]
-        if not self._finite(a, t):
-            a.count.nonfinite += 1
-            if self.context.raise_on_nonfinite:
-                raise NonFiniteError(f"agent {t.agent!r}: NaN or inf in a transition (reward {t.reward!r}) after "
-                                     f"{self.total_steps} agent steps; RunConfig(nonfinite='count') counts instead")
-        if a.buffer is not None and t.agent not in self.overrides[copy]:
-            a.buffer.write(t)
-            a.count.written += 1
+        if not math.isfinite(t.reward):
+            self._nonfinite(t.agent, f"its reward, {t.reward!r}")
+        elif a.float_keys and (t.terminated or t.truncated) and not _finite_leaves(a, t.next_obs):
+            self._nonfinite(t.agent, "its final observation")
+        buffer = a.buffer if a.buffer is not None and t.agent not in self.overrides[copy] else None
+        if buffer is None:
+            return
+        rows = self._emitted.get(id(buffer))
+        if rows is None:
+            rows = self._emitted[id(buffer)] = []
+            self._emitted_to[id(buffer)] = buffer
+        rows.append(t)
+        a.count.written += 1
+
+    def flush(self) -> None:
+        """Write the round's transitions, each buffer's in one `write_batch`."""
+        for key, rows in self._emitted.items():
+            self._emitted_to[key].write_batch(rows)
+        self._emitted.clear()
+        self._emitted_to.clear()
 
     # ------------------------------------------------------------------------------------------ the loop
     def run(
@@ -368,6 +406,7 @@ class Actor:
             going = not out_of_budget()
             copies.start(going)
             while (ready := copies.next_ready()) is not None:
+                self.flush()
                 group, pending = ready
                 if not pending:
                     continue  # every copy of the group is between episodes and may not start one: it is done
@@ -383,6 +422,7 @@ class Actor:
                 going = not out_of_budget()
                 copies.submit(group, answered, cut, going, held)
             copies.finish()
+            self.flush()
             return self.total_steps - start_steps
         except (PzasyncError, KeyboardInterrupt):
             raise
@@ -472,6 +512,12 @@ def build_actor(plan: RunPlan, acting: dict[str, ActingAgent], stats: RunControl
                               check_rewards=cfg.check_rewards, max_episode_steps=cfg.max_episode_steps,
                               before_decision=before_decision, raise_on_nonfinite=cfg.nonfinite == "raise",
                               actor_index=actor, stores_track=plan.envs_per_actor * plan.actors > 1))
+
+
+def _finite_leaves(a: ActingAgent, obs: Any) -> bool:
+    """Whether an observation's floating leaves are all finite."""
+    leaves = a.layout.leaves_of(obs)
+    return all(np.isfinite(leaves[i]).all() for i in a.float_leaves)
 
 
 def _within_budget(pending: list[PendingDecision], left: int) -> tuple[list[PendingDecision], list[int]]:

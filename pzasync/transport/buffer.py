@@ -31,11 +31,11 @@ buffers are refused on 32-bit platforms.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Sequence
 
 import numpy as np
 
-from pzasync.core.spaces import AgentLayout, leaf_value
+from pzasync.core.spaces import AgentLayout, leaf_value, stack_masks
 from pzasync.core.transitions import Transition
 from pzasync.errors import ConfigError, PzasyncError
 from pzasync.transport import ordering
@@ -301,6 +301,35 @@ class SharedRingBuffer:
             self._track_tail[track] = next_ref
         return obs_ref, next_ref
 
+    def write_batch(self, transitions: Sequence[Transition]) -> int:
+        """Append transitions in order (actor only), as `write` would one by one, in one pass: each column written
+        by one numpy assignment, observations stored once framed together (`_frame_refs`), one sequence-word
+        phase for all the rows. What the actor writes after each round. Returns how many were appended."""
+        n = len(transitions)
+        if n <= 1:
+            for t in transitions:
+                self.write(t)
+            return n
+        batch: dict[str, Any] = {}
+        for prefix, which in (("obs", "obs"), ("next_obs", "next_obs")):
+            if self.obs_paths:
+                for name, path in self.obs_paths.items():
+                    batch[prefix + name[len("obs"):]] = np.stack([leaf_value(getattr(t, which), path)
+                                                                  for t in transitions])
+            else:
+                batch[prefix] = np.stack([getattr(t, which) for t in transitions])
+        batch["action"] = np.asarray([t.action for t in transitions])
+        batch["reward"] = np.fromiter((t.reward for t in transitions), np.float32, n)
+        batch["terminated"] = np.fromiter((t.terminated for t in transitions), bool, n)
+        batch["truncated"] = np.fromiter((t.truncated for t in transitions), bool, n)
+        if self._has_mask:
+            batch["action_mask"] = stack_masks([t.action_mask for t in transitions])
+            batch["next_action_mask"] = stack_masks([t.next_action_mask for t in transitions])
+        for name in self._extra_names:
+            batch[name] = np.asarray([t.extras.get(name, 0) for t in transitions])
+        tracks = [t.extras.get("track", t.agent) for t in transitions]
+        return self._write_columns(batch, n, tracks)
+
     def write_rows(self, batch: dict[str, np.ndarray]) -> int:
         """Append rows given column by column (what `read_new` returns), in order; returns how many were
         appended. Rows beyond the capacity overwrite earlier ones of the same call, which then count as
@@ -308,9 +337,19 @@ class SharedRingBuffer:
         n = len(batch["reward"])
         if n == 0:
             return 0
-        if self.frames:
-            return self._write_rows_once(batch, n)
+        tracks = batch.get("track", batch.get("member", np.zeros(n, np.int64)))
+        return self._write_columns(batch, n, [int(track) for track in tracks])
+
+    def _write_columns(self, batch: dict[str, Any], n: int, tracks: list[Any]) -> int:
+        """`write_rows`' and `write_batch`'s rows, column by column; `tracks` (each row's trajectory) decide which
+        observation frames rows share where observations are stored once."""
         start, skip = self._written, max(0, n - self.capacity)
+        if self.frames:
+            if 2 * n >= self.frames // 2:  # more frames than the ring keeps safely at once: row by row
+                return self._write_rows_framed_one_by_one(batch, n, tracks)
+            ended = np.asarray(batch["terminated"]) | np.asarray(batch["truncated"])
+            obs_ref, next_ref = self._frame_refs(batch, tracks, ended)
+            batch = {**batch, "obs_ref": obs_ref, "next_obs_ref": next_ref}
         logical = np.arange(start + skip, start + n)
         rows = logical % self.capacity
         self._seq[rows] = 2 * logical + 1
@@ -323,14 +362,74 @@ class SharedRingBuffer:
         self._words[_WRITTEN] = start + n
         return n
 
-    def _write_rows_once(self, batch: dict[str, np.ndarray], n: int) -> int:
-        """`write_rows` for a buffer that stores observations once: row by row, sharing frames as `write` does."""
-        tracks = batch.get("track", batch.get("member", np.zeros(n, np.int64)))
-        ended = batch["terminated"] | batch["truncated"]
+    def _frame_refs(self, batch: dict[str, Any], tracks: list[Any],
+                    ended: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Frame references (obs, next_obs) of rows written together, chosen as `_store_observations` chooses them
+        row by row: each row's `next_obs` gets a new frame; its `obs` shares the frame its track's previous row
+        (in this batch, or the last one written before) stored as `next_obs` where that frame is recent and holds
+        the same values, else gets a frame of its own. The new frames are written in one phase."""
+        n, frames_before = len(tracks), self._frames_written
+        window = 2 * len(self._track_tail) + self.capacity // 64 + 2
+        names = list(self._frame_columns)
+        previous = np.full(n, -1, np.int64)   # the row of the same track earlier in this batch
+        shared = np.full(n, -1, np.int64)     # else the track's frame from before this batch
+        last: dict[Any, int] = {}
+        for i, track in enumerate(tracks):
+            j = last.get(track)
+            if j is not None:
+                previous[i] = j if not ended[j] else -1
+            else:
+                shared[i] = self._track_tail.pop(track, -1)
+            last[track] = i
+        same = np.zeros(n, bool)
+        inside = np.flatnonzero(previous >= 0)
+        if inside.size:
+            same[inside] = np.logical_and.reduce([
+                (batch[name][inside] == batch["next_" + name][previous[inside]]).reshape(inside.size, -1).all(axis=1)
+                for name in names])
+        # A frame from before is shared only if recent, and safe from this batch's own frames (2n at most).
+        before = np.flatnonzero((shared >= 0) & (frames_before - shared <= window)
+                                & (frames_before + 2 * n - shared < self.frames))
+        if before.size:
+            slots = shared[before] % self.frames
+            same[before] = np.logical_and.reduce([
+                (self._frame_columns[name][slots] == batch[name][before]).reshape(before.size, -1).all(axis=1)
+                for name in names])
+        new_obs = ~same
+        counts = new_obs.astype(np.int64) + 1
+        first = frames_before + np.cumsum(counts) - counts   # each row's first new frame
+        next_ref = first + new_obs
+        obs_ref = np.where(new_obs, first, 0)
+        obs_ref[inside[same[inside]]] = next_ref[previous[inside[same[inside]]]]
+        obs_ref[before[same[before]]] = shared[before[same[before]]]
+        total = int(counts.sum())
+        numbers = frames_before + np.arange(total)
+        slots = numbers % self.frames
+        frame_seq = self._frame_seq
+        assert frame_seq is not None, "frames are stored only by a buffer that has them"
+        frame_seq[slots] = 2 * numbers + 1
+        ordering.full_fence()
+        for name, column in self._frame_columns.items():
+            values = np.empty((total, *column.shape[1:]), column.dtype)
+            values[obs_ref[new_obs] - frames_before] = batch[name][new_obs]
+            values[next_ref - frames_before] = batch["next_" + name]
+            column[slots] = values
+        ordering.full_fence()
+        frame_seq[slots] = 2 * numbers + 2
+        self._frames_written = frames_before + total
+        for track, i in last.items():
+            if not ended[i]:
+                self._track_tail[track] = int(next_ref[i])
+        return obs_ref, next_ref
+
+    def _write_rows_framed_one_by_one(self, batch: dict[str, np.ndarray], n: int, tracks: list[Any]) -> int:
+        """`write_rows` for a buffer that stores observations once, row by row (a batch too large for the frame
+        ring to take at once)."""
+        ended = np.asarray(batch["terminated"]) | np.asarray(batch["truncated"])
         row_columns = [name for name in self._columns if name not in ("obs_ref", "next_obs_ref")]
         for i in range(n):
             refs = self._store_observations(
-                int(tracks[i]), {name: batch[name][i] for name in self._frame_columns},
+                tracks[i], {name: batch[name][i] for name in self._frame_columns},
                 {name: batch["next_" + name][i] for name in self._frame_columns}, bool(ended[i]))
             logical = self._written
             row = logical % self.capacity

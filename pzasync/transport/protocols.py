@@ -22,7 +22,7 @@ The contracts (docs/shared-memory.md states them for the shared-memory implement
 
 from __future__ import annotations
 
-from typing import Protocol, runtime_checkable
+from typing import Protocol, Sequence, runtime_checkable
 
 import numpy as np
 
@@ -37,6 +37,10 @@ class TransitionWriter(Protocol):
 
     def write(self, t: Transition) -> int:
         """Append one transition; returns its logical index. Never blocks on the reader."""
+
+    def write_batch(self, transitions: Sequence[Transition]) -> int:
+        """Append transitions in order, as `write` one by one would (the actor's writes after each round);
+        returns how many. Never blocks on the reader."""
 
     @property
     def written(self) -> int:
