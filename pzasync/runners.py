@@ -170,7 +170,8 @@ class _Runner:
         monitor.evaluator = Evaluator(EvaluatorSetup(
             env_spec=self.plan.env_spec, seats=seats, yardstick=cfg.eval_vs, every_s=cfg.eval_every_s,
             episodes=cfg.eval_episodes, seed=cfg.seed + EVAL_SEED_OFFSET, stats=self.plan.stats, run_start=start,
-            parent_pid=os.getpid(), max_episode_steps=cfg.max_episode_steps, scoring=cfg.eval_scoring))
+            parent_pid=os.getpid(), max_episode_steps=cfg.max_episode_steps, scoring=cfg.eval_scoring,
+            env_api=self.plan.env_api))
         monitor.evaluator.start()
 
     def _actor(self, acting: dict[str, ActingAgent], host: LearnerHost, run_dir: RunDirectory | None = None) -> Actor:

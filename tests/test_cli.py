@@ -185,8 +185,10 @@ def test_the_final_evaluation_fits_a_quarter_of_the_training_time(tmp_path, monk
                                 env={"COLUMNS": "200"})
     assert result.exit_code == 0, result.output
     text = " ".join(result.output.split())
-    assert f"final evaluation: {train_cli.FINAL_EPISODES_FLOOR} games per seat and opponent (400 would take" in text
-    assert "--final-episodes N chooses" in text and "untrained" in text, "the summary still comes, on fewer games"
+    assert "final evaluation: the 8 game(s) per seat and opponent that timed it, trained policies only (400 would " \
+           "take" in text
+    assert "--final-episodes N chooses" in text and "greedy play, 8 games per seat" in text, "the summary still comes"
+    assert "untrained" not in text, "no baseline played past the bound"
 
 
 def test_learners_lists_every_builtin_and_each_ones_options_from_its_declarations():

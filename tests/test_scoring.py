@@ -319,3 +319,82 @@ def test_the_evaluator_scores_the_team_while_training(tmp_path):
     assert {(e["agent"], tuple(e["members"]), e["scoring"], e["opponent"]) for e in result.evaluations} == {
         ("team", ("agent_0", "agent_1", "agent_2"), "team", "none")}
     assert all(e["episodes"] == 2 and e["version"] >= 1 for e in result.evaluations)
+
+
+class CountingHeading(Heading):
+    """`Heading`, counting the rows of every forward."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.rows: list[int] = []
+
+    def act(self, obs, mask, explore):
+        self.rows.append(len(obs["obs"]))
+        return super().act(obs, mask, explore)
+
+
+def test_on_the_parallel_path_a_cycle_is_one_forward_per_policy_and_the_games_are_the_aec_paths():
+    """simple_spread's parallel API is its AEC env's cycle: the same games either way, but one forward a cycle for
+    a policy shared by every agent (padded to a multiple of FORWARD_ROWS rows, fixed by its seats, so that the
+    copies do not change the bits)."""
+    from pzasync.evaluation.episodes import FORWARD_ROWS
+
+    env_id, agents = SPREAD, 5
+    spec = EnvSpec.of(env_id, N=agents, max_cycles=20)
+    layouts = layouts_of_spec(spec)
+    figures, forwards = {}, {}
+    for api, copies in (("aec", 4), ("parallel", 1), ("parallel", 3)):
+        shared = CountingHeading()
+        policies = {a: (shared, layout) for a, layout in layouts.items()}
+        report = pzasync.evaluate(policies, env=spec, vs="random", episodes=6, seed=3, scoring="team",
+                                  baselines=False, copies=copies, env_api=api)
+        figures[api, copies] = [r.returns for r in report.results]
+        forwards[api, copies] = shared.rows
+    assert figures["aec", 4] == figures["parallel", 1] == figures["parallel", 3]
+    rows = FORWARD_ROWS * -(-agents // FORWARD_ROWS)
+    assert set(forwards["parallel", 1]) == {rows} and len(forwards["parallel", 1]) == 6 * 20, \
+        "one forward per cycle: 6 games of 20 cycles"
+    assert set(forwards["parallel", 3]) == {rows} and len(forwards["parallel", 3]) == 2 * 20 * 2, \
+        "3 copies: 2 rounds of games, 20 cycles each, 15 decisions a cycle in 2 forwards of 8 rows"
+    assert len(forwards["aec", 4]) > len(forwards["parallel", 1]), "the AEC path asks a forward per agent's turn"
+
+
+def layouts_of_spec(spec: EnvSpec) -> dict:
+    env = spec.make()
+    try:
+        return env_layouts(env, probe_info_masks(env))
+    finally:
+        env.close()
+
+
+def test_a_deadline_keeps_the_first_round_and_plays_a_prefix_of_the_same_games():
+    """score_units(seconds=...) / play_parallel(deadline=...): past the deadline no game starts; the games played
+    are the first ones of the undeadlined evaluation, so they score the same."""
+    import time
+
+    from pzasync.evaluation.episodes import RandomPlayer, play_parallel
+    from pzasync.evaluation.evaluate import score_units
+
+    spec = EnvSpec.of(SPREAD, N=3, max_cycles=10)
+    env = spec.make()
+    agents = list(env.possible_agents)
+    spaces_ = {a: env.action_space(a) for a in agents}
+    env.close()
+    players = dict.fromkeys(agents, RandomPlayer(spaces_, {a: i for i, a in enumerate(agents)}))
+    full = play_parallel(spec, players, episodes=9, seed=4, copies=2)
+    cut = play_parallel(spec, players, episodes=9, seed=4, copies=2, deadline=time.monotonic() - 1)
+    assert len(full) == 9 and len(cut) == 2, "one game a copy: the first round"
+    assert [s.returns for s in cut] == [s.returns for s in full[:2]]
+    results = score_units(spec, "random", {"team": agents, "first": agents[:1]}, "random", episodes=50, seed=4,
+                          copies=3, seconds=0.0)
+    assert [r.episodes for r in results] == [3, 3], "each unit's share spent: its first round only"
+
+
+def test_untrained_members_of_a_group_share_one_network_as_in_training():
+    spec = EnvSpec.of(TAG)
+    groups = {"chasers": ["adversary_0", "adversary_1", "adversary_2"]}
+    _spec, fresh = fresh_policies(spec, "dqn", seed=2, groups=groups)
+    _spec, alone = fresh_policies(spec, "dqn", seed=2)
+    chasers = {id(fresh[a][0]) for a in groups["chasers"]}
+    assert len(chasers) == 1 and id(fresh["agent_0"][0]) not in chasers
+    assert len({id(alone[a][0]) for a in groups["chasers"]}) == 3

@@ -24,6 +24,7 @@ from pzasync.cli.common import console, errors, scoring_line
 from pzasync.cli.suite import suite
 from pzasync.cli.train import train
 from pzasync.config import SCORING_MODES
+from pzasync.core.environments import ENV_APIS
 from pzasync.errors import UserInputError
 from pzasync.evaluation.episodes import ACTING_MODES, EVAL_COPIES
 from pzasync.extras import require
@@ -272,15 +273,18 @@ def parse_versus(versus: str) -> Any:
               help="greedy: each policy's most likely action (a Box action's mean, clipped); sampled: drawn from "
                    "the policy's own distribution as in training (seeded per episode and turn), for Gaussian "
                    "policies whose spread acts through the clipping.")
-@click.option("--copies", default=EVAL_COPIES, show_default=True,
-              help="Env copies played side by side (one batched forward per policy and round); the figures do "
-                   "not depend on it.")
+@click.option("--copies", type=int, default=None,
+              help=f"Env copies played side by side (one batched forward per policy and round); the figures do "
+                   f"not depend on it. Default: {EVAL_COPIES}, fewer for a simultaneous-move env of many agents.")
+@click.option("--env-api", type=click.Choice(list(ENV_APIS)), default=None,
+              help="Step the env through its AEC or parallel API (auto: parallel where the env has one). "
+                   "Default: the run's.")
 @click.option("--json", "json_out", default=None, is_flag=False, flag_value="-", metavar="[FILE|-]",
               help="Also write the figures as JSON (docs/eval-schema.json) to FILE, or to stdout (the table "
                    "then goes to stderr) with '-' or no value (give it last, or as '--json -', so that RUN_DIR "
                    "is not read as FILE).")
 def evaluate_cmd(run_dir: str, versus: str, episodes: int, seed: int, scoring: str | None, baselines: bool,
-                 acting: str, copies: int, json_out: str | None) -> None:
+                 acting: str, copies: int | None, env_api: str | None, json_out: str | None) -> None:
     """Score the trained agents of RUN_DIR (greedy, or sampling with --acting sampled) in the mode that fits
     the game: each seat against a yardstick (random or scripted players, another run's agents), the whole team,
     or each side; beside untrained networks and random play."""
@@ -290,7 +294,7 @@ def evaluate_cmd(run_dir: str, versus: str, episodes: int, seed: int, scoring: s
     from pzasync.evaluation.report import evaluate
 
     require("torch", "pzasync eval")
-    if episodes < 1 or copies < 1:
+    if episodes < 1 or (copies is not None and copies < 1):
         raise UserInputError(f"--episodes {episodes} --copies {copies}: both must be >= 1")
     out = errors if json_out == "-" else console
     if not os.path.isdir(versus):
@@ -300,6 +304,7 @@ def evaluate_cmd(run_dir: str, versus: str, episodes: int, seed: int, scoring: s
         task = progress.add_task(f"evaluating {run_dir}", total=None)
         report = evaluate(run_dir, vs=versus, episodes=episodes,
                           seed=seed, scoring=scoring, baselines=baselines, copies=copies, acting=acting,
+                          env_api=env_api,
                           progress=lambda label: progress.advance(task))
     document = report.to_json()
     if json_out == "-":

@@ -71,9 +71,9 @@ TRAIN_NOTES = {
                    "selves. Default: on where the env's recipe says so (connect_four, tictactoe) when no "
                    "--group or --learner-for is given (a --config file's agent_groups leave it on).")
 @click.option("--final-episodes", "final_episodes", type=int, default=None,
-              help="Games per seat at the end against the yardstick and random, and for the untrained baseline "
-                   "(0 to skip). Default: 400, or fewer (not below 40) where 400 would take more than a quarter "
-                   "of the training time, as measured on a few games first.")
+              help="Games per scored unit (seat, side or team) at the end against the yardstick and random, and "
+                   "for the untrained baseline (0 to skip). Default: 400, or as many as fit where 400 would take "
+                   "more than a quarter of the training time, as measured on one round of games first.")
 def train(env_id: str, config_file: str | None, print_config: bool, learner: str | None,
           learner_for: tuple[str, ...], env_args: tuple[str, ...], wrappers: tuple[str, ...], runner: str,
           steps: int | None,
@@ -172,7 +172,7 @@ def _train(env_id: str, *, config_file: str | None, print_config: bool, learner:
     if episodes:
         with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), console=console,
                       transient=True) as progress:
-            task = progress.add_task(f"evaluating: {episodes} games per seat", total=None)
+            task = progress.add_task(f"evaluating: {episodes} games per scored unit", total=None)
             report = trainer.final_evaluation(result, episodes, progress=lambda label: progress.advance(task))
     _print_summary(result, report, yardstick)
     if episodes:

@@ -271,7 +271,9 @@ class EvaluationOptions(OptionGroup):
         alias="--vs", metavar="PLAYER")
     eval_every_s: float = option(30.0, "Seconds between two evaluations while training.", SECONDS,
                                  alias="--eval-every", metavar="SECONDS")
-    eval_episodes: int = option(100, "Games per learning seat in each evaluation while training.", COUNT,
+    eval_episodes: int = option(100, "Games per scored unit (seat, side or team) in each evaluation while training; "
+                                     "fewer where they would take longer than `eval_every_s` (long games of many "
+                                     "agents).", COUNT,
                                 metavar="N")
     eval_scoring: str | None = option(
         None, "How evaluation scores the policies (docs/league.md, \"Scoring\"): \"seats\" (each learning seat "

@@ -22,7 +22,7 @@ from pettingzoo.utils.conversions import parallel_to_aec, parallel_to_aec_wrappe
 from pzasync.core.global_state import GlobalStateObservations, ParallelGlobalState, StateRequest
 from pzasync.core.gym_adapter import GymnasiumAECEnv
 from pzasync.core.wrappers import apply_wrappers
-from pzasync.errors import EnvSpecError
+from pzasync.errors import ConfigError, EnvSpecError
 from pzasync.remote import connect, is_remote_id
 
 #: Packages whose env modules are listed by `pzasync envs` and offered as close matches.
@@ -198,6 +198,32 @@ def make_parallel_env(spec: Any, **kwargs: Any) -> ParallelEnv:
         raise EnvSpecError(f"env {name!r} has no parallel API (it is turn-based, or an AEC env not made by "
                            f"parallel_to_aec): use env_api='aec' (--env-api aec)")
     return parallel
+
+
+def choose_env_api(spec: EnvSpec, wanted: str = "auto") -> tuple[str, str | None]:
+    """The env API to step `spec` through ("aec" or "parallel") for `wanted` (`ENV_APIS`), and where "auto" chose
+    the parallel path, why (docs/transitions.md, "The parallel path"). "auto" takes the parallel API where the env
+    has one, except for remote envs (served over the AEC protocol) and envs under a user's wrapper function
+    (it takes what `make` gives it: an AEC env). ConfigError where "parallel" is asked of an env without it."""
+    if wanted not in ENV_APIS:
+        raise ConfigError(f"option env_api={wanted!r}: must be one of {', '.join(ENV_APIS)}")
+    if wanted == "aec":
+        return "aec", None
+    if isinstance(spec.source, str) and is_remote_id(spec.source):
+        if wanted == "parallel":
+            raise ConfigError(f"option env_api='parallel': env {spec.name!r} is served by another process, which "
+                              f"speaks the AEC protocol (docs/remote.md); use env_api='aec' or 'auto'")
+        return "aec", None
+    if wanted == "auto" and any(":" in wrapper for wrapper in spec.wrappers):
+        return "aec", None
+    try:
+        spec.make_parallel().close()
+    except EnvSpecError as exc:
+        if wanted == "parallel":
+            raise ConfigError(f"option env_api='parallel': {exc}") from None
+        return "aec", None
+    return "parallel", ("parallel (the env is simultaneous-move underneath: every live agent's decision of a "
+                        "cycle in one forward per policy; env_api='aec' steps it turn by turn)")
 
 
 def make_env(spec: Any, **kwargs: Any) -> AECEnv:

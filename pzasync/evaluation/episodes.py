@@ -17,12 +17,15 @@ their ties from their own RNG), and `RandomPlayer`, uniform over legal actions f
 
 from __future__ import annotations
 
+import time
 from typing import Any, Callable, Protocol
 
 import numpy as np
 from gymnasium import spaces
+from pettingzoo import ParallelEnv
 
-from pzasync.core.environments import EnvSpec
+from pzasync.core.environments import EnvSpec, choose_env_api
+from pzasync.core.parallel_stepper import ParallelStepper
 from pzasync.core.spaces import (
     AgentLayout,
     env_action_converter,
@@ -31,7 +34,7 @@ from pzasync.core.spaces import (
     stack_masks,
     uniform_legal,
 )
-from pzasync.core.stepper import EpisodeStepper, PendingDecision
+from pzasync.core.stepper import CopyStepper, EpisodeStepper, PendingDecision
 from pzasync.core.transitions import EpisodeSummary, LayoutBook
 
 #: Env copies evaluation steps side by side unless told otherwise: as many forwards saved per round as the
@@ -43,6 +46,10 @@ EVAL_COPIES = 8
 #: row's output is the same bits whatever the copies beside it (a network's float rounding depends on the batch's
 #: size, not on the other rows). As many as `EVAL_COPIES`: one copy's decision each, nothing padded by default.
 FORWARD_ROWS = EVAL_COPIES
+
+#: Decisions a round of parallel-path evaluation aims at (`eval_copies`): copies side by side until their cycles
+#: hold about this many agents.
+EVAL_ROWS = 64
 
 
 #: How evaluated policies pick their actions: "greedy" (the most likely action; a Box action's mean) or "sampled"
@@ -192,48 +199,80 @@ class RandomPlayer:
             if d.mask is not None and d.mask.any():
                 start = int(space.start) if isinstance(space, spaces.Discrete) else 0
                 out.append(uniform_legal(rng, d.mask) + start)
+            elif isinstance(space, spaces.Discrete):  # drawn directly: reseeding the space costs 10x the draw
+                out.append(int(space.start) + int(rng.integers(space.n)))
             else:
                 space.seed(int(rng.integers(2**31)))
                 out.append(space.sample())
         return out
 
 
+def eval_copies(agents: int, env_api: str) -> int:
+    """Env copies an evaluation steps side by side by default: `EVAL_COPIES` turn-based copies (one decision each a
+    round); on the parallel path as many as keep a round near `EVAL_ROWS` decisions (a 162-agent env: one copy,
+    whose every cycle is already one wide forward per policy, and whose games are long)."""
+    if env_api != "parallel":
+        return EVAL_COPIES
+    return max(1, min(EVAL_COPIES, EVAL_ROWS // max(1, agents)))
+
+
 def play_parallel(env_spec: Any, players: dict[str, Player], episodes: int, seed: int,
-                  copies: int = EVAL_COPIES, max_episode_steps: int | None = None) -> list[EpisodeSummary]:
-    """Play `episodes` episodes over up to `copies` env copies, agent `a` played by `players[a]`; return their
-    summaries in episode order (module docstring: seeding and batching)."""
+                  copies: int | None = None, max_episode_steps: int | None = None, env_api: str = "auto",
+                  deadline: float | None = None) -> list[EpisodeSummary]:
+    """Play `episodes` episodes over up to `copies` env copies (None: `eval_copies`), agent `a` played by
+    `players[a]`; return their summaries in episode order (module docstring: seeding and batching).
+
+    `env_api` ("auto", "aec", "parallel": `choose_env_api`): on the parallel path each round answers every live
+    agent's decision of a cycle of every copy. `deadline` (a `time.monotonic()` instant): no episode starts after
+    it; those in play finish, so the summaries are those of episodes 0, 1, ... k-1, k at least the first round's
+    (one episode a copy)."""
     spec = env_spec if isinstance(env_spec, EnvSpec) else EnvSpec.of(env_spec)
     if episodes < 1:
         return []
-    envs = [spec.make() for _ in range(max(1, min(copies, episodes)))]
+    api, _why = choose_env_api(spec, env_api)
+    make = spec.make_parallel if api == "parallel" else spec.make
+    first = make()
+    envs = [first]
     try:
-        layouts = env_layouts(envs[0], probe_info_masks(envs[0], seed=seed))
+        layouts = env_layouts(*_probe(first, seed))
+        if copies is None:
+            copies = eval_copies(len(first.possible_agents), api)
+        envs += [make() for _ in range(max(1, min(copies, episodes)) - 1)]
         to_env = env_action_converter(layouts)
         done: dict[int, EpisodeSummary] = {}
         playing: dict[int, int] = {}  # copy -> episode index
         unique = list({id(p): p for p in players.values()}.values())
-        steppers = [EpisodeStepper(env, lambda t: None, copy=k, layouts=LayoutBook(env, layouts, fixed=True),
-                                   max_episode_steps=max_episode_steps, to_env=to_env,
-                                   on_episode=lambda s: done.__setitem__(playing[s.copy], s))
-                    for k, env in enumerate(envs)]
+        if api == "parallel":
+            for player in unique:
+                if isinstance(player, PolicyPlayer) and player.forward_rows is not None:
+                    seats = sum(p is player for p in players.values())
+                    # Fixed by the seats a player fills in one cycle, never by the copies: still the same bits.
+                    player.forward_rows = FORWARD_ROWS * -(-seats // FORWARD_ROWS)
+        stepper_class: Any = ParallelStepper if api == "parallel" else EpisodeStepper
+        steppers: list[CopyStepper] = [
+            stepper_class(env, lambda t: None, copy=k, layouts=LayoutBook(env, layouts, fixed=True),
+                          max_episode_steps=max_episode_steps, to_env=to_env,
+                          on_episode=lambda s: done.__setitem__(playing[s.copy], s))
+            for k, env in enumerate(envs)]
         started = 0
 
-        def next_decision(stepper: EpisodeStepper) -> PendingDecision | None:
+        def next_decisions(stepper: CopyStepper) -> list[PendingDecision]:
             nonlocal started
             while True:
                 if not stepper.in_episode:
-                    if started >= episodes:
-                        return None
+                    late = deadline is not None and started >= len(steppers) and time.monotonic() > deadline
+                    if started >= episodes or late:
+                        return []
                     playing[stepper.copy] = started
                     stepper.reset(seed=seed + started)
                     for player in unique:
                         player.start(stepper.copy, started, seed)
                     started += 1
-                decision = stepper.advance()
-                if decision is not None:
-                    return decision
+                decisions = stepper.next_decisions()
+                if decisions:
+                    return decisions
 
-        pending = [d for s in steppers if (d := next_decision(s)) is not None]
+        pending = [d for s in steppers for d in next_decisions(s)]
         while pending:
             rows: dict[int, list[int]] = {}
             for j, d in enumerate(pending):
@@ -243,14 +282,25 @@ def play_parallel(env_spec: Any, players: dict[str, Player], episodes: int, seed
                 player = players[pending[indices[0]].agent]
                 for j, action in zip(indices, player.act([pending[j] for j in indices])):
                     actions[j] = action
-            following = []
+            by_copy: dict[int, list[tuple[PendingDecision, Any, dict]]] = {}
             for d, action in zip(pending, actions):
-                stepper = steppers[d.copy]
-                stepper.step(action)
-                if (nxt := next_decision(stepper)) is not None:
-                    following.append(nxt)
-            pending = following
-        return [done[e] for e in range(episodes)]
+                by_copy.setdefault(d.copy, []).append((d, action, {}))
+            pending = []
+            for copy, answered in by_copy.items():
+                stepper = steppers[copy]
+                stepper.answer(answered)
+                pending += next_decisions(stepper)
+        return [done[e] for e in range(started)]
     finally:
         for env in envs:
             env.close()
+
+
+def _probe(env: Any, seed: int) -> tuple[Any, dict]:
+    """(an AEC view of `env`, its info masks) for `env_layouts`: layouts are read the same way on either path."""
+    if isinstance(env, ParallelEnv):
+        from pettingzoo.utils.conversions import parallel_to_aec
+
+        view = parallel_to_aec(env)
+        return view, probe_info_masks(view, seed=seed)
+    return env, probe_info_masks(env, seed=seed)

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import copy
 import math
+import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Callable
@@ -31,7 +32,7 @@ from pzasync.core.groups import resolve_groups
 from pzasync.core.spaces import AgentLayout, env_action_converter, env_layouts, probe_info_masks, uniform_legal
 from pzasync.core.transitions import EpisodeSummary, LayoutBook
 from pzasync.errors import ConfigError
-from pzasync.evaluation.episodes import EVAL_COPIES, PerCopyPlayer, Player, PolicyPlayer, RandomPlayer, play_parallel
+from pzasync.evaluation.episodes import PerCopyPlayer, Player, PolicyPlayer, RandomPlayer, play_parallel
 from pzasync.learners import Learner, resolve_learner, state_request
 from pzasync.learners.players import load_checkpoint_policy
 from pzasync.runtime.rundir import RunDirectory
@@ -319,13 +320,16 @@ def policy_players(policies: dict[str, tuple[Any, AgentLayout]], explore: bool =
 def score_units(env_spec: Any, seated: dict[str, tuple[Any, AgentLayout]] | str, units: dict[str, list[str]],
                 opponents: Any, episodes: int, seed: int = 12345, max_episode_steps: int | None = None,
                 opponent_name: str | None = None, policy: str = "trained",
-                copies: int = EVAL_COPIES, explore: bool = False) -> list[EvalResult]:
+                copies: int | None = None, explore: bool = False, env_api: str = "auto",
+                seconds: float | None = None) -> list[EvalResult]:
     """Score each unit (a name -> its member agents): its members play `seated` (a dict agent -> (policy,
     layout), greedy, or sampling their own distributions with `explore`; or "random"), every other agent, and
     members without a policy, play `opponents` (as in `evaluate_against`; the result's opponent is `NO_OPPONENT`
     where none played); the unit's score in an episode is its members' summed return. `episodes` episodes per
-    unit over `copies` env copies (evaluation/episodes.py: batched, seeded per episode). `policy` labels the
-    results ("trained", "untrained", "random")."""
+    unit over `copies` env copies (evaluation/episodes.py: batched, seeded per episode; None: `eval_copies`),
+    stepped through `env_api` ("auto": the parallel API where the env has one). `seconds`: a time budget shared
+    equally by the units, each playing its games until its share is spent (at least one round: fewer than
+    `episodes` where games are long). `policy` labels the results ("trained", "untrained", "random")."""
     spec = EnvSpec.of(env_spec) if not isinstance(env_spec, EnvSpec) else env_spec
     if isinstance(seated, dict):
         reading = sorted(a for a, (_p, layout) in seated.items() if reads_state(layout))
@@ -350,9 +354,11 @@ def score_units(env_spec: Any, seated: dict[str, tuple[Any, AgentLayout]] | str,
     if opponent_name is None:
         opponent_name = "opponent run" if isinstance(opponents, dict) else player_name(opponents)
     results = []
-    for unit, members in units.items():
+    started = time.monotonic()
+    for number, (unit, members) in enumerate(units.items(), 1):
         players = {a: own[a] if a in members and a in own else others[a] for a in agents}
-        summaries = play_parallel(spec, players, episodes, seed, copies, max_episode_steps)
+        deadline = None if seconds is None else started + seconds * number / len(units)
+        summaries = play_parallel(spec, players, episodes, seed, copies, max_episode_steps, env_api, deadline)
         against = opponent_name if any(a not in members or a not in own for a in agents) else NO_OPPONENT
         results.append(EvalResult(unit, against, [sum(s.returns.get(a, 0.0) for a in members)
                                                   for s in summaries], tuple(members), policy))
@@ -361,7 +367,7 @@ def score_units(env_spec: Any, seated: dict[str, tuple[Any, AgentLayout]] | str,
 
 def evaluate_against(env_spec: Any, trained: dict[str, tuple[Any, AgentLayout]], opponents: Any,
                      episodes: int, seed: int = 12345, max_episode_steps: int | None = None,
-                     opponent_name: str | None = None, copies: int = EVAL_COPIES) -> list[EvalResult]:
+                     opponent_name: str | None = None, copies: int | None = None) -> list[EvalResult]:
     """Each trained agent plays `episodes` episodes greedily; every other agent is `opponents` ("seats"
     scoring; `score_units` scores teams and sides).
 
@@ -376,13 +382,15 @@ def evaluate_against(env_spec: Any, trained: dict[str, tuple[Any, AgentLayout]],
                        copies=copies)
 
 
-def fresh_policies(env_spec: Any, learners: Any,
-                   seed: int = 12345) -> tuple[EnvSpec, dict[str, tuple[Any, AgentLayout]]]:
+def fresh_policies(env_spec: Any, learners: Any, seed: int = 12345,
+                   groups: dict[str, list[str]] | None = None) -> tuple[EnvSpec, dict[str, tuple[Any, AgentLayout]]]:
     """Freshly initialised (seeded, untrained) greedy policies of every agent whose learner learns, and the env
     spec to score them on (with the global state beside the observation where a learner's critic reads it).
 
     `learners` is one learner spec for every agent or a dict agent -> spec (`"*"` for the rest), as the runners
-    take them (a run.json entry `{"learner": path, "options": {...}}` also works)."""
+    take them (a run.json entry `{"learner": path, "options": {...}}` also works). `groups` (group -> members, as
+    `resolve_groups` gives them): the members of a group share one network, as in training (its first member's),
+    so that their decisions share forwards."""
     import torch
 
     spec = EnvSpec.of(env_spec) if not isinstance(env_spec, EnvSpec) else env_spec
@@ -403,9 +411,14 @@ def fresh_policies(env_spec: Any, learners: Any,
     finally:
         probe.close()
     fresh: dict[str, tuple[Any, AgentLayout]] = {}
+    first_of = {member: members[0] for members in (groups or {}).values() for member in members}
     for index, (agent, layout) in enumerate(layouts.items()):
         learner = per_agent.get(agent, per_agent.get("*"))
         if learner is None:
+            continue
+        leader = fresh.get(first_of.get(agent, agent))
+        if leader is not None and replace(leader[1], agent=agent) == layout:
+            fresh[agent] = (leader[0], layout)
             continue
         cls, options = resolve_learner(_learner_spec(learner), agent)
         if not cls.learns:
@@ -425,13 +438,16 @@ def fresh_policies(env_spec: Any, learners: Any,
 
 
 def _learner_spec(learner: Any) -> Any:
-    """A learner spec, or a run.json entry {"learner": path, "options": {...}} as one."""
-    return (learner["learner"], dict(learner.get("options", {}))) if isinstance(learner, dict) else learner
+    """A learner spec (its text form too: "dqn,torso=mlp"), or a run.json entry {"learner": path, "options": {...}}
+    as one."""
+    if isinstance(learner, dict):
+        return learner["learner"], dict(learner.get("options", {}))
+    return parse_learner_spec(learner) if isinstance(learner, str) else learner
 
 
 def untrained_baseline(env_spec: Any, learners: Any, opponents: Any, episodes: int, seed: int = 12345,
                        max_episode_steps: int | None = None, opponent_name: str | None = None,
-                       copies: int = EVAL_COPIES) -> list[EvalResult]:
+                       copies: int | None = None) -> list[EvalResult]:
     """Where learning starts: each learning agent's policy with fresh (seeded, untrained) weights
     (`fresh_policies`), evaluated greedily exactly as `evaluate_against` evaluates a trained one (same
     opponents, same seeds). Agents whose learner never learns are left out, as they have no checkpoint to

@@ -3,7 +3,8 @@
 The evaluator is an evaluation actor apart from the exploration actor. Every `RunConfig.eval_every_s` it
 reads each learning unit's policy slot (a plain read of the published vector: the actor and the learners
 never wait for it), loads it into its own copy of the policy, and scores the policies greedily for
-`eval_episodes` games per scored unit in the mode that fits the game (`RunConfig.eval_scoring`: each learning
+`eval_episodes` games per scored unit (fewer where they would take longer than `eval_every_s`: long games of many
+agents still give a row each round) in the mode that fits the game (`RunConfig.eval_scoring`: each learning
 seat, the team or each side; evaluation/scoring.py) against the yardstick (`RunConfig.eval_vs`: a scripted
 player, random, or another run's checkpoints) on a fixed seed, over env copies with batched forwards
 (evaluation/episodes.py). Each unit's score goes back to the runner as one row,
@@ -57,6 +58,8 @@ class EvaluatorSetup:
     niceness: int = 10
     #: RunConfig.eval_scoring: "seats", "team", "sides", or None (the env's recipe's, else read from the env).
     scoring: str | None = None
+    #: The env API the run's actor steps ("aec" or "parallel"): evaluation games are played the same way.
+    env_api: str = "auto"
 
 
 def evaluator_main(setup: EvaluatorSetup, rows: Any, stop: Any) -> None:
@@ -114,8 +117,10 @@ def evaluator_main(setup: EvaluatorSetup, rows: Any, stop: Any) -> None:
                 continue
             agent_steps = setup.stats.total_steps
             wall = started - setup.run_start
+            # Within `every_s`: a round of long games (a battle of 162 agents) writes rows with fewer games.
             results = score_units(setup.env_spec, policies, units, opponents, setup.episodes, seed=setup.seed,
-                                  max_episode_steps=setup.max_episode_steps)
+                                  max_episode_steps=setup.max_episode_steps, env_api=setup.env_api,
+                                  seconds=setup.every_s)
             extra = {}
             if exact:
                 try:

@@ -22,9 +22,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from pzasync.core.environments import EnvSpec
+from pzasync.core.environments import EnvSpec, choose_env_api
+from pzasync.core.groups import resolve_groups
 from pzasync.errors import ConfigError
-from pzasync.evaluation.episodes import ACTING_MODES, EVAL_COPIES
+from pzasync.evaluation.episodes import ACTING_MODES, eval_copies
 from pzasync.evaluation.evaluate import EvalResult, fresh_policies, load_run_policies, player_name, score_units
 from pzasync.evaluation.scoring import choose_scoring, units_for
 from pzasync.runtime.rundir import RunDirectory
@@ -99,8 +100,9 @@ def _opponents(vs: Any) -> tuple[Any, str]:
 
 def evaluate(run_dir_or_policies: str | Path | dict[str, tuple[Any, Any]], env: Any = None, vs: Any = "random",
              episodes: int = 400, seed: int = 12345, scoring: str | None = None, *, learners: Any = None,
-             baselines: bool = True, copies: int = EVAL_COPIES, max_episode_steps: int | None = None,
-             progress: Callable[[str], None] | None = None, acting: str = "greedy") -> Evaluation:
+             baselines: bool = True, copies: int | None = None, max_episode_steps: int | None = None,
+             progress: Callable[[str], None] | None = None, acting: str = "greedy",
+             env_api: str | None = None) -> Evaluation:
     """Score trained policies in the mode that fits the game, with baselines (module docstring).
 
     `run_dir_or_policies`: a run directory (its checkpoints; its env, learners and episode limit
@@ -109,7 +111,9 @@ def evaluate(run_dir_or_policies: str | Path | dict[str, tuple[Any, Any]], env: 
     "team" or "sides"; None: the env's recipe's, else read from the env (`choose_scoring`). `learners`: the
     learner specs of the untrained baseline (a run directory's own by default; without any, no untrained
     baseline). `baselines`: False scores the trained policies only. `episodes` per unit and evaluation, over
-    `copies` env copies with batched forwards; the same `seed` gives the same figures. `acting`: "greedy" or
+    `copies` env copies with batched forwards (None: `eval_copies`, by the env's agents); the same `seed` gives the
+    same figures whatever the copies. `env_api`: "auto", "aec" or "parallel" (`choose_env_api`; a run directory's
+    own by default, else "auto"): on the parallel path a round answers a whole cycle. `acting`: "greedy" or
     "sampled" (the trained and the untrained policies draw from their own distributions, seeded per episode and
     turn; yardsticks and random play are unchanged). `progress(label)` is called after each evaluation.
     """
@@ -125,8 +129,10 @@ def evaluate(run_dir_or_policies: str | Path | dict[str, tuple[Any, Any]], env: 
             learners = info.get("learners")
         config = info.get("config", {})
         max_episode_steps = config.get("max_episode_steps") if max_episode_steps is None else max_episode_steps
+        env_api = config.get("env_api", "auto") if env_api is None else env_api
+        groups = config.get("agent_groups") or None
     elif isinstance(run_dir_or_policies, dict):
-        policies = run_dir_or_policies
+        policies, groups = run_dir_or_policies, None
         if env is None:
             raise ConfigError("pzasync.evaluate: policies given as a dict need env=... (an env id or EnvSpec)")
     else:
@@ -134,7 +140,7 @@ def evaluate(run_dir_or_policies: str | Path | dict[str, tuple[Any, Any]], env: 
                           f"{type(run_dir_or_policies).__name__}")
     if episodes < 1:
         raise ConfigError(f"pzasync.evaluate: episodes={episodes}: must be >= 1")
-    if copies < 1:
+    if copies is not None and copies < 1:
         raise ConfigError(f"pzasync.evaluate: copies={copies}: must be >= 1")
     if acting not in ACTING_MODES:
         raise ConfigError(f"pzasync.evaluate: acting={acting!r}: expected one of {', '.join(ACTING_MODES)}")
@@ -145,6 +151,8 @@ def evaluate(run_dir_or_policies: str | Path | dict[str, tuple[Any, Any]], env: 
         agents = list(probe.possible_agents)
     finally:
         probe.close()
+    api, _why = choose_env_api(spec, env_api or "auto")
+    copies = eval_copies(len(agents), api) if copies is None else copies
     units = units_for(mode, agents, list(policies))
     opponents, name = _opponents(vs)
     report = Evaluation(spec.name, mode, why, name, episodes, seed, copies, units, run_dir=run_dir, acting=acting)
@@ -156,10 +164,10 @@ def evaluate(run_dir_or_policies: str | Path | dict[str, tuple[Any, Any]], env: 
 
     # `explore` reaches the seated policies only: random play and the yardsticks are never asked to sample.
     score = functools.partial(score_units, max_episode_steps=max_episode_steps, copies=copies,
-                              explore=acting == "sampled")
+                              explore=acting == "sampled", env_api=api)
     add(score(spec, policies, units, opponents, episodes, seed, opponent_name=name), "trained")
     if baselines and learners is not None:
-        fresh_spec, fresh = fresh_policies(spec, learners, seed)
+        fresh_spec, fresh = fresh_policies(spec, learners, seed, resolve_groups(groups, agents) if groups else None)
         add(score(fresh_spec, fresh, units_for(mode, agents, list(fresh)), opponents, episodes, seed,
                   opponent_name=name, policy="untrained"), "untrained")
     if baselines and mode == "seats" and name != "random":

@@ -19,10 +19,10 @@ from typing import Any
 
 from pzasync.config import RunConfig
 from pzasync.config.groups import AUTO, chosen
-from pzasync.core.environments import EnvSpec
+from pzasync.core.environments import EnvSpec, choose_env_api
 from pzasync.core.groups import resolve_groups
 from pzasync.core.spaces import AgentLayout, env_layouts, probe_info_masks
-from pzasync.errors import ConfigError, EnvSpecError, UserInputError
+from pzasync.errors import ConfigError, UserInputError
 from pzasync.learners import Learner, Policy, policy_size, resolve_learner, state_request
 from pzasync.logs import logger
 from pzasync.remote.address import is_remote_id
@@ -210,25 +210,8 @@ class RunPlan:
 
     def _env_api(self) -> tuple[str, str | None]:
         """RunConfig.env_api resolved ("aec" or "parallel"), and where "auto" chose the parallel path, why
-        (docs/transitions.md, "The parallel path"): the env has a parallel API. Remote envs take the AEC path."""
-        wanted, name = self.config.env_api, self.env_spec.name
-        if wanted == "aec":
-            return "aec", None
-        if is_remote_id(self.env_spec.source):
-            if wanted == "parallel":
-                raise ConfigError(f"option env_api='parallel': env {name!r} is served by another process, which "
-                                  f"speaks the AEC protocol (docs/remote.md); use env_api='aec' or 'auto'")
-            return "aec", None
-        if wanted == AUTO and any(":" in wrapper for wrapper in self.env_spec.wrappers):
-            return "aec", None  # a user's wrapper function takes what `make` gives it: an AEC env
-        try:
-            self.env_spec.make_parallel().close()
-        except EnvSpecError as exc:
-            if wanted == "parallel":
-                raise ConfigError(f"option env_api='parallel': {exc}") from None
-            return "aec", None
-        return "parallel", ("parallel (the env is simultaneous-move underneath: every live agent's decision of a "
-                            "cycle in one forward per policy; env_api='aec' steps it turn by turn)")
+        (`choose_env_api`)."""
+        return choose_env_api(self.env_spec, self.config.env_api)
 
     def _group_unit(self, group: str, members: list[str]) -> AgentPlan:
         """One learner unit for the group's members, which must agree on spaces (what one policy needs)."""

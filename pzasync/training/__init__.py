@@ -3,7 +3,7 @@
 (trainer.py)."""
 
 from pzasync.training.choices import TrainChoices, learners_from_options, train_choices, with_learner_for
-from pzasync.training.trainer import FINAL_EPISODES, FINAL_EPISODES_FLOOR, FINAL_SHARE, Trainer, TrainResult, train
+from pzasync.training.trainer import FINAL_EPISODES, FINAL_SHARE, Trainer, TrainResult, train
 
-__all__ = ["FINAL_EPISODES", "FINAL_EPISODES_FLOOR", "FINAL_SHARE", "TrainChoices", "TrainResult", "Trainer",
+__all__ = ["FINAL_EPISODES", "FINAL_SHARE", "TrainChoices", "TrainResult", "Trainer",
            "learners_from_options", "train", "train_choices", "with_learner_for"]

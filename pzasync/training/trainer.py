@@ -18,9 +18,9 @@ from pzasync.runners import AsyncRunner, SequentialRunner
 from pzasync.training import learner_file
 from pzasync.training.choices import TrainChoices, train_choices
 
-#: The final evaluation unless `final_episodes` says: FINAL_EPISODES games per seat and opponent, or fewer, not
-#: below FINAL_EPISODES_FLOOR, where they would take more than FINAL_SHARE of the training time.
-FINAL_EPISODES, FINAL_EPISODES_FLOOR, FINAL_SHARE = 400, 40, 0.25
+#: The final evaluation unless `final_episodes` says: FINAL_EPISODES games per scored unit and opponent, or as many
+#: as fit where they would take more than FINAL_SHARE of the training time (`Trainer.final_episodes_for`).
+FINAL_EPISODES, FINAL_SHARE = 400, 0.25
 #: The final evaluation's seed, after the run's own.
 FINAL_SEED_OFFSET = 777
 RUNNERS = {"async": AsyncRunner, "sequential": SequentialRunner}
@@ -67,6 +67,8 @@ class Trainer:
                  say: Callable[[str], None] | None = None) -> None:
         self.say = say or logger.info
         self.notes: list[str] = []
+        #: The timed round of the final evaluation, where it is all that fits (`final_episodes_for`).
+        self._timed_round: Any = None
         options, file_options = dict(options or {}), dict(file_options or {})
         _check_arguments(runner, steps, minutes, final_episodes, options)
         if isinstance(learner_for, Mapping):
@@ -160,29 +162,40 @@ class Trainer:
         return any(p.learns for p in self.runner.plan.agents.values())
 
     def final_episodes_for(self, result: Any) -> int:
-        """Games per scored unit of the final evaluation: `final_episodes`, or FINAL_EPISODES unless a few games
-        against the yardstick say its evaluations would take more than FINAL_SHARE of the run (then as many as
-        fit, at least FINAL_EPISODES_FLOOR, with a note)."""
+        """Games per scored unit of the final evaluation: `final_episodes`, or FINAL_EPISODES unless one round of
+        games against the yardstick (`eval_copies` games, timed) says its evaluations would take more than
+        FINAL_SHARE of the run: then as many as fit in what the round left of that share, with a note; where not
+        even one more game of each evaluation fits (a 162-agent battle after a short run), the timed round is the
+        final evaluation, without baselines (`final_evaluation` returns it)."""
+        self._timed_round = None
         if self.final_episodes is not None:
             return self.final_episodes
         if not result.run_dir or not self.learned:
             return 0
-        from pzasync.evaluation.episodes import EVAL_COPIES
+        from pzasync.evaluation.episodes import eval_copies
         from pzasync.evaluation.report import evaluate, evaluations_planned
 
-        probe = EVAL_COPIES  # one round of copies: what a game costs when they play side by side
+        plan = self.runner.plan
+        round_games = eval_copies(len(plan.agents), plan.env_api)  # what a game costs when copies play side by side
         start = time.monotonic()
-        measured = evaluate(result.run_dir, env=self.runner.plan.env_spec, vs=self.choices.yardstick,
-                            episodes=probe, seed=self._final_seed, scoring=self.config.eval_scoring, baselines=False)
-        per_game = (time.monotonic() - start) / probe  # every unit, one opponent
+        measured = evaluate(result.run_dir, env=plan.env_spec, vs=self.choices.yardstick, episodes=round_games,
+                            seed=self._final_seed, scoring=self.config.eval_scoring, baselines=False)
+        spent = time.monotonic() - start
+        per_game = spent / round_games  # every unit, one opponent
         evaluations = evaluations_planned(measured.scoring, measured.vs)
         full, budget = per_game * evaluations * FINAL_EPISODES, FINAL_SHARE * result.wall_seconds
-        if full <= budget:
+        if full + spent <= budget:
             return FINAL_EPISODES
-        episodes = max(FINAL_EPISODES_FLOOR, int(budget / (per_game * evaluations)))
-        self._note(f"final evaluation: {episodes} games per seat and opponent ({FINAL_EPISODES} would take about "
-                   f"{full:.0f} s, more than a quarter of the {result.wall_seconds:.0f} s run); --final-episodes N "
-                   f"chooses")
+        episodes = int((budget - spent) / (per_game * evaluations))
+        per = "seat and opponent" if measured.scoring == "seats" else f"{measured.scoring[:-1]} and policy"
+        why = (f"{FINAL_EPISODES} would take about {full:.0f} s, more than a quarter of the {result.wall_seconds:.0f} "
+               f"s run; --final-episodes N chooses")
+        if episodes < 1:
+            self._timed_round = measured
+            self._note(f"final evaluation: the {round_games} game(s) per {per} that timed it, trained policies only "
+                       f"({why})")
+            return round_games
+        self._note(f"final evaluation: {episodes} games per {per} ({why})")
         return episodes
 
     @property
@@ -195,6 +208,11 @@ class Trainer:
         play (`pzasync.evaluate`), `episodes` games per scored unit; `progress` is called after each game."""
         from pzasync.evaluation.report import evaluate
 
+        timed = self._timed_round
+        if timed is not None and timed.episodes == episodes:
+            if progress is not None:
+                progress("trained")
+            return timed
         return evaluate(result.run_dir, env=self.runner.plan.env_spec, vs=self.choices.yardstick, episodes=episodes,
                         seed=self._final_seed, scoring=self.config.eval_scoring, learners=self.learners,
                         progress=progress)
