@@ -10,11 +10,11 @@ import pytest
 import torch
 
 from pzasync import AsyncRunner, RunConfig, SequentialRunner
+from pzasync.core.spaces import env_layouts
 from pzasync.errors import ConfigError
 from pzasync.learners import LearnerContext
 from pzasync.learners.ppo import PPOLearner
 from pzasync.runtime.plan import RunPlan
-from pzasync.core.spaces import env_layouts
 from pzasync.transport import stats as S
 
 SCRIPTED = "tests.scripted_env:env"
@@ -80,6 +80,26 @@ def test_a_grouped_dqn_run_trains_and_reports_per_member(tmp_path):
     from pzasync.evaluation.evaluate import load_run_policies
 
     assert sorted(load_run_policies(result.run_dir)) == ["forager_0", "forager_1", "forager_2"]
+
+
+def test_a_group_is_planned_once_not_once_per_member(monkeypatch):
+    """The plan resolves, checks and sizes a group's learner on one member (they share its spec and spaces):
+    planning hundreds of agents in two groups builds two policies, not hundreds."""
+    from pzasync.learners.dqn import DQNLearner
+
+    built, checked = [], []
+    build, validate = DQNLearner.build_policy.__func__, DQNLearner.validate_config.__func__
+    monkeypatch.setattr(DQNLearner, "build_policy", classmethod(
+        lambda cls, layout, options: built.append(layout.agent) or build(cls, layout, options)))
+    monkeypatch.setattr(DQNLearner, "validate_config", classmethod(
+        lambda cls, agent, options: checked.append(agent) or validate(cls, agent, options)))
+    plan = RunPlan("pzasync.envs.forage", {"pack": ("dqn", {"hidden": [16]}), "forager_2": "dqn"},
+                   RunConfig(agent_groups={"pack": ["forager_0", "forager_1"]}))
+    assert built == ["forager_0", "forager_2"] and checked == ["forager_0", "forager_2"]
+    assert plan.agents["forager_1"].policy_floats == plan.units["pack"].policy_floats
+    assert plan.units["pack"].policy_floats < plan.units["forager_2"].policy_floats, "each unit its own size"
+    assert plan.agents["forager_1"].options == plan.units["pack"].options
+    assert plan.units["pack"].options["hidden"] == [16]
 
 
 @pytest.mark.parametrize("groups, learners, message", [

@@ -17,12 +17,12 @@ def resolve_groups(groups: dict[str, list[str]], agents: list[str]) -> dict[str,
     for group, patterns in groups.items():
         if group in agents:
             raise ConfigError(f"agent group {group!r} has the name of one of the env's agents; rename the group")
-        members = []
+        members: dict[str, None] = {}  # in the order matched; a dict, so that hundreds of agents stay linear
         for pattern in patterns:
             matched = [a for a in agents if fnmatch.fnmatchcase(a, pattern)]
             if not matched:
                 raise ConfigError(f"agent group {group!r}: {pattern!r} matches none of the env's agents {agents}")
-            members += [a for a in matched if a not in members]
+            members.update(dict.fromkeys(matched))
         for agent in members:
             if agent in taken:
                 raise ConfigError(f"agent {agent!r} is in two agent groups, {taken[agent]!r} and {group!r}")
