@@ -204,3 +204,30 @@ def test_the_live_table_has_one_row_per_learning_unit_with_its_members_latest_re
     assert rows == [["adversary_0..adversary_2 (3 agents)", "dqn (adversary)", "+1.090", "1,234", "56", "1.5/3",
                      "starting"],
                     ["agent_0", "dqn", "-2.500", "0", "0", "0.0/0", "starting"]]
+
+
+def test_the_returns_plot_draws_a_group_as_one_line_of_its_members_mean(tmp_path):
+    """returns.png (and eval.png's training panel): one line per learning unit, a group's its members' mean return
+    in each episode under their short name, so 162 agents make two lines, not 162 (and a legend that fits)."""
+    from pzasync.runtime.rundir import RunDirectory, draw_returns, returns_units
+
+    run_dir = RunDirectory(tmp_path)
+    run_dir.write_json("run.json", {"config": {"agent_groups": {"red": ["red_*"]}}})
+    red = [f"red_{i}" for i in range(12)]  # red_10 sorts before red_2: the env's order is kept
+    rows = [{"wall_s": float(e), "returns": {"red_0": e, "red_1": 3.0 * e, **dict.fromkeys(red[2:], 2.0),
+                                             "agent_0": -e}} for e in range(4)]
+    units = returns_units(run_dir, rows)
+    assert list(units.items()) == [("red", red), ("agent_0", ["agent_0"])]
+
+    class Axes:
+        lines: list = []
+
+        def plot(self, x, y, **style):
+            self.lines.append((style["label"], list(x), list(y)))
+
+    ax = Axes()
+    draw_returns(ax, rows, units=units)
+    assert ax.lines == [("red_0..red_11 (12 agents), group red", [0.0, 1.0, 2.0, 3.0],
+                         [(e + 3.0 * e + 10 * 2.0) / 12 for e in range(4)]),
+                        ("agent_0", [0.0, 1.0, 2.0, 3.0], [0.0, -1.0, -2.0, -3.0])]
+    assert returns_units(RunDirectory(tmp_path / "elsewhere"), rows) == {a: [a] for a in rows[0]["returns"]}
