@@ -650,7 +650,7 @@ def render(page: str) -> str:
 
 def stale(page: str) -> list[str]:
     """The tables of `page` that differ from what their reports give."""
-    fresh = dict((m.group(2), m.group(3)) for m in BLOCK.finditer(render(page)))
+    fresh = {m.group(2): m.group(3) for m in BLOCK.finditer(render(page))}
     return [m.group(2) for m in BLOCK.finditer(page) if fresh[m.group(2)] != m.group(3)]
 
 

@@ -5,7 +5,6 @@ the same spaces, SuperSuit preprocessing for large raw frames; said at the start
 from __future__ import annotations
 
 import numpy as np
-import pytest
 from click.testing import CliRunner
 from gymnasium import spaces
 
