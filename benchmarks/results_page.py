@@ -533,6 +533,22 @@ def hosts_table() -> str:
         ["agent_scaling.png"])
 
 
+def agent_memory_table() -> str:
+    """battle_v4 at 12 to 512 agents in two groups (benchmarks/agent_memory.py): start-up and memory against the
+    agent count."""
+    data = report("agent_memory")
+    rows = [[f"{r['agents']} (map_size {r['map_size']})", r["learning_units"],
+             f"{r['startup_s']:.1f} ({r['imports_s']:.1f} + {r['plan_s']:.2f} + {r['run_startup_s']:.1f})",
+             f"{r['plan_shm_mb']:,.0f} / {r['shm_mb']:,.0f}",
+             f"{r['actor_peak_rss_mb']:,.0f} ({r['actor_peak_rss_mb'] - r['shm_mb']:,.0f})",
+             " + ".join(f"{m:,.0f}" for m in r["learner_peak_rss_mb"]) or "-", f"{r['agent_steps_per_s']:,.0f}"]
+            for r in data["rows"]]
+    note = f"Measured: {data['note']}. " if data.get("note") else ""
+    return md_table(["agents", "learning units", "start-up, s (imports + plan + run)", "shm MB, planned / created",
+                     "actor peak RSS MB (less shm)", "learner host peak RSS MB", "agent-steps/s"], rows) + "\n\n" + \
+        note + footer(["agent_memory"])
+
+
 def ray_tables() -> str:
     data = report("ray_backend")
     shm = data["one_machine"]["shm"]["agent_steps_per_s"]
@@ -615,6 +631,7 @@ TABLES: dict[str, Callable[[], str]] = {
                          prefix="raw frames, random: ")),
     "vector_yardstick": vector_yardstick,
     "hosts": hosts_table,
+    "agent_memory": agent_memory_table,
     "remote": lambda: transcribed("remote_overhead", "quiet"),
     "ray_backend": ray_tables,
     "peers": peers_table,
@@ -633,7 +650,7 @@ def render(page: str) -> str:
 
 def stale(page: str) -> list[str]:
     """The tables of `page` that differ from what their reports give."""
-    fresh = dict((m.group(2), m.group(3)) for m in BLOCK.finditer(render(page)))
+    fresh = {m.group(2): m.group(3) for m in BLOCK.finditer(render(page))}
     return [m.group(2) for m in BLOCK.finditer(page) if fresh[m.group(2)] != m.group(3)]
 
 

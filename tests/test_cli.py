@@ -70,7 +70,7 @@ def test_default_train_is_self_play_in_a_league_scored_on_the_yardstick_in_80_co
                                 env={"COLUMNS": "80"})
     assert result.exit_code == 0, result.output
     words = " ".join(result.output.split())  # lines wrap at 80 columns
-    assert "(group players)" in words and "league latest=0.5;snapshot=0.5" in words
+    assert "player_1, player_2 (2 agents): dqn, group players;" in words and "league latest=0.5;snapshot=0.5" in words
     assert "…" not in result.output and max(len(line) for line in result.output.splitlines()) <= 80
     rows = [line for line in result.output.splitlines() if line.startswith("│ player")]
     assert {tuple(cell.strip() for cell in row.split("│")[1:4]) for row in rows} >= {
@@ -206,3 +206,29 @@ def test_learners_lists_every_builtin_and_each_ones_options_from_its_declaration
     assert "a number in (0, 1]" in result.output, "target_tau's rule, in words"
     result = CliRunner().invoke(main, ["learners", "nope"], env={"COLUMNS": "200"})
     assert result.exit_code == 2 and result.output.startswith("error: unknown learner 'nope'"), result.output
+
+
+def test_the_training_summary_has_one_row_per_learning_unit(monkeypatch):
+    """A group's row: its members' short name, its learner's figures once (dropped transitions are the group's
+    buffer's, which every member's AgentResult repeats: not summed); an agent alone keeps its own row."""
+    import importlib
+
+    from rich.console import Console
+
+    from pzasync.runtime.results import AgentResult, RunResult
+
+    train_cli = importlib.import_module("pzasync.cli.train")  # the module (`pzasync.cli.train` is the command)
+
+    agents = {f"red_{i}": AgentResult(f"red_{i}", "dqn", group="red", updates=900, published_version=45,
+                                      transitions_written=100, transitions_dropped=7, policy_lag_mean=2.0,
+                                      policy_lag_p95=5.0) for i in range(81)}
+    agents["referee"] = AgentResult("referee", "random", transitions_dropped=0)
+    result = RunResult(runner="async", env="battle", agent_steps=8100, episodes=10, wall_seconds=10.0,
+                       startup_seconds=1.0, acting_seconds=9.0, actor_steps_per_second=900.0,
+                       stopped_because="agent-step budget reached", agents=agents)
+    monkeypatch.setattr(train_cli, "console", Console(record=True, width=120))
+    train_cli._print_summary(result)
+    rows = [[cell.strip() for cell in line.split("│")[1:-1]] for line in train_cli.console.export_text().splitlines()
+            if line.startswith("│")]
+    assert rows == [["red_0..red_80 (81 agents)", "dqn (red)", "900", "45", "2/5", "7"],
+                    ["referee", "random", "0", "0", "0/0", "0"]]

@@ -208,7 +208,7 @@ def test_pzasync_train_says_which_learner_it_chose_instead_of_refusing(tmp_path)
     assert result.exit_code == 0, result.output
     text = " ".join(result.output.split())
     assert "learner ppo (dqn takes only Discrete actions; --learner chooses)" in text
-    assert "adversary_0=ppo" in text and "agent_0=ppo" in text
+    assert "adversary_0=ppo; agent_0, agent_1 (2 agents): ppo, group agent;" in text
     args = ["train", SPREAD_BOX[0], *(f"--env-arg={k}={v}" for k, v in SPREAD_BOX[1].items()), "--learner-for",
             "agent_0=dqn", "--learner-for", "agent_1=dqn", *common]
     result = CliRunner().invoke(main, args, env={"COLUMNS": "200"})

@@ -189,7 +189,7 @@ def test_train_takes_env_args_and_agent_groups(tmp_path):
         "--learner", "dqn,learning_starts=20,batch_size=8,hidden=[16]", "--runner", "sequential", "--steps", "200",
         "--out", str(tmp_path), "--final-episodes", "2"], env={"COLUMNS": "300"})
     assert result.exit_code == 0, result.output
-    assert "forager_0=dqn" in result.output and "forager_1=dqn" in result.output
+    assert "forager_0, forager_1 (2 agents): dqn, group pack;" in result.output
     assert "forager_2" not in result.output  # n_agents=2 reached the env
     (run_dir,) = list(tmp_path.iterdir())
     info = json.loads((run_dir / "run.json").read_text())

@@ -5,7 +5,6 @@ the same spaces, SuperSuit preprocessing for large raw frames; said at the start
 from __future__ import annotations
 
 import numpy as np
-import pytest
 from click.testing import CliRunner
 from gymnasium import spaces
 
@@ -90,4 +89,4 @@ def test_pzasync_train_says_what_it_chose_from_the_spaces_and_trains(tmp_path):
     assert result.exit_code == 0, result.output
     text = " ".join(result.output.split())
     assert "mpe2.simple_tag_v3 has no recipe; chosen from its spaces" in text
-    assert "adversary_0=dqn (group adversary)" in text and "agent_0=dqn;" in text
+    assert "adversary_0..adversary_2 (3 agents): dqn, group adversary; agent_0=dqn;" in text

@@ -37,6 +37,24 @@ def test_the_trainer_says_what_it_chose_and_runs_what_the_cli_runs(tmp_path):
     assert result.run.agent_steps == 200
 
 
+def test_the_banner_names_each_learning_unit_once_a_group_by_its_members():
+    """One entry per learning unit: a group as its members' short name with its learner and name, an agent
+    alone as agent=learner; the rest of the line as without groups."""
+    pytest.importorskip("mpe2")
+    trainer = Trainer("mpe2.simple_tag_v3", learner="dqn", runner="sequential", steps=10, final_episodes=0,
+                      options={"out_dir": None, "agent_groups": {"adversary": ["adversary_*"]}}, say=lambda _: None)
+    trainer.build()
+    line = trainer.describe()[0]
+    assert line.startswith("training mpe2.simple_tag_v3 with the sequential runner: adversary_0..adversary_2 "
+                           "(3 agents): dqn, group adversary; agent_0=dqn; learner dqn; "), line
+    assert line.endswith("; scored against random") and line.count("adversary_") == 2, line
+    alone = Trainer("mpe2.simple_tag_v3", learner="dqn", runner="sequential", steps=10, final_episodes=0,
+                    options={"out_dir": None}, self_play=False, say=lambda _: None)
+    alone.build()
+    assert alone.describe()[0].startswith("training mpe2.simple_tag_v3 with the sequential runner: adversary_0=dqn, "
+                                          "adversary_1=dqn, adversary_2=dqn, agent_0=dqn; learner dqn; ")
+
+
 def test_an_env_without_a_recipe_gets_one_from_its_spaces_with_a_note():
     said = []
     trainer = Trainer("mpe2.simple_adversary_v3", steps=10, say=said.append, options={"out_dir": None})

@@ -18,6 +18,7 @@ from rich.table import Table
 from pzasync.cli.common import console, errors, parse_options, scoring_line
 from pzasync.cli.options import SectionedCommand, declared_params, given
 from pzasync.config import GROUPS
+from pzasync.core.groups import members_label, units_in_order
 from pzasync.extras import require
 from pzasync.recipes import DEFAULT_RECIPE, SELF_PLAY, TRAIN_ENV
 from pzasync.runtime.stop_signals import StopSignals
@@ -195,7 +196,8 @@ def _print_exploitability(reports: dict[str, Any] | None, run_dir: str) -> None:
 
 
 def _print_summary(result: Any, report: Any = None, yardstick: str = "random") -> None:
-    """Two narrow tables (they fit 80 columns without cutting names or numbers): training, then scores."""
+    """Two narrow tables (they fit 80 columns without cutting names or numbers): training, one row per learning
+    unit (an agent group under its members' short name), then scores."""
     console.print(f"[bold]{result.env}[/]: {result.runner} runner, {result.agent_steps:,} agent steps in "
                   f"{result.wall_seconds:.0f}s ({result.actor_steps_per_second:,.0f}/s), {result.episodes:,} "
                   f"episodes; stopped: {result.stopped_because}", highlight=False)
@@ -203,10 +205,14 @@ def _print_summary(result: Any, report: Any = None, yardstick: str = "random") -
     for column in ("agent", "learner", "updates", "version", "lag mean/p95", "dropped"):
         table.add_column(column, justify="left" if column in ("agent", "learner") else "right",
                          overflow="fold")
-    for agent, r in result.agents.items():
+    # One row per learning unit: a group's learner figures (dropped transitions included) are its own, which
+    # every member's AgentResult repeats, so they are read once, from its first member.
+    for unit, members in units_in_order({a: r.group or a for a, r in result.agents.items()}).items():
+        r = result.agents[members[0]]
         learner = r.learner + (f" ({r.group})" if r.group else "") + (" [red]crashed[/]" if r.error else "")
-        table.add_row(agent, learner, f"{r.updates:,}", str(r.published_version),
-                      f"{r.policy_lag_mean:.0f}/{r.policy_lag_p95:.0f}", f"{r.transitions_dropped:,}")
+        table.add_row(members_label(members) if r.group else unit, learner, f"{r.updates:,}",
+                      str(r.published_version), f"{r.policy_lag_mean:.0f}/{r.policy_lag_p95:.0f}",
+                      f"{r.transitions_dropped:,}")
     console.print(table)
     if report is not None and report.results:
         console.print(scoring_line(report), highlight=False)

@@ -35,7 +35,7 @@ from pzasync.evaluation.scoring import choose_scoring, units_for
 from pzasync.learners import resolve_learner, vector_to_policy
 from pzasync.logs import logger
 from pzasync.runtime.processes import process_context, runner_is_gone
-from pzasync.runtime.rundir import draw_returns, pyplot
+from pzasync.runtime.rundir import draw_returns, pyplot, returns_units
 from pzasync.runtime.stop_signals import ignore_stop_signals, shielded
 
 
@@ -252,7 +252,8 @@ def plot_evaluations(run_dir: Any, rows: list[dict[str, Any]], title: str) -> st
         ax.grid(alpha=0.3)
         ax.legend(loc="best", fontsize="small")
     ax = axes[2]
-    draw_returns(ax, run_dir.read_jsonl("episodes.jsonl"), linewidth=1.0)
+    episodes = run_dir.read_jsonl("episodes.jsonl")
+    draw_returns(ax, episodes, linewidth=1.0, units=returns_units(run_dir, episodes))
     ax.set_title("training returns (secondary:\nself-play returns mirror each other)", fontsize="small")
     ax.set_xlabel("wall-clock seconds")
     ax.grid(alpha=0.3)

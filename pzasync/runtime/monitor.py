@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import threading
 import time
-from collections import defaultdict
+from collections import defaultdict, deque
 from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
 
+from pzasync.core.groups import members_label, units_in_order
 from pzasync.logs import logger
 from pzasync.runtime.results import PolicySnapshot, process_usage
 from pzasync.runtime.rundir import RunDirectory
@@ -29,6 +30,8 @@ class RunMonitor:
     """Collects what learners report and what episodes return; decides when the run stops."""
 
     POLL_EVERY_S = 0.25
+    #: Episode returns the live table averages per learning unit (a group's: its members' latest episodes).
+    TABLE_RETURNS = 100
 
     def __init__(self, plan: RunPlan, run_dir: RunDirectory | None, show: bool, seconds: float | None,
                  start: float) -> None:
@@ -37,6 +40,12 @@ class RunMonitor:
         self.deadline = start + seconds if seconds is not None else None
         self.start = start
         self.returns: dict[str, list[float]] = defaultdict(list)
+        #: Per learning unit, the latest TABLE_RETURNS episode returns of its agents (a group's: its members'
+        #: episodes, most recent last): the live table's return column.
+        self.unit_returns: dict[str, deque[float]] = defaultdict(lambda: deque(maxlen=self.TABLE_RETURNS))
+        self._unit_of = {agent: p.unit for agent, p in plan.agents.items()}
+        #: The live table's rows: learning unit -> its agents, in env order.
+        self._units = units_in_order(self._unit_of)
         self.reports: dict[str, dict] = {}
         self.errors: dict[str, str] = {}
         self.tracebacks: dict[str, str] = {}
@@ -135,6 +144,7 @@ class RunMonitor:
         """A finished episode of actor `actor` (RunConfig.actors): returns, snapshots, the episode log."""
         for agent, value in summary.returns.items():
             self.returns[agent].append(value)
+            self.unit_returns[self._unit_of.get(agent, agent)].append(value)
         steps = self.total_steps()
         if actor == 0 and self.snapshot_every is not None and steps >= self._next_snapshot:
             self.take_snapshot()
@@ -242,6 +252,8 @@ class RunMonitor:
 
     # -------------------------------------------------------------------------------------- display
     def _table(self) -> Any:
+        """The live table: one row per learning unit (an agent on its own, or a group under its members' short
+        name, `red_0..red_80 (81 agents)`), in env order."""
         from rich.table import Table
 
         steps = self.total_steps()
@@ -252,25 +264,28 @@ class RunMonitor:
                             f"{time.monotonic() - self.start:,.0f}s")
         # A team's or side's row is every member's latest.
         latest_eval = {m: r for r in self.evaluations for m in r.get("members") or [r["agent"]]}
-        columns = ["agent", "learner", "return (last 100)", "updates", "version", "lag mean/p95", "status"]
+        columns = ["agent", "learner", f"return (last {self.TABLE_RETURNS})", "updates", "version", "lag mean/p95",
+                   "status"]
         if self.plan.config.eval_vs is not None:
             columns.append(f"vs {self.plan.config.eval_vs} [95% CI]")
         for column in columns:
             table.add_column(column, justify="left" if column in ("agent", "learner", "status") else "right",
                              overflow="fold")
         stats = self.plan.stats
-        for agent, p in self.plan.agents.items():
-            recent = self.returns.get(agent, [])[-100:]
-            unit = p.unit
+        for unit, members in self._units.items():
+            p = self.plan.agents[members[0]]
+            recent = self.unit_returns.get(unit)
             report = self.reports.get(unit, {})
             status = S.STATUS_NAMES.get(stats.get(unit, S.STATUS), "?") if stats is not None else "-"
-            table.add_row(agent if unit == agent else f"{agent} ({unit})", p.learner_name,
+            alone = members == [unit]
+            table.add_row(unit if alone else members_label(members),
+                          p.learner_name if alone else f"{p.learner_name} ({unit})",
                           f"{np.mean(recent):+.3f}" if recent else "-",
                           f"{stats.get(unit, S.UPDATES):,}" if stats is not None else "-",
                           str(stats.get(unit, S.VERSION)) if stats is not None else "-",
                           f"{report.get('lag_mean', 0):.1f}/{report.get('lag_p95', 0):.0f}" if p.learns else "-",
                           ("[red]" + status + "[/]") if unit in self.errors else status,
-                          *([_eval_cell(latest_eval.get(agent))] if len(columns) > 7 else []))
+                          *([_eval_cell(latest_eval.get(members[0]))] if len(columns) > 7 else []))
         return table
 
 

@@ -145,8 +145,16 @@ class RunPlan:
         #: Env agent -> group members; `units` below holds one plan per learner unit.
         self.groups = resolve_groups(self.config.agent_groups, agents)
         specs = _learner_specs(learners, agents, self.groups)
-        resolved = {agent: resolve_learner(spec, agent) for agent, spec in specs.items()}
-        resolved = {agent: (cls, cls.validate_config(agent, options)) for agent, (cls, options) in resolved.items()}
+        group_of = {a: g for g, members in self.groups.items() for a in members}
+        # Each learning unit's learner is resolved and its options checked once, on its first agent: a group's
+        # members share the group's spec (and, checked in `_group_unit`, its spaces), so what is measured on one
+        # member (below: the policy's size) holds for all.
+        first: dict[str, str] = {}
+        for agent in specs:
+            first.setdefault(group_of.get(agent, agent), agent)
+        found = {unit: resolve_learner(specs[agent], agent) for unit, agent in first.items()}
+        checked = {unit: (cls, cls.validate_config(first[unit], options)) for unit, (cls, options) in found.items()}
+        resolved = {agent: checked[group_of.get(agent, agent)] for agent in specs}
         self.env_spec = self.env_spec.with_state(state_request(resolved, self.env_spec.name))
         #: The env's API the actor steps (RunConfig.env_api resolved): "aec" or "parallel".
         self.env_api, api_note = self._env_api()
@@ -156,6 +164,7 @@ class RunPlan:
         finally:
             probe.close()
         self.agents: dict[str, AgentPlan] = {}
+        sizes: dict[str, int] = {}  # policy floats per learning unit, measured on one module
         for index, (agent, spec) in enumerate(specs.items()):
             cls, options = resolved[agent]
             cls.check_spaces(layouts[agent])
@@ -165,7 +174,10 @@ class RunPlan:
                 capacity = allocation.AUTO_BUFFER_TRANSITIONS
             if cls.on_policy:
                 capacity = self.config.onpolicy_buffer_batches * int(options.get("batch_size", 64))
-            size = policy_size(cls.build_policy(layouts[agent], options))
+            unit = group_of.get(agent, agent)
+            if unit not in sizes:
+                sizes[unit] = policy_size(cls.build_policy(layouts[agent], options))
+            size = sizes[unit]
             self.agents[agent] = AgentPlan(agent, index, cls, name if isinstance(name, str) else cls.__name__,
                                            options, layouts[agent], max(2, capacity), size)
         self.units: dict[str, AgentPlan] = {}

@@ -24,6 +24,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
+from pzasync.core.groups import members_label, resolve_groups, units_in_order
 from pzasync.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -139,8 +140,24 @@ def pyplot() -> Any:
     return plt
 
 
-def draw_returns(ax: Any, rows: list[dict[str, Any]], window: int | None = None, linewidth: float = 1.2) -> int:
-    """Episode returns of episodes.jsonl rows, as moving averages against wall seconds, one line per agent.
+def returns_units(run_dir: RunDirectory, rows: list[dict[str, Any]]) -> dict[str, list[str]]:
+    """The lines the returns plots draw: each agent group of the run (run.json's agent_groups, resolved against the
+    agents of episodes.jsonl `rows`) and each agent on its own, in the order the agents first appear there (the
+    env's)."""
+    agents = list(dict.fromkeys(a for r in rows for a in r["returns"]))
+    try:
+        groups = resolve_groups(run_dir.read_json("run.json")["config"].get("agent_groups") or {}, agents)
+    except (OSError, ValueError, KeyError, ConfigError):  # no run.json (or not this run's agents): one line each
+        groups = {}
+    group_of = {a: g for g, members in groups.items() for a in members}
+    return units_in_order({a: group_of.get(a, a) for a in agents})
+
+
+def draw_returns(ax: Any, rows: list[dict[str, Any]], window: int | None = None, linewidth: float = 1.2,
+                 units: dict[str, list[str]] | None = None) -> int:
+    """Episode returns of episodes.jsonl rows, as moving averages against wall seconds, one line per agent, or
+    with `units` (`returns_units`) one per learning unit: a group's line is its members' mean return in each
+    episode, labelled with their short name (`red_0..red_80 (81 agents), group red`).
 
     The default window is 2% of the episodes (at least 10), so long runs show trends rather than noise.
     Returns the window used.
@@ -148,24 +165,28 @@ def draw_returns(ax: Any, rows: list[dict[str, Any]], window: int | None = None,
     import numpy as np
 
     window = window or max(10, len(rows) // 50)
-    for i, agent in enumerate(sorted({a for r in rows for a in r["returns"]})):
-        points = [(r["wall_s"], r["returns"][agent]) for r in rows if agent in r["returns"]]
+    if units is None:
+        units = {a: [a] for a in sorted({a for r in rows for a in r["returns"]})}
+    for i, (unit, members) in enumerate(units.items()):
+        points = [(r["wall_s"], np.mean([r["returns"][m] for m in members if m in r["returns"]])) for r in rows
+                  if any(m in r["returns"] for m in members)]
         t = np.array([p[0] for p in points])
         y = np.array([p[1] for p in points], dtype=float)
         w = max(1, min(window, len(y) // 5 or 1))
-        ax.plot(t[w - 1:], np.convolve(y, np.ones(w) / w, mode="valid"), label=agent, linewidth=linewidth,
-                color=f"C{i}")
+        ax.plot(t[w - 1:], np.convolve(y, np.ones(w) / w, mode="valid"), linewidth=linewidth, color=f"C{i}",
+                label=unit if members == [unit] else f"{members_label(members)}, group {unit}")
     return window
 
 
 def plot_returns(run_dir: RunDirectory, title: str, window: int | None = None) -> str | None:
-    """Episode returns (moving average) against wall-clock seconds, one line per agent; returns the PNG path."""
+    """Episode returns (moving average) against wall-clock seconds, one line per learning unit (an agent group's:
+    its members' mean); returns the PNG path."""
     rows = run_dir.read_jsonl("episodes.jsonl")
     plt = pyplot()
     if not rows or plt is None:
         return None
     fig, ax = plt.subplots(figsize=(8, 4.5))
-    window = draw_returns(ax, rows, window)
+    window = draw_returns(ax, rows, window, units=returns_units(run_dir, rows))
     ax.set_xlabel("wall-clock seconds")
     ax.set_ylabel(f"episode return (moving average of {window})")
     ax.set_title(title)

@@ -10,6 +10,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 from pzasync.config import RunConfig
 from pzasync.core.environments import EnvSpec
+from pzasync.core.groups import members_label, units_in_order
 from pzasync.errors import ConfigError, UserInputError
 from pzasync.extras import install_line, missing
 from pzasync.logs import logger
@@ -135,11 +136,17 @@ class Trainer:
         return runner
 
     def describe(self) -> list[str]:
-        """What is about to train, one line, then one per "auto" option with its choice (after `build`)."""
+        """What is about to train, one line (one entry per learning unit: `player_0=dqn`, or a group's
+        `red_0..red_80 (81 agents): dqn, group red`), then one per "auto" option with its choice (after `build`)."""
         plan, chosen, config = self.runner.plan, self.choices, self.runner.plan.config
         trainee = config.league_trainee_weights
-        line = (f"training {self.env.name} with the {self.runner_kind} runner: " + ", ".join(
-            f"{a}={p.learner_name}" + (f" (group {p.unit})" if p.unit != a else "") for a, p in plan.agents.items())
+        units = units_in_order({a: p.unit for a, p in plan.agents.items()})
+        # One entry per learning unit: an agent on its own as agent=learner, a group as its members' short name.
+        entries = [f"{unit}={plan.agents[unit].learner_name}" if members == [unit] else
+                   f"{members_label(members)}: {plan.units[unit].learner_name}, group {unit}"
+                   for unit, members in units.items()]
+        line = (f"training {self.env.name} with the {self.runner_kind} runner: "
+                + ("; " if plan.groups else ", ").join(entries)
             + (f"; learner {chosen.learner}" if not self.learner_for and not self.fitted else "")
             + (f"; league {chosen.league}" if config.league else "")
             + (" (trainee weights " + ", ".join(f"{k}={v:g}" for k, v in trainee.items()) + ")" if trainee else "")
