@@ -287,3 +287,14 @@ def test_overlap_takes_the_learner_alone_from_the_learner_process_cpu_time():
     assert h["async_overlap"]["double_buffer"] == pytest.approx(0.9)
     assert h["async_limit"]["double_buffer"] == "learner"
     assert h["async_learner_alone_from"]["double_buffer"] == "learner CPU"
+
+
+def test_bare_parallel_runs_where_the_env_has_a_parallel_api_and_is_refused_by_name_where_asked_without_one():
+    from pzasync.bench.settings import CONFIGS
+
+    turn_based = BenchSettings(env=C4, learners=VS_RANDOM)
+    assert "bare_parallel" in CONFIGS and "bare_parallel" not in {t.config for t in plan_trials(turn_based)}
+    spread = BenchSettings(env="mpe2.simple_spread_v3", learners="dqn")
+    assert "bare_parallel" in {t.config for t in plan_trials(spread)}
+    with pytest.raises(ConfigError, match="bare_parallel: env 'pettingzoo.classic.connect_four_v3' has no parallel"):
+        BenchSettings(env=C4, learners=VS_RANDOM, configs=("bare_policy", "bare_parallel")).validate()

@@ -288,3 +288,14 @@ def test_each_parallel_copy_of_the_actor_equals_its_own_parallel_rollout(env_id,
     sizes = [n for local in shared.values() for n in local.module.batch_sizes]
     largest_group = copies if workers == 0 else -(-copies // (2 * workers))  # a worker's group of copies
     assert max(sizes) == largest_group * live, "a round answers every live agent of a group's cycles in one forward"
+
+
+def test_a_turn_based_game_declared_so_stays_on_the_aec_path_under_auto():
+    """forage's parallel_env() is aec_to_parallel over a turn-based game: a later forager would no longer see where
+    an earlier one just moved, so the transitions differ, and "auto" keeps the AEC path (recipes.TURN_BASED)."""
+    aec, _ = episodes_of(make_env("pzasync.envs.forage"), False, episodes=2, seed=7)
+    parallel, _ = episodes_of(make_parallel_env("pzasync.envs.forage"), True, episodes=2, seed=7)
+    assert [(t.agent, t.reward) for t in aec] != [(t.agent, t.reward) for t in parallel], "the paths differ here"
+    plan = RunPlan(EnvSpec.of("pzasync.envs.forage"), "random", RunConfig())
+    assert plan.env_api == "aec" and "env_api" not in plan.auto
+    assert RunPlan(EnvSpec.of("pzasync.envs.forage"), "random", RunConfig(env_api="parallel")).env_api == "parallel"

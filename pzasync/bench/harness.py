@@ -587,8 +587,9 @@ def machine_info(cores: int | None = None) -> dict[str, Any]:
 
 def plan_trials(settings: BenchSettings) -> list[TrialSpec]:
     """Seed-major order: every configuration (runner ones at each `envs_per_actor`) at seed 0, then seed 1, ..."""
+    configs = settings.runnable_configs()
     return [TrialSpec(c, seed, settings, envs, workers, actors)
-            for seed in range(settings.seeds) for c in CONFIGS if c in settings.configs
+            for seed in range(settings.seeds) for c in CONFIGS if c in configs
             for actors in ((1,) if c in BARE_CONFIGS else settings.actors)
             for envs in ((1,) if c in BARE_CONFIGS else settings.envs_per_actor)
             for workers in ((0,) if c in BARE_CONFIGS else settings.env_workers) if workers <= envs]

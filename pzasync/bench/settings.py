@@ -10,7 +10,7 @@ from typing import Any
 from pzasync.config import RunConfig
 from pzasync.config.declare import Check, OptionGroup, comma_list, key_values, option
 from pzasync.config.toml import dumps, values
-from pzasync.core.environments import EnvSpec
+from pzasync.core.environments import EnvSpec, choose_env_api
 from pzasync.errors import ConfigError
 from pzasync.recipes import TRAIN_ENV, default_yardstick
 from pzasync.runtime.plan import RunPlan
@@ -127,10 +127,26 @@ class BenchSettings(OptionGroup):
                                   f"setting (it runs every value), not as a run option")
 
         RunConfig.from_dict({"replay_ratio": self.replay_ratio, **self.run_options})
+        if "bare_parallel" in self.configs and tuple(self.configs) != CONFIGS:
+            try:
+                choose_env_api(EnvSpec.of(self.env, **self.env_kwargs), "parallel")
+            except ConfigError as exc:
+                raise ConfigError(f"bench configuration bare_parallel: {str(exc).split(': ', 1)[-1]}") from None
         if self.target is not None:
             RunPlan(EnvSpec.of(self.env, **self.env_kwargs), self.learners,
                     RunConfig(eval_vs=self.yardstick, agent_groups=self.run_options.get("agent_groups", {})))
         return self
+
+    def runnable_configs(self) -> tuple[str, ...]:
+        """`configs` this env can run: the default list leaves out bare_parallel for an env without a parallel API
+        (`validate` refuses it where it was asked for)."""
+        if "bare_parallel" not in self.configs or tuple(self.configs) != CONFIGS:
+            return tuple(self.configs)
+        try:
+            choose_env_api(EnvSpec.of(self.env, **self.env_kwargs), "parallel")
+        except ConfigError:
+            return tuple(c for c in self.configs if c != "bare_parallel")
+        return tuple(self.configs)
 
     @property
     def yardstick(self) -> str:

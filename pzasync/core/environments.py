@@ -200,14 +200,16 @@ def make_parallel_env(spec: Any, **kwargs: Any) -> ParallelEnv:
     return parallel
 
 
-def choose_env_api(spec: EnvSpec, wanted: str = "auto") -> tuple[str, str | None]:
+def choose_env_api(spec: EnvSpec, wanted: str = "auto", declared: str | None = None) -> tuple[str, str | None]:
     """The env API to step `spec` through ("aec" or "parallel") for `wanted` (`ENV_APIS`), and where "auto" chose
     the parallel path, why (docs/transitions.md, "The parallel path"). "auto" takes the parallel API where the env
-    has one, except for remote envs (served over the AEC protocol) and envs under a user's wrapper function
-    (it takes what `make` gives it: an AEC env). ConfigError where "parallel" is asked of an env without it."""
+    has one, except where `declared` is "aec" (a turn-based game whose `parallel_env()` is a conversion:
+    `pzasync.recipes.env_api_for`), for remote envs (served over the AEC protocol) and for envs under a user's
+    wrapper function (it takes what `make` gives it: an AEC env). ConfigError where "parallel" is asked of an
+    env without it."""
     if wanted not in ENV_APIS:
         raise ConfigError(f"option env_api={wanted!r}: must be one of {', '.join(ENV_APIS)}")
-    if wanted == "aec":
+    if wanted == "aec" or (wanted == "auto" and declared == "aec"):
         return "aec", None
     if isinstance(spec.source, str) and is_remote_id(spec.source):
         if wanted == "parallel":

@@ -36,6 +36,7 @@ from pzasync.core.spaces import (
 )
 from pzasync.core.stepper import CopyStepper, EpisodeStepper, PendingDecision
 from pzasync.core.transitions import EpisodeSummary, LayoutBook
+from pzasync.recipes import env_api_for
 
 #: Env copies evaluation steps side by side unless told otherwise: as many forwards saved per round as the
 #: actor's measured default for self-play (config.AUTO_ENVS_PER_ACTOR).
@@ -229,7 +230,7 @@ def play_parallel(env_spec: Any, players: dict[str, Player], episodes: int, seed
     spec = env_spec if isinstance(env_spec, EnvSpec) else EnvSpec.of(env_spec)
     if episodes < 1:
         return []
-    api, _why = choose_env_api(spec, env_api)
+    api, _why = choose_env_api(spec, env_api, env_api_for(spec.name))
     make = spec.make_parallel if api == "parallel" else spec.make
     first = make()
     envs = [first]

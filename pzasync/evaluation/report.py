@@ -28,6 +28,7 @@ from pzasync.errors import ConfigError
 from pzasync.evaluation.episodes import ACTING_MODES, eval_copies
 from pzasync.evaluation.evaluate import EvalResult, fresh_policies, load_run_policies, player_name, score_units
 from pzasync.evaluation.scoring import choose_scoring, units_for
+from pzasync.recipes import env_api_for
 from pzasync.runtime.rundir import RunDirectory
 
 #: The `schema_version` of `Evaluation.to_json` (docs/eval-schema.json).
@@ -151,7 +152,7 @@ def evaluate(run_dir_or_policies: str | Path | dict[str, tuple[Any, Any]], env: 
         agents = list(probe.possible_agents)
     finally:
         probe.close()
-    api, _why = choose_env_api(spec, env_api or "auto")
+    api, _why = choose_env_api(spec, env_api or "auto", env_api_for(spec.name))
     copies = eval_copies(len(agents), api) if copies is None else copies
     units = units_for(mode, agents, list(policies))
     opponents, name = _opponents(vs)

@@ -152,6 +152,18 @@ SCORING: dict[str, str] = {
 }
 
 
+#: Envs whose parallel API `env_api="auto"` must not take (docs/transitions.md, "The parallel path"): turn-based
+#: games whose `parallel_env()` is PettingZoo's `aec_to_parallel`, which hides from a later agent of a cycle what
+#: the earlier ones just did.
+TURN_BASED: tuple[str, ...] = ("pzasync.envs.forage",)
+
+
+def env_api_for(env_name: str) -> str | None:
+    """The env API an env id declares for `env_api="auto"`: "aec" for a `TURN_BASED` game, else None (the env's
+    own APIs decide: `pzasync.core.environments.choose_env_api`)."""
+    return "aec" if any(same_env(env_name, env) for env in TURN_BASED) else None
+
+
 def scoring_for(env_name: str) -> str | None:
     """How an env id's result is scored: its recipe's `scoring`, else `SCORING`'s entry, else None (read from
     the env: `pzasync.evaluation.scoring.default_scoring`)."""

@@ -425,8 +425,10 @@ class Actor:
             self.flush()
             return self.total_steps - start_steps
         except (PzasyncError, KeyboardInterrupt):
+            self.flush()  # transitions completed before the failure (a failed server's healthy copies, cut)
             raise
         except Exception as exc:
+            self.flush()
             copy, agent, episode = copies.failure_context()
             where = f" (env copy {copy})" if self.n_copies > 1 else ""
             raise EnvCrashedError(

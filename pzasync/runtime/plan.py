@@ -25,6 +25,7 @@ from pzasync.core.spaces import AgentLayout, env_layouts, probe_info_masks
 from pzasync.errors import ConfigError, UserInputError
 from pzasync.learners import Learner, Policy, policy_size, resolve_learner, state_request
 from pzasync.logs import logger
+from pzasync.recipes import env_api_for
 from pzasync.remote.address import is_remote_id
 from pzasync.runtime import allocation
 from pzasync.runtime.autotune import Placement, autotune, env_step_seconds, usable_cores
@@ -223,7 +224,7 @@ class RunPlan:
     def _env_api(self) -> tuple[str, str | None]:
         """RunConfig.env_api resolved ("aec" or "parallel"), and where "auto" chose the parallel path, why
         (`choose_env_api`)."""
-        return choose_env_api(self.env_spec, self.config.env_api)
+        return choose_env_api(self.env_spec, self.config.env_api, env_api_for(self.env_spec.name))
 
     def _group_unit(self, group: str, members: list[str]) -> AgentPlan:
         """One learner unit for the group's members, which must agree on spaces (what one policy needs)."""
