@@ -16,6 +16,7 @@ if __name__ == "__main__":
     learners = {"player_0": ("dqn", {"learning_starts": 200}), "player_1": ("dqn", {"learning_starts": 200})}
     print("starting", flush=True)
     result = AsyncRunner("pettingzoo.classic.connect_four_v3", learners,
-                         RunConfig(seed=0, out_dir=out_dir, process_timeout_s=20, **vector)).run(seconds=seconds)
+                         RunConfig(seed=0, out_dir=out_dir, process_timeout_s=20, learner_processes=2,  # any cores
+                                   **vector)).run(seconds=seconds)
     print(json.dumps({"stopped_because": result.stopped_because, "agent_steps": result.agent_steps,
                       "run_dir": result.run_dir}), flush=True)

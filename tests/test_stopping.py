@@ -180,7 +180,8 @@ def test_sigterm_and_sigint_to_the_whole_group_at_random_moments_end_every_run(t
     for trial in range(8):
         sig = (signal.SIGTERM, signal.SIGINT)[trial % 2]
         at = rng.uniform(0.5, 30.0)
-        run = TrainRun(tmp_path / f"trial{trial}", *layouts[(trial // 2) % 2], "--minutes", "0.3")
+        # 24 s of training: with start-up and the final evaluation, past the latest moment drawn on a fast machine
+        run = TrainRun(tmp_path / f"trial{trial}", *layouts[(trial // 2) % 2], "--minutes", "0.4")
         try:
             run.watch(at)
             if run.proc.poll() is not None:
