@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from pzasync.bench.harness import jsonable
+from pzasync.core.environments import ENV_APIS
 from pzasync.errors import ConfigError
 
 #: The report's format; docs/suite-schema.json describes it.
@@ -49,6 +50,8 @@ class SuiteSettings:
     eval_episodes: int = 10
     #: Episodes per scored unit of each baseline (random, untrained).
     baseline_episodes: int = 50
+    #: The env API the actor steps (RunConfig.env_api): "auto", "aec" or "parallel" (the paths side by side).
+    env_api: str = "auto"
 
     def validate(self) -> None:
         """ConfigError naming the setting at fault."""
@@ -59,6 +62,8 @@ class SuiteSettings:
                 raise ConfigError(f"suite: {name}={getattr(self, name)}: must be >= 1")
         if self.eval_every_s is not None and not self.eval_every_s > 0:
             raise ConfigError(f"suite: eval_every_s={self.eval_every_s}: must be > 0")
+        if self.env_api not in ENV_APIS:
+            raise ConfigError(f"suite: env_api={self.env_api!r}: must be one of {', '.join(ENV_APIS)}")
 
     @property
     def every_s(self) -> float:
@@ -78,12 +83,12 @@ class SuiteRun:
     notes: list[str]
 
 
-def suite_run(env_id: str) -> SuiteRun:
+def suite_run(env_id: str, env_api: str = "auto") -> SuiteRun:
     """The env, learners and run options of `pzasync train ENV` without options (a `Trainer`'s): the env's recipe,
-    or the one chosen from its spaces, with learners fitted to the spaces."""
+    or the one chosen from its spaces, with learners fitted to the spaces; `env_api` as RunConfig takes it."""
     from pzasync.training import Trainer
 
-    trainer = Trainer(env_id, options={"out_dir": None}, say=lambda note: None)
+    trainer = Trainer(env_id, options={"out_dir": None, "env_api": env_api}, say=lambda note: None)
     return SuiteRun(trainer.env, trainer.learners, trainer.choices.config, trainer.choices.yardstick,
                     trainer.choices.recipe, trainer.notes)
 
@@ -208,7 +213,7 @@ def env_report(env_id: str, settings: SuiteSettings, out: Path,
     """Train `env_id` for every seed, score the baselines, and return the env's part of the report."""
     from pzasync.runtime.rundir import safe_name
 
-    run = suite_run(env_id)
+    run = suite_run(env_id, settings.env_api)
     short = safe_name(run.env.name.rsplit(".", 1)[-1])
     runs = []
     for seed in range(settings.seeds):

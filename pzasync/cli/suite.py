@@ -23,8 +23,10 @@ from pzasync.extras import require
               help="Episodes per scored seat in each evaluation while training.")
 @click.option("--baseline-episodes", type=int, default=50, show_default=True,
               help="Episodes per scored seat of the random and untrained baselines.")
+@click.option("--env-api", type=click.Choice(["auto", "aec", "parallel"]), default="auto", show_default=True,
+              help="Step each env through its AEC or parallel API (auto: parallel where the env has one).")
 def suite(envs: tuple[str, ...], minutes: float, seeds: int, out: str, eval_every_s: float | None,
-          eval_episodes: int, baseline_episodes: int) -> None:
+          eval_episodes: int, baseline_episodes: int, env_api: str) -> None:
     """Train each suite env (or the ENVs named) with its recipe for --minutes per seed, and score it against wall
     time beside random play and an untrained network: OUT/suite.json (docs/suite-schema.json), OUT/ENV.png and a
     summary table. Each run's directory (metrics.jsonl, TensorBoard's tb/ with the extra) is under OUT/runs/."""
@@ -34,7 +36,7 @@ def suite(envs: tuple[str, ...], minutes: float, seeds: int, out: str, eval_ever
 
     require("torch", "pzasync suite")
     settings = SuiteSettings(envs=list(envs), minutes=minutes, seeds=seeds, out=out, eval_every_s=eval_every_s,
-                             eval_episodes=eval_episodes, baseline_episodes=baseline_episodes)
+                             eval_episodes=eval_episodes, baseline_episodes=baseline_episodes, env_api=env_api)
     try:
         settings.validate()
     except ConfigError as exc:
