@@ -425,8 +425,10 @@ class Actor:
             self.flush()
             return self.total_steps - start_steps
         except (PzasyncError, KeyboardInterrupt):
+            self.flush()  # what was completed before the error is kept (a remote failure's cut copies included)
             raise
         except Exception as exc:
+            self.flush()
             copy, agent, episode = copies.failure_context()
             where = f" (env copy {copy})" if self.n_copies > 1 else ""
             raise EnvCrashedError(
