@@ -223,6 +223,8 @@ class HttpConnection(Connection):
         self._sent = self._read = 0
         self._stash = {}
         self._queued, self._resets = [], []
+        self._cycles, self._parallel_resets = [], []
+        self.parallel = False  # the baseline carries the AEC protocol's messages only
         self._broken = None
         self.lost = False
         self.paced, self.outstanding, self.answered = False, {}, deque()  # the baseline answers every request whole
@@ -268,7 +270,7 @@ class HttpConnection(Connection):
         if kind == Kind.STEP:
             steps = []
             for instance, flags, action in unpack_records(body, layout.step_struct, self.label)[0]:
-                agent = None if flags & NONE_ACTION else self.envs[instance].agent_selection
+                agent = None if flags & NONE_ACTION else getattr(self.envs[instance], "agent_selection", None)
                 decoded = None if agent is None else to_json(layout.actions[agent].decode(action))
                 steps.append([instance, agent, decoded])
             return {"steps": steps}

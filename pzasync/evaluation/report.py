@@ -149,9 +149,9 @@ def evaluate(run_dir_or_policies: str | Path | dict[str, tuple[Any, Any]], env: 
     probe = spec.make()
     try:
         agents = list(probe.possible_agents)
+        api, _why = choose_env_api(spec, env_api or "auto", probe)
     finally:
         probe.close()
-    api, _why = choose_env_api(spec, env_api or "auto")
     copies = eval_copies(len(agents), api) if copies is None else copies
     units = units_for(mode, agents, list(policies))
     opponents, name = _opponents(vs)
