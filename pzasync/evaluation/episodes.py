@@ -296,7 +296,7 @@ def play_parallel(env_spec: Any, players: dict[str, Player], episodes: int, seed
             env.close()
 
 
-def _probe(env: Any, seed: int) -> tuple[Any, dict]:
+def _probe(env: Any, seed: int) -> tuple[Any, set[str]]:
     """(an AEC view of `env`, its info masks) for `env_layouts`: layouts are read the same way on either path."""
     if isinstance(env, ParallelEnv):
         from pettingzoo.utils.conversions import parallel_to_aec
