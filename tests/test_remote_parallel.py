@@ -283,6 +283,30 @@ def test_a_run_over_remote_parallel_copies_gives_the_learner_the_parallel_rollou
             np.testing.assert_array_equal(value, expected[agent][key][:n], err_msg=f"{agent} {key}")
 
 
+def test_the_evaluation_plays_a_served_env_through_its_parallel_api_with_the_in_process_scores(serving, monkeypatch):
+    """`pzasync.evaluate` on an address whose server offers the parallel API: "auto" takes it (each evaluation copy
+    a `RemoteParallelEnv`), and the games are those played in process."""
+    from test_scoring import Heading
+
+    spread = serving(lambda: make_parallel_env(SPREAD, N=3, max_cycles=10))
+    local = EnvSpec.of(SPREAD, N=3, max_cycles=10)
+    probe = local.make()
+    layouts = env_layouts(probe, probe_info_masks(probe, seed=0))
+    probe.close()
+    policies = {a: (Heading(), layout) for a, layout in layouts.items()}
+    kinds: Counter = Counter()
+    send = Connection.send
+    monkeypatch.setattr(Connection, "send", lambda self, data, instances=None: (
+        kinds.update([Kind(data[4]).name]), send(self, data, instances))[1])
+    scores = {}
+    for name, env in (("remote", EnvSpec.of(spread)), ("local", local)):
+        report = pzasync.evaluate(policies, env=env, vs="random", episodes=4, seed=3, scoring="team",
+                                  baselines=False, copies=2)
+        scores[name] = [r.returns for r in report.results]
+    assert scores["remote"] == scores["local"] and len(scores["local"][0]) == 4
+    assert kinds["PARALLEL_STEP"] >= 4 * 10 and not kinds["STEP"], "a cycle a request, on the parallel API only"
+
+
 @needs_node
 def test_the_node_server_stays_on_the_aec_protocol():
     """The reference server in another language says nothing of the parallel API: "auto" keeps it on the AEC path
