@@ -101,6 +101,24 @@ def test_bench_remote_reports_every_path_at_every_instance_count(tmp_path):
     assert per_frame(3) == 2 and per_frame(1) == 1
 
 
+@pytest.mark.slow
+def test_bench_remote_compares_the_parallel_api_with_its_own_in_process_reference(tmp_path):
+    """`--remote-paths parallel` with env keyword arguments: rows for the env's parallel API in process and over a
+    Unix socket (its overhead against the former), and the actor on both paths."""
+    path = tmp_path / "remote.json"
+    result = CliRunner().invoke(main, ["bench", "mpe2.simple_spread_v3", "--env-arg", "N=4", "--remote", "--steps",
+                                       "48", "--remote-repeats", "1", "--remote-instances", "2",
+                                       "--remote-actor-copies", "2", "--remote-paths", "unix,parallel",
+                                       "--json", str(path)])
+    assert result.exit_code == 0, result.output
+    report = json.loads(path.read_text())
+    assert report["env_kwargs"] == {"N": 4}
+    assert [r["path"] for r in report["rows"]] == ["local", "local_parallel", "unix", "parallel"]
+    assert all(r["cpu_overhead_us"] is not None for r in report["rows"][2:])
+    assert report["actor"]["parallel_steps_per_s"] > 0 and report["actor"]["parallel_over_aec"] > 0
+    assert "through the parallel API" in result.output
+
+
 def test_bench_remote_refuses_an_unknown_path_naming_the_choices():
     result = CliRunner().invoke(main, ["bench", C4, "--remote", "--remote-paths", "unix,udp"])
     assert result.exit_code == 2

@@ -223,6 +223,8 @@ class HttpConnection(Connection):
         self._sent = self._read = 0
         self._stash = {}
         self._queued, self._resets = [], []
+        self._cycles, self._parallel_resets = [], []
+        self.parallel = False  # the baseline carries the AEC protocol's messages only
         self._broken = None
         self.lost = False
         self.paced, self.outstanding, self.answered = False, {}, deque()  # the baseline answers every request whole
@@ -268,7 +270,7 @@ class HttpConnection(Connection):
         if kind == Kind.STEP:
             steps = []
             for instance, flags, action in unpack_records(body, layout.step_struct, self.label)[0]:
-                agent = None if flags & NONE_ACTION else self.envs[instance].agent_selection
+                agent = None if flags & NONE_ACTION else getattr(self.envs[instance], "agent_selection", None)
                 decoded = None if agent is None else to_json(layout.actions[agent].decode(action))
                 steps.append([instance, agent, decoded])
             return {"steps": steps}
@@ -340,15 +342,18 @@ class HttpConnection(Connection):
 
 
 def main() -> None:
-    """`python -m pzasync.bench.remote_http ENV_ID --address tcp://HOST:PORT [--instances N]`."""
+    """`python -m pzasync.bench.remote_http ENV_ID --address tcp://HOST:PORT [--instances N] [--env-arg K=V]`."""
     from pzasync.core.environments import make_env
+    from pzasync.specs import parse_key_value
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("env_id")
     parser.add_argument("--address", default="tcp://127.0.0.1:0")
     parser.add_argument("--instances", type=int, default=16)
+    parser.add_argument("--env-arg", action="append", default=[], help="KEY=VALUE: an env keyword argument")
     args = parser.parse_args()
-    server = HttpEnvServer(lambda: make_env(args.env_id), args.address, args.instances)
+    kwargs = dict(parse_key_value(item, f"--env-arg {item!r}: expected KEY=VALUE") for item in args.env_arg)
+    server = HttpEnvServer(lambda: make_env(args.env_id, **kwargs), args.address, args.instances)
     logger.info(f"remote: serving {server.env_server.name} over HTTP+JSON at {server.address} (up to "
                 f"{args.instances} instances per connection)")
     server.serve_forever()

@@ -28,7 +28,7 @@ from pzasync.core.environments import ENV_APIS
 from pzasync.errors import UserInputError
 from pzasync.evaluation.episodes import ACTING_MODES, EVAL_COPIES
 from pzasync.extras import require
-from pzasync.recipes import DEFAULT_RECIPE, recipe_for
+from pzasync.recipes import DEFAULT_RECIPE, env_api_for, recipe_for
 from pzasync.training import train_choices
 
 __all__ = ["main", "train_choices"]
@@ -122,19 +122,27 @@ def rollout(env_id: str, steps: int, seed: int, max_episode_steps: int | None) -
 @click.option("--workers", default=0, show_default=True,
               help="Step each instance on one of this many threads and answer instances as they finish (a paced "
                    "server: docs/remote.md); 0 answers each request whole.")
-def serve(env_id: str, socket_path: str | None, address: str | None, instances: int, workers: int) -> None:
+@click.option("--env-arg", "env_args", multiple=True, metavar="KEY=VALUE", help="Env keyword argument, e.g. N=4.")
+@click.option("--env-api", type=click.Choice(["auto", "aec"]), default="auto", show_default=True,
+              help="auto: offer the env's parallel API too where it has one (docs/remote.md, \"The parallel API\"); "
+                   "aec: the AEC protocol only.")
+def serve(env_id: str, socket_path: str | None, address: str | None, instances: int, workers: int,
+          env_args: tuple[str, ...], env_api: str) -> None:
     """Serve ENV_ID over the remote env protocol (docs/remote.md) until SIGTERM or Ctrl-C; train on it with
     the env id unix:///path (or tcp://host:port), or let pzasync launch it:
     "cmd:pzasync serve ENV --socket {socket}"."""
-    from pzasync.core.environments import EnvSpec
+    from pzasync.cli.common import parse_options
+    from pzasync.core.environments import EnvSpec, choose_env_api
     from pzasync.remote import serve as serve_env
 
     if (socket_path is None) == (address is None):
         raise UserInputError("pzasync serve: give exactly one of --socket PATH and --address ADDRESS")
-    spec = EnvSpec.of(env_id)
+    spec = EnvSpec.of(env_id, **parse_options(env_args, "--env-arg"))
     if workers < 0:
         raise UserInputError(f"pzasync serve: --workers must be >= 0, got {workers}")
-    serve_env(spec.make, address or f"unix://{socket_path}", instances, name=spec.name, workers=workers)
+    parallel = env_api == "auto" and choose_env_api(spec, declared=env_api_for(spec.name))[0] == "parallel"
+    serve_env(spec.make, address or f"unix://{socket_path}", instances, name=spec.name, workers=workers,
+              parallel_fn=spec.make_parallel if parallel else None)
 
 
 @main.command()

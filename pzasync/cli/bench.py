@@ -41,8 +41,9 @@ from pzasync.training.choices import with_learner_for
 @click.option("--remote-instances", default="1,8,16,32", show_default=True, metavar="N[,N...]",
               help="With --remote: instances per connection (a frame carries half of them).")
 @click.option("--remote-paths", default="unix,tcp,http", show_default=True, metavar="P[,P...]",
-              help="With --remote: the remote paths to measure, among unix, tcp, http and paced (a paced server "
-                   "over a Unix socket: `pzasync serve --workers 4`).")
+              help="With --remote: the remote paths to measure, among unix, tcp, http, paced (a paced server "
+                   "over a Unix socket: `pzasync serve --workers 4`) and parallel (copies stepped through the "
+                   "server's parallel API, beside the env's parallel API in process).")
 @click.option("--remote-repeats", default=3, show_default=True, type=click.IntRange(min=1),
               help="With --remote: runs per figure (the median is reported).")
 @click.option("--remote-actor-copies", default=16, show_default=True, type=click.IntRange(min=0),
@@ -116,9 +117,8 @@ def _remote_bench(values: dict[str, Any], instances: str, paths: str, repeats: i
     from pzasync.errors import ConfigError
 
     env = values.get("env", "pettingzoo.classic.connect_four_v3")
-    if values.get("env_kwargs") or not isinstance(env, str):
-        raise ConfigError("bench --remote: the env must be an env id without --env-arg (its servers run "
-                          "`pzasync serve ENV_ID`)")
+    if not isinstance(env, str):
+        raise ConfigError("bench --remote: the env must be an env id (its servers run `pzasync serve ENV_ID`)")
     try:
         counts = tuple(int(n) for n in instances.split(","))
     except ValueError:
@@ -130,7 +130,7 @@ def _remote_bench(values: dict[str, Any], instances: str, paths: str, repeats: i
     steps = int(values.get("agent_steps", 4000))
     console.print(f"remote env overhead: {env}, {steps:,} agent steps per run, {repeats} runs per figure")
     report = remote_overhead(env, steps=steps, repeats=repeats, instances=counts, paths=chosen,
-                             actor_copies=actor_copies,
+                             actor_copies=actor_copies, env_kwargs=values.get("env_kwargs") or {},
                              on_row=lambda row: console.print(f"  {row.instances} instances, {row.path}: "
                                                               f"{row.wall_us:.1f} us wall", highlight=False))
     for line in report_lines(report):

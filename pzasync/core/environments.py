@@ -17,13 +17,14 @@ from typing import Any, Callable
 import cloudpickle
 import gymnasium
 from pettingzoo import AECEnv, ParallelEnv
-from pettingzoo.utils.conversions import parallel_to_aec, parallel_to_aec_wrapper
+from pettingzoo.utils.conversions import parallel_to_aec
 
 from pzasync.core.global_state import GlobalStateObservations, ParallelGlobalState, StateRequest
 from pzasync.core.gym_adapter import GymnasiumAECEnv
 from pzasync.core.wrappers import apply_wrappers
 from pzasync.errors import ConfigError, EnvSpecError
-from pzasync.remote import connect, is_remote_id
+from pzasync.remote import connect, connect_parallel, is_remote_id
+from pzasync.remote.parallel import as_parallel, served_parallel
 
 #: Packages whose env modules are listed by `pzasync envs` and offered as close matches.
 ENV_PACKAGES = (
@@ -117,13 +118,15 @@ def _from_registry(spec: str, kwargs: dict, parallel: bool = False) -> Any:
 
 def _from_string(spec: str, kwargs: dict, parallel: bool = False) -> Any:
     """The env a text names, as its source makes it (AEC, parallel or Gymnasium; a module's `parallel_env()`
-    first where `parallel`)."""
+    first where `parallel`; a remote env through the parallel API where `parallel`, EnvSpecError where its server
+    does not offer it)."""
     if is_remote_id(spec):
         unknown = sorted(set(kwargs) - set(REMOTE_KWARGS))
         if unknown:
             raise EnvSpecError(f"remote env {spec!r} takes only {list(REMOTE_KWARGS)} as keyword arguments, not "
                                f"{unknown}: the env's own arguments belong to the server")
-        return connect(spec, timeout_s=float(kwargs.get("timeout_s", 60.0)), instances=kwargs.get("instances"))
+        return (connect_parallel if parallel else connect)(spec, timeout_s=float(kwargs.get("timeout_s", 60.0)),
+                                                           instances=kwargs.get("instances"))
     if ":" in spec:
         module_name, _, attr = spec.partition(":")
         try:
@@ -171,19 +174,6 @@ def _made(spec: Any, kwargs: dict, parallel: bool) -> Any:
     raise EnvSpecError(f"cannot make an env from {spec!r} ({type(spec).__name__}); expected {ACCEPTED}")
 
 
-def as_parallel(env: Any) -> ParallelEnv | None:
-    """The parallel API of an env that is simultaneous-move underneath: a `ParallelEnv` itself, or the parallel
-    env inside an AEC env made by `parallel_to_aec` (under any wrappers); None for any other env."""
-    if isinstance(env, ParallelEnv):
-        return env
-    seen = 0
-    while env is not None and seen < 64:
-        if isinstance(env, parallel_to_aec_wrapper):
-            return env.env
-        env, seen = getattr(env, "env", None), seen + 1
-    return None
-
-
 def make_parallel_env(spec: Any, **kwargs: Any) -> ParallelEnv:
     """The parallel API of the env `spec` names (a module's `parallel_env()`, a `ParallelEnv`, or the parallel env
     under a `parallel_to_aec` conversion); EnvSpecError, naming the env, for an env that has none."""
@@ -200,32 +190,40 @@ def make_parallel_env(spec: Any, **kwargs: Any) -> ParallelEnv:
     return parallel
 
 
-def choose_env_api(spec: EnvSpec, wanted: str = "auto", declared: str | None = None) -> tuple[str, str | None]:
+def choose_env_api(spec: EnvSpec, wanted: str = "auto", probe: Any = None,
+                   declared: str | None = None) -> tuple[str, str | None]:
     """The env API to step `spec` through ("aec" or "parallel") for `wanted` (`ENV_APIS`), and where "auto" chose
     the parallel path, why (docs/transitions.md, "The parallel path"). "auto" takes the parallel API where the env
-    has one, except where `declared` is "aec" (a turn-based game whose `parallel_env()` is a conversion:
-    `pzasync.recipes.env_api_for`), for remote envs (served over the AEC protocol) and for envs under a user's
-    wrapper function (it takes what `make` gives it: an AEC env). ConfigError where "parallel" is asked of an
-    env without it."""
+    has one (a remote env: where its server offers it, docs/remote.md, "The parallel API"), except where `declared`
+    is "aec" (a turn-based game whose `parallel_env()` is only a conversion: `pzasync.recipes.env_api_for`) and
+    for envs under a user's wrapper function (it takes what `make` gives it: an AEC env). ConfigError where
+    "parallel" is asked of an env without it. `probe`: an env `spec` made already; a remote one's connection says
+    what its server offers (else asking means connecting again: for a `cmd:` id, launching a server)."""
     if wanted not in ENV_APIS:
         raise ConfigError(f"option env_api={wanted!r}: must be one of {', '.join(ENV_APIS)}")
     if wanted == "aec" or (wanted == "auto" and declared == "aec"):
         return "aec", None
-    if isinstance(spec.source, str) and is_remote_id(spec.source):
-        if wanted == "parallel":
-            raise ConfigError(f"option env_api='parallel': env {spec.name!r} is served by another process, which "
-                              f"speaks the AEC protocol (docs/remote.md); use env_api='aec' or 'auto'")
-        return "aec", None
     if wanted == "auto" and any(":" in wrapper for wrapper in spec.wrappers):
         return "aec", None
-    try:
-        spec.make_parallel().close()
-    except EnvSpecError as exc:
-        if wanted == "parallel":
-            raise ConfigError(f"option env_api='parallel': {exc}") from None
+    remote = isinstance(spec.source, str) and is_remote_id(spec.source)
+    offered = served_parallel(probe) if remote and probe is not None else None
+    if offered is None:
+        try:
+            spec.make_parallel().close()
+            offered = True
+        except EnvSpecError as exc:
+            if wanted == "parallel":
+                raise ConfigError(f"option env_api='parallel': {exc}") from None
+            offered = False
+    elif not offered and wanted == "parallel":
+        raise ConfigError(f"option env_api='parallel': env {spec.name!r}: its server does not offer the parallel API "
+                          f"(its WELCOME has no \"parallel\": true: a turn-based env, or a server that speaks only "
+                          f"the AEC protocol; docs/remote.md, \"The parallel API\"): use env_api='aec' (--env-api aec)")
+    if not offered:
         return "aec", None
-    return "parallel", ("parallel (the env is simultaneous-move underneath: every live agent's decision of a "
-                        "cycle in one forward per policy; env_api='aec' steps it turn by turn)")
+    served = " (its server offers the parallel API: a cycle of a copy in one request)" if remote else ""
+    return "parallel", (f"parallel (the env is simultaneous-move underneath{served}: every live agent's decision of "
+                        f"a cycle in one forward per policy; env_api='aec' steps it turn by turn)")
 
 
 def make_env(spec: Any, **kwargs: Any) -> AECEnv:
@@ -282,10 +280,18 @@ class EnvSpec:
         """The env's parallel API (`make_parallel_env`), with the same wrappers (SuperSuit's take parallel envs
         too) and the global state beside the observations of `state`'s agents: for the parallel path
         (docs/transitions.md, "The parallel path")."""
-        env = make_parallel_env(self.source, **{**self.kwargs, **overrides})
+        return self.wrap_parallel(make_parallel_env(self.source, **{**self.kwargs, **overrides}))
+
+    def wrap_parallel(self, env: ParallelEnv) -> Any:
+        """What `make_parallel` puts around the parallel env it builds (`wrap`'s counterpart)."""
         if self.wrappers:
             env = apply_wrappers(env, self.wrappers)
         return env if self.state is None else ParallelGlobalState(env, self.state, self.name)
+
+    @property
+    def wrapped(self) -> bool:
+        """Whether `wrap` and `wrap_parallel` put anything around the env."""
+        return bool(self.wrappers) or self.state is not None
 
     def wrap(self, env: AECEnv) -> AECEnv:
         """What `make` puts around the env it builds (the `wrappers`, then the global state for `state`'s agents):

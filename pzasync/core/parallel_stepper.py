@@ -9,6 +9,10 @@ by its next decision, with the reward the step paid it and the observation it th
 ends (terminated or truncated) gets its last transition completed at once, with the observation the step returned
 for it; a cut completes every transition still open as truncated (rule 5). A cut takes effect between cycles: a
 budget or `max_episode_steps` never splits a cycle.
+
+For an env whose `reset` and `step` only queue their request (remote env copies send a round's cycles of many
+copies in one frame: runtime/copies/remote.py), each is split in two: `request_reset` / `after_reset` and `act` /
+`stepped`, the second given what the env's call returned once its reply is in.
 """
 
 from __future__ import annotations
@@ -68,6 +72,8 @@ class ParallelStepper:
         #: Agents whose last transition the step left open, with the reward that step paid them: their next
         #: decision completes it (or a cut, as truncated).
         self._open: dict[str, float] = {}
+        #: The agents of the step in flight (`act` to `stepped`).
+        self._acted: list[str] = []
 
     @property
     def episode_index(self) -> int:
@@ -81,9 +87,18 @@ class ParallelStepper:
     # ------------------------------------------------------------------------------------------ an episode
     def reset(self, seed: int | None = None) -> None:
         """Start the next episode; a `seed` given here seeds this reset whatever the first-reset rule."""
-        observations, infos = self.env.reset(seed=seed if seed is not None else self.seed if self._first_reset
-                                             else None)
+        self.after_reset(self.request_reset(seed))
+
+    def request_reset(self, seed: int | None = None) -> Any:
+        """`reset` up to the env's reset; returns what it returned, for `after_reset` (an env that only queues the
+        request returns None: `after_reset` then gets its (observations, infos) once they are in)."""
+        outcome = self.env.reset(seed=seed if seed is not None else self.seed if self._first_reset else None)
         self._first_reset = False
+        return outcome
+
+    def after_reset(self, outcome: tuple[dict, dict]) -> None:
+        """Complete a `request_reset` with the (observations, infos) the env's reset returned."""
+        observations, infos = outcome
         self.assembler.start_episode()
         self.paid.clear()
         self._open.clear()
@@ -129,6 +144,11 @@ class ParallelStepper:
         """Take the cycle's actions (one answer per pending decision, any order): complete each agent's open
         transition with the decision that follows it (rules 1, 2), step the env with every action, and complete
         at once the transitions of the agents the step ended (rule 3)."""
+        self.stepped(self.act(answered))
+
+    def act(self, answered: list[Answered]) -> Any:
+        """`step` up to the env's step; returns what it returned, for `stepped` (an env that only queues the step
+        returns None: `stepped` then gets its five dicts once they are in)."""
         if len(answered) != len(self._cycle):
             raise RuntimeError(f"env copy {self.copy}: {len(answered)} answers for a cycle of "
                                f"{len(self._cycle)} decisions")
@@ -143,15 +163,23 @@ class ParallelStepper:
             actions[agent] = action if self.to_env is None else self.to_env(agent, action)
         self.steps += len(actions)
         self._cycle = []
-        observations, rewards, terminations, truncations, infos = self.env.step(actions)
+        self._acted = list(actions)
+        return self.env.step(actions)
+
+    def stepped(self, outcome: tuple[dict, dict, dict, dict, dict]) -> None:
+        """Complete an `act` with the (observations, rewards, terminations, truncations, infos) the env's step
+        returned."""
+        observations, rewards, terminations, truncations, infos = outcome
+        assembler, acted, self._acted = self.assembler, self._acted, []
         for agent, reward in rewards.items():
             self.paid[agent] += float(reward)
         self._observations.update(observations)
         self._infos.update(infos or {})
+        acting = set(acted)
         for agent, reward in rewards.items():
-            if agent not in actions:  # paid before its first decision (rule 4)
+            if agent not in acting:  # paid before its first decision (rule 4)
                 assembler.completed(agent, float(reward), None, None)
-        for agent in actions:
+        for agent in acted:
             reward = float(rewards.get(agent, 0.0))
             terminated, truncated = bool(terminations.get(agent, False)), bool(truncations.get(agent, False))
             if terminated or truncated:
@@ -184,7 +212,7 @@ class ParallelStepper:
         returns how many open transitions were dropped; does nothing between episodes."""
         if not self.in_episode:
             return 0
-        self._cycle, self._open = [], {}
+        self._cycle, self._open, self._acted = [], {}, []
         self.in_episode = False
         return len(self.assembler.abandon_episode())
 

@@ -230,7 +230,7 @@ def play_parallel(env_spec: Any, players: dict[str, Player], episodes: int, seed
     spec = env_spec if isinstance(env_spec, EnvSpec) else EnvSpec.of(env_spec)
     if episodes < 1:
         return []
-    api, _why = choose_env_api(spec, env_api, env_api_for(spec.name))
+    api, _why = choose_env_api(spec, env_api, declared=env_api_for(spec.name))
     make = spec.make_parallel if api == "parallel" else spec.make
     first = make()
     envs = [first]
@@ -297,7 +297,7 @@ def play_parallel(env_spec: Any, players: dict[str, Player], episodes: int, seed
             env.close()
 
 
-def _probe(env: Any, seed: int) -> tuple[Any, dict]:
+def _probe(env: Any, seed: int) -> tuple[Any, set[str]]:
     """(an AEC view of `env`, its info masks) for `env_layouts`: layouts are read the same way on either path."""
     if isinstance(env, ParallelEnv):
         from pettingzoo.utils.conversions import parallel_to_aec

@@ -150,9 +150,9 @@ def evaluate(run_dir_or_policies: str | Path | dict[str, tuple[Any, Any]], env: 
     probe = spec.make()
     try:
         agents = list(probe.possible_agents)
+        api, _why = choose_env_api(spec, env_api or "auto", probe, env_api_for(spec.name))
     finally:
         probe.close()
-    api, _why = choose_env_api(spec, env_api or "auto", env_api_for(spec.name))
     copies = eval_copies(len(agents), api) if copies is None else copies
     units = units_for(mode, agents, list(policies))
     opponents, name = _opponents(vs)

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from pzasync.remote.address import Address, is_remote_id
 from pzasync.remote.client import Connection, RemoteEnv, connect
+from pzasync.remote.parallel import RemoteParallelEnv, connect_parallel
 from pzasync.remote.server import EnvServer, serve
 
-__all__ = ["Address", "Connection", "EnvServer", "RemoteEnv", "connect", "is_remote_id", "serve"]
+__all__ = ["Address", "Connection", "EnvServer", "RemoteEnv", "RemoteParallelEnv", "connect", "connect_parallel",
+           "is_remote_id", "serve"]

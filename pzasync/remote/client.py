@@ -1,5 +1,6 @@
 """The trainer's side of the remote env protocol (docs/remote.md): a `Connection` to one server, and
-`RemoteEnv`, an AEC env that mirrors one served instance.
+`RemoteEnv`, an AEC env that mirrors one served instance (`RemoteParallelEnv`, remote/parallel.py, mirrors one
+through the parallel API, where the server offers it).
 
 A `RemoteEnv` shows exactly what the served env shows after each step (agents, selection, every agent's reward,
 cumulative reward, termination and truncation, the selected agent's observation and info), so anything that
@@ -19,7 +20,7 @@ import socket
 import struct
 import time
 from collections import deque
-from typing import Any, Callable, overload
+from typing import Any, Callable, Protocol, overload
 
 import numpy as np
 from pettingzoo import AECEnv
@@ -29,6 +30,7 @@ from pzasync.remote.address import Address
 from pzasync.remote.json_values import plain
 from pzasync.remote.launch import launch
 from pzasync.remote.protocol import (
+    CYCLE_INFO_JSON,
     HAS_OPTIONS,
     HAS_SEED,
     INFO_JSON,
@@ -60,6 +62,20 @@ _ERRORS = {"malformed": RemoteProtocolError, "version": RemoteProtocolError, "sp
 Ticket = int | tuple[int, ...]
 
 
+class Mirror(Protocol):
+    """A served instance as a connection's client shows it: a `RemoteEnv` (the AEC protocol) or a
+    `RemoteParallelEnv` (the parallel API: remote/parallel.py)."""
+
+    connection: Connection
+    instance: int
+
+    def forget(self) -> None:
+        """Show nothing until the next reset (the instance is served afresh)."""
+
+    def apply_cycle(self, row: tuple, infos: list[dict]) -> None:
+        """Show a cycle record (`EnvLayout.cycle_struct`) and its infos' JSON parts, in agent order."""
+
+
 class Connection:
     """One connection to a server: the handshake, requests answered in order (several may be in flight), and
     the instances (`RemoteEnv`s) it serves. Every failure is a `RemoteEnvError` naming the server, the
@@ -75,16 +91,22 @@ class Connection:
         self.timeout_s = timeout_s
         self.describe_end = describe_end
         self.label = label or f"server {self.address}"
-        self.envs: dict[int, RemoteEnv] = {}
+        self.envs: dict[int, Mirror] = {}
         self._sent = 0  # tickets: requests sent, and the one whose reply is read next
         self._read = 0
         self._stash: dict[int, tuple[int, memoryview]] = {}
         self._queued: list[tuple[int, int, bytes]] = []
         self._resets: list[tuple[int, int | None, dict | None]] = []
+        #: The parallel API's queued requests: cycle steps (instance, packed record) and resets.
+        self._cycles: list[tuple[int, bytes]] = []
+        self._parallel_resets: list[tuple[int, int | None, dict | None]] = []
         self._broken: RemoteEnvError | None = None
         #: Whether the server answers STEP and RESET per instance, in STATE frames of any subset (its WELCOME
         #: says `"paced": true`); False until the handshake.
         self.paced = False
+        #: Whether the server offers the parallel API (its WELCOME says `"parallel": true`: docs/remote.md, "The
+        #: parallel API"); False until the handshake.
+        self.parallel = False
         #: Paced: instance -> when the STEP or RESET naming it was sent (oldest first), while unanswered.
         self.outstanding: dict[int, float] = {}
         #: Paced: the instances of each STATE come in (in their order), not yet taken.
@@ -117,6 +139,7 @@ class Connection:
             self.name = str(self.description.get("name", self.address))
             self.max_instances = int(self.description.get("max_instances", 1))
             self.paced = self.description.get("paced", False) is True
+            self.parallel = self.description.get("parallel", False) is True
         except BaseException:
             self.close()
             raise
@@ -199,9 +222,9 @@ class Connection:
         instance's answer)."""
         kind, body = found
         if self.paced:
-            if kind == Kind.STATE:
+            if kind == Kind.STATE or kind == Kind.CYCLE:
                 try:
-                    instances = self.apply_state(body)
+                    instances = self.apply_state(body) if kind == Kind.STATE else self.apply_cycles(body)
                 except RemoteProtocolError as exc:
                     self._broken = exc
                     raise
@@ -286,42 +309,61 @@ class Connection:
     # ------------------------------------------------------------------------------------------ instances
     def env(self, instance: int, deferred: bool = False) -> RemoteEnv:
         """The `RemoteEnv` of `instance` on this connection (made on first use)."""
-        if not 0 <= instance < self.max_instances:
-            raise RemoteEnvError(f"{self.label} serves instances 0..{self.max_instances - 1} per connection, not "
-                                 f"{instance}")
         env = self.envs.get(instance)
         if env is None:
-            env = self.envs[instance] = RemoteEnv(self, instance, deferred=deferred)
+            env = RemoteEnv(self, instance, deferred=deferred)
+            self.attach(env)
+        if not isinstance(env, RemoteEnv):
+            raise RemoteEnvError(f"{self.label}: instance {instance} is mirrored through the parallel API")
         return env
 
-    def adopt(self, env: RemoteEnv) -> None:
-        """Serve `env` (a `RemoteEnv` of a connection that was lost) from this connection, as the same instance;
+    def attach(self, env: Mirror) -> None:
+        """Serve `env` (a new mirror, or one of a connection that was lost) from this connection, as its instance;
         it shows nothing until its next reset."""
         if not 0 <= env.instance < self.max_instances:
             raise RemoteEnvError(f"{self.label} serves instances 0..{self.max_instances - 1} per connection, not "
                                  f"{env.instance}")
         env.connection = self
-        env._order, env.agents, env.agent_selection, env.infos = None, [], None, {}
-        env._later.clear()
+        env.forget()
         self.envs[env.instance] = env
+
+    adopt = attach
 
     def queue_reset(self, instance: int, seed: int | None, options: dict | None) -> None:
         self._resets.append((instance, seed, options))
 
+    def queue_parallel_reset(self, instance: int, seed: int | None, options: dict | None) -> None:
+        self._parallel_resets.append((instance, seed, options))
+
     def flush_resets(self) -> Ticket | None:
-        """Send the queued resets as one RESET frame; its ticket (None when nothing was queued)."""
-        if not self._resets:
+        """Send the queued resets as one RESET frame (PARALLEL_RESET for instances on the parallel API); its
+        ticket (None when nothing was queued)."""
+        if self._resets and self._parallel_resets:
+            raise ValueError(f"{self.label}: resets of both APIs queued; flush one kind before queuing the other")
+        kind, requests = (Kind.RESET, self._resets) if self._resets else (Kind.PARALLEL_RESET, self._parallel_resets)
+        if not requests:
             return None
-        requests, self._resets = self._resets, []
+        self._resets, self._parallel_resets = [], []
         if self.paced:
-            return self.send(_reset_frame(requests), [r[0] for r in requests])
-        return self.send(_reset_frame(requests))
+            return self.send(_reset_frame(requests, kind), [r[0] for r in requests])
+        return self.send(_reset_frame(requests, kind))
 
     def queue(self, instance: int, flags: int, action: bytes) -> None:
         self._queued.append((instance, flags, action))
 
+    def queue_cycle(self, instance: int, record: bytes) -> None:
+        """Queue a parallel step record (`EnvLayout.parallel_step_struct`) of `instance`."""
+        self._cycles.append((instance, record))
+
     def flush(self) -> Ticket | None:
-        """Send the queued steps as one STEP frame; its ticket (None when nothing was queued)."""
+        """Send the queued steps as one STEP frame (PARALLEL_STEP for cycles on the parallel API); its ticket
+        (None when nothing was queued)."""
+        if self._queued and self._cycles:
+            raise ValueError(f"{self.label}: steps of both APIs queued; flush one kind before queuing the other")
+        if self._cycles:
+            cycles, self._cycles = self._cycles, []
+            data = packed_frame(Kind.PARALLEL_STEP, [record for _, record in cycles])
+            return self.send(data, [instance for instance, _ in cycles]) if self.paced else self.send(data)
         if not self._queued:
             return None
         pack = self.layout.step_struct.pack  # zero-pads each action to action_bytes
@@ -332,15 +374,18 @@ class Connection:
         return self.send(packed_frame(Kind.STEP, records))
 
     def collect(self, ticket: Ticket) -> None:
-        """Receive a STEP's or RESET's STATE reply and hand each instance its snapshots (on a paced connection,
-        wait until every instance of the request was answered)."""
+        """Receive a STEP's or RESET's STATE reply (a CYCLE, on the parallel API) and hand each instance what it
+        carries (on a paced connection, wait until every instance of the request was answered)."""
         if isinstance(ticket, tuple):  # a paced connection's (`send`)
             self.wait_for(ticket)
             return
         kind, body = self.receive(ticket)
-        if kind != Kind.STATE:
-            raise RemoteProtocolError(f"{self.label}: expected STATE, got message kind {kind}")
-        self.apply_state(body)
+        if kind == Kind.STATE:
+            self.apply_state(body)
+        elif kind == Kind.CYCLE:
+            self.apply_cycles(body)
+        else:
+            raise RemoteProtocolError(f"{self.label}: expected STATE or CYCLE, got message kind {kind}")
 
     def apply_state(self, body: memoryview) -> list[int]:
         """Hand each instance of a STATE frame its snapshots. On a paced connection each must be outstanding,
@@ -355,21 +400,50 @@ class Connection:
             if row[1] & INFO_JSON:
                 info, info_at = infos[info_at], info_at + 1
             env = envs.get(row[0])
-            if env is None:
-                raise RemoteProtocolError(f"{self.label}: a snapshot of instance {row[0]}, which was not asked for")
+            if not isinstance(env, RemoteEnv):
+                raise RemoteProtocolError(f"{self.label}: a snapshot of instance {row[0]}, which was not asked for"
+                                          + (" (it is on the parallel API)" if env is not None else ""))
             if row[0] == previous:
                 env._later.append((row, info))  # a dead agent's turn, stepped with None by the server
                 continue
             if outstanding is not None:
-                if outstanding.pop(row[0], None) is None:
-                    raise RemoteProtocolError(
-                        f"{self.label}: a STATE names instance {row[0]}, which is not outstanding (no STEP or RESET "
-                        f"naming it awaits an answer, or its snapshots were split between STATE frames or records); "
-                        f"see docs/remote.md, \"Replies at the server's pace\"")
+                self._answered(outstanding, row[0], "STATE", "its snapshots were split between STATE frames or "
+                               "records")
                 covered.append(row[0])
             env._later.clear()
             env._apply(row, info)
             previous = row[0]
+        return covered
+
+    def _answered(self, outstanding: dict[int, float], instance: int, kind: str, split: str) -> None:
+        """Paced: `instance` is answered; RemoteProtocolError where it was not outstanding."""
+        if outstanding.pop(instance, None) is None:
+            raise RemoteProtocolError(
+                f"{self.label}: a {kind} names instance {instance}, which is not outstanding (no request naming it "
+                f"awaits an answer, or {split}); see docs/remote.md, \"Replies at the server's pace\"")
+
+    def apply_cycles(self, body: memoryview) -> list[int]:
+        """Hand each instance of a CYCLE frame its record (docs/remote.md, "The parallel API"): what its parallel
+        env's reset or step returned. On a paced connection each must be outstanding (else RemoteProtocolError);
+        returns the instances, in order (else [])."""
+        layout = self.layout
+        p = len(layout.agents)
+        rows, tail = unpack_records(body, layout.cycle_struct, self.label)
+        infos = read_infos(tail, sum(1 for row in rows for f in row[2 + p:2 + 2 * p] if f & CYCLE_INFO_JSON),
+                           self.label)
+        outstanding = self.outstanding if self.paced else None
+        covered, info_at = [], 0
+        for row in rows:
+            env = self.envs.get(row[0])
+            if env is None or isinstance(env, RemoteEnv):
+                raise RemoteProtocolError(f"{self.label}: a cycle record of instance {row[0]}, which was not asked "
+                                          f"for" + (" (it is on the AEC protocol)" if env is not None else ""))
+            if outstanding is not None:
+                self._answered(outstanding, row[0], "CYCLE", "it has two records")
+                covered.append(row[0])
+            n = sum(1 for f in row[2 + p:2 + 2 * p] if f & CYCLE_INFO_JSON)
+            env.apply_cycle(row, infos[info_at:info_at + n])
+            info_at += n
         return covered
 
     def reset_many(self, requests: list[tuple[int, int | None, dict | None]]) -> None:
@@ -408,15 +482,15 @@ class Connection:
             self._broken = RemoteEnvError(f"{self.label}: the connection was closed")
 
 
-def _reset_frame(requests: list[tuple[int, int | None, dict | None]]) -> bytes:
-    """A RESET frame: `(instance, seed, options)` per instance."""
+def _reset_frame(requests: list[tuple[int, int | None, dict | None]], kind: int = Kind.RESET) -> bytes:
+    """A RESET (or PARALLEL_RESET) frame: `(instance, seed, options)` per instance."""
     records = np.zeros(len(requests), RESET_RECORD)
     options = []
     for k, (instance, seed, opts) in enumerate(requests):
         records[k] = (instance, (HAS_SEED if seed is not None else 0) | (HAS_OPTIONS if opts else 0), seed or 0)
         if opts:
             options.append(plain(opts, f"instance {instance}: reset options"))
-    return records_frame(Kind.RESET, records, info_tail(options))
+    return records_frame(kind, records, info_tail(options))
 
 
 def _info(layout: EnvLayout, agent: str, flags: int, mask: Any, extra: dict | None) -> dict:
@@ -466,6 +540,15 @@ class RemoteEnv(AECEnv):
 
     def action_space(self, agent: str) -> Any:
         return self.action_spaces[agent]
+
+    def forget(self) -> None:
+        """Show nothing until the next reset (the instance is served afresh)."""
+        self._order, self.agents, self.agent_selection, self.infos = None, [], None, {}
+        self._later.clear()
+
+    def apply_cycle(self, row: tuple, infos: list[dict]) -> None:
+        raise RemoteProtocolError(f"{self.connection.label}: a cycle record of instance {self.instance}, which is on "
+                                  f"the AEC protocol")
 
     def _apply(self, row: tuple, info: dict | None) -> None:
         """Show a snapshot: a record unpacked by `EnvLayout.snapshot_struct` (instance, flags, selection,
@@ -560,6 +643,20 @@ class RemoteEnv(AECEnv):
 def connect(address: str, *, timeout_s: float = 60.0, instance: int = 0, instances: int | None = None) -> RemoteEnv:
     """An AEC env served at `address`: unix:///path, tcp://host:port, or cmd:TEMPLATE (one server launched
     for it, with `instances` as its {instances}, stopped by `close`). Its `close` also closes the connection."""
+    connection, owns = open_connection(address, timeout_s=timeout_s, instances=instances)
+    try:
+        env = connection.env(instance)
+    except BaseException:
+        owns()
+        raise
+    env._owns = owns
+    return env
+
+
+def open_connection(address: str, *, timeout_s: float = 60.0,
+                    instances: int | None = None) -> tuple[Connection, Callable[[], None]]:
+    """A connection to the server at `address` (one launched for a cmd: template), and what closes it (and stops
+    the server launched)."""
     if address.startswith("cmd:"):
         (server,) = launch(address, 1, timeout_s=timeout_s, instances=instances)
         try:
@@ -574,6 +671,4 @@ def connect(address: str, *, timeout_s: float = 60.0, instance: int = 0, instanc
     else:
         connection = Connection(address, timeout_s)
         owns = connection.close
-    env = connection.env(instance)
-    env._owns = owns
-    return env
+    return connection, owns

@@ -44,6 +44,10 @@ class Kind(IntEnum):
     PING = 8         # client -> server: u64 token
     PONG = 9         # server -> client: the same u64 token
     ERROR = 10       # server -> client, in place of a reply: JSON {"code", "message", ...}
+    # The parallel API (a server whose WELCOME says "parallel": true): a whole cycle of an instance at a time.
+    PARALLEL_RESET = 11  # client -> server: as RESET; answered by CYCLE
+    PARALLEL_STEP = 12   # client -> server: u32 count, parallel step records
+    CYCLE = 13           # server -> client (answers both): u32 count, cycle records, info tail
 
 
 # Snapshot flags (u16).
@@ -54,6 +58,16 @@ NO_OBS = 4      # the selected agent is not among `agents`: no observation was t
 HAS_SEED = 1
 HAS_OPTIONS = 2  # the reset's options follow, as JSON, in the tail
 NONE_ACTION = 1
+# Cycle record flags: one u8 per possible agent, saying which of the step's (or reset's) dicts name the agent.
+CYCLE_OBS = 1           # observations (the bytes are in the agent's observation field)
+CYCLE_REWARD = 2        # rewards
+CYCLE_TERMINATION = 4   # terminations
+CYCLE_TRUNCATION = 8    # truncations
+CYCLE_INFO = 16         # infos
+CYCLE_INFO_JSON = 32    # the info (less its action mask) follows in the tail
+CYCLE_INFO_MASK = 64    # the info carries an action mask, in the agent's mask field
+# Parallel step record: one u8 per possible agent.
+ACTS = 1                # the agent acts: its action is in its action field
 
 RESET_RECORD = np.dtype([("instance", "<u4"), ("flags", "u1"), ("seed", "<i8")])
 OBSERVE_RECORD = np.dtype([("instance", "<u4"), ("agent", "<u2")])
@@ -414,12 +428,22 @@ class EnvLayout:
         self.snapshot_struct = struct.Struct(f"<IHHH{p}H{p}d{p}d{p}?{p}?{self.obs_bytes}s{self.mask_bytes}s")
         self.step_struct = struct.Struct(f"<IB{self.action_bytes}s")
         assert self.snapshot_struct.size == self.snapshot.itemsize and self.step_struct.size == self.step.itemsize
+        #: The parallel API's records (docs/remote.md, "The parallel API"), by agent index: a cycle record as the flat
+        #: tuple instance, n_agents, P agents, P flags, P rewards, P terminations, P truncations, P observations
+        #: (obs_bytes each), P masks (mask_bytes each); a parallel step record as instance, P flags, P actions.
+        self.cycle_struct = struct.Struct(f"<IH{p}H{p}B{p}d{p}?{p}?" + f"{self.obs_bytes}s" * p
+                                          + f"{self.mask_bytes}s" * p)
+        self.parallel_step_struct = struct.Struct(f"<I{p}B" + f"{self.action_bytes}s" * p)
 
     def sizes(self) -> dict[str, int]:
         """The record sizes a WELCOME states, so that a client refuses a server that computed others."""
         return {"obs_bytes": self.obs_bytes, "mask_bytes": self.mask_bytes, "action_bytes": self.action_bytes,
                 "snapshot_bytes": self.snapshot.itemsize, "step_bytes": self.step.itemsize,
                 "observation_bytes": self.observation.itemsize}
+
+    def parallel_sizes(self) -> dict[str, int]:
+        """The parallel API's record sizes, which a WELCOME that says `"parallel": true` states beside `layout`."""
+        return {"cycle_bytes": self.cycle_struct.size, "parallel_step_bytes": self.parallel_step_struct.size}
 
     def describe(self) -> dict:
         """The env part of a WELCOME: agents, their spaces as JSON, and the record sizes."""
@@ -431,7 +455,8 @@ class EnvLayout:
 
     @classmethod
     def from_description(cls, data: dict, source: str) -> EnvLayout:
-        """The layout a WELCOME describes, checked against the record sizes it states."""
+        """The layout a WELCOME describes, checked against the record sizes it states (those of the parallel API
+        too, where it offers it)."""
         try:
             agents = [str(a) for a in data["possible_agents"]]
             described = data["spaces"]
@@ -441,8 +466,11 @@ class EnvLayout:
         except (KeyError, TypeError) as exc:
             raise RemoteProtocolError(f"{source}: malformed env description ({type(exc).__name__}: {exc})") from None
         layout = cls(agents, obs, act)
-        stated = data.get("layout", {})
+        stated = dict(data.get("layout", {}))
         ours = layout.sizes()
+        if data.get("parallel") is True:
+            stated.update(data.get("parallel_layout", {}))
+            ours.update(layout.parallel_sizes())
         wrong = {k: (v, ours.get(k)) for k, v in stated.items() if ours.get(k) != v}
         if wrong:
             raise RemoteSpaceError(

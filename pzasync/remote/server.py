@@ -5,6 +5,11 @@ One thread, one `selectors` loop: a connection's frames are answered in order, o
 every step (and reset) the server steps the dead agents whose turn it is with None, as PettingZoo's AEC loop
 does, and sends one snapshot per step, so the client replays those turns without a round trip each.
 
+An env that is simultaneous-move underneath (`env_fn` makes a `ParallelEnv`, or an AEC env made by
+`parallel_to_aec`; or a `parallel_fn` is given) is also served through its parallel API (docs/remote.md, "The
+parallel API"): the WELCOME says `"parallel": true`, and an instance reset with PARALLEL_RESET is a parallel env
+stepped a whole cycle at a time (PARALLEL_STEP, answered by CYCLE).
+
 With `workers=N` the server sets its own pace (docs/remote.md, "Replies at the server's pace"): each
 instance's step and reset runs on one of N threads (step_pool.py), and the loop answers with one STATE per
 connection of whatever instances have finished, so a slow instance holds up only itself. `pace(instance)`
@@ -25,11 +30,15 @@ import traceback
 from typing import Any, Callable
 
 import numpy as np
+from pettingzoo import ParallelEnv
+from pettingzoo.utils.conversions import parallel_to_aec
 
 from pzasync.errors import RemoteProtocolError, RemoteSpaceError
 from pzasync.logs import logger
 from pzasync.remote.address import Address
+from pzasync.remote.parallel import as_parallel
 from pzasync.remote.protocol import (
+    ACTS,
     HAS_OPTIONS,
     HAS_SEED,
     MAGIC,
@@ -44,13 +53,12 @@ from pzasync.remote.protocol import (
     frame,
     info_tail,
     json_frame,
-    packed_frame,
     read_infos,
     records_frame,
     split_records,
     unpack_records,
 )
-from pzasync.remote.snapshots import EnvStates, Snapshots, UnfitValue, info_parts
+from pzasync.remote.snapshots import Cycles, EnvStates, Snapshots, UnfitValue, info_parts
 from pzasync.remote.step_pool import StepPool
 from pzasync.remote.stream import FrameStream
 
@@ -75,7 +83,9 @@ class Session:
         self.sock, self.peer = sock, peer
         self.stream = FrameStream(sock, f"client {peer}") if sock is not None else None
         self.greeted = False
+        #: Instance -> its env: an AEC env (`envs`, reset by RESET) or a parallel env (`cycles`, by PARALLEL_RESET).
         self.envs: dict[int, Any] = {}
+        self.cycles: dict[int, Any] = {}
         #: Paced: instances being stepped or reset on a worker thread; whether the session still runs.
         self.busy: set[int] = set()
         self.open = True
@@ -86,10 +96,13 @@ class EnvServer:
 
     With `address` None it listens nowhere: another transport hands it frames (`session`, `answer`, `end`).
     With `workers` >= 1 it is paced (module docstring): instances are stepped on that many threads and answered
-    as they finish; `pace(instance)`, if given, is slept on the worker before each step of `instance`."""
+    as they finish; `pace(instance)`, if given, is slept on the worker before each step of `instance`.
+    `parallel_fn` makes the env's parallel form, for an env that `env_fn` makes as an AEC env of another kind
+    (PettingZoo's `parallel_env()` beside `env()`): its agents and spaces must be the AEC env's."""
 
     def __init__(self, env_fn: Callable[[], Any], address: str | None, instances: int = 16,
-                 name: str | None = None, *, workers: int = 0, pace: Callable[[int], float] | None = None) -> None:
+                 name: str | None = None, *, workers: int = 0, pace: Callable[[int], float] | None = None,
+                 parallel_fn: Callable[[], Any] | None = None) -> None:
         if instances < 1:
             raise ValueError(f"instances must be >= 1, got {instances}")
         if workers < 0 or (pace is not None and workers < 1):
@@ -97,18 +110,30 @@ class EnvServer:
                              f"workers={workers}")
         if workers and address is None:
             raise ValueError("a paced server (workers >= 1) sends its replies itself: give it an address")
-        self.env_fn, self.max_instances = env_fn, instances
         probe = env_fn()
+        if isinstance(probe, ParallelEnv):  # served through both APIs: the AEC one by parallel_to_aec
+            make_parallel = env_fn
+            parallel_fn = parallel_fn or make_parallel
+            env_fn, probe = (lambda: parallel_to_aec(make_parallel())), parallel_to_aec(probe)
+        elif parallel_fn is None and as_parallel(probe) is not None:
+            make_aec = env_fn
+            parallel_fn = lambda: as_parallel(make_aec())  # noqa: E731
+        self.env_fn, self.parallel_fn, self.max_instances = env_fn, parallel_fn, instances
         self.spare: list[Any] = [probe]
+        #: Parallel envs not in use (instances reset through the parallel API take them).
+        self.spare_parallel: list[Any] = []
         self.name = name or str(getattr(probe, "metadata", {}).get("name") or type(probe).__name__)
         agents = list(probe.possible_agents)
         self.layout = EnvLayout(agents, {a: probe.observation_space(a) for a in agents},
                                 {a: probe.action_space(a) for a in agents})
         self.to_env = {a: _action_decoder(probe.action_space(a), self.layout.actions[a]) for a in agents}
+        if parallel_fn is not None:
+            self.spare_parallel.append(self._parallel_probe(parallel_fn, probe))
         self.pace = pace
+        parallel = {"parallel": True, "parallel_layout": self.layout.parallel_sizes()} if parallel_fn else {}
         self.welcome = json_frame(Kind.WELCOME, {"protocol": VERSION, "name": self.name,
                                                  "max_instances": instances, **self.layout.describe(),
-                                                 **({"paced": True} if workers else {})},
+                                                 **({"paced": True} if workers else {}), **parallel},
                                   prefix=struct.pack("<H", VERSION))
         self.listener: socket.socket | None = None
         self.address: Address | str = f"of {self.name}"
@@ -123,6 +148,18 @@ class EnvServer:
         if workers:
             self.pool = StepPool(workers)
             self.selector.register(self.pool.wake, selectors.EVENT_READ, self.pool)
+
+    def _parallel_probe(self, parallel_fn: Callable[[], Any], probe: Any) -> Any:
+        """A parallel env of `parallel_fn`, checked to have the AEC env's agents and spaces."""
+        env = parallel_fn()
+        agents = list(self.layout.agents)
+        differ = [a for a in agents if env.observation_space(a) != probe.observation_space(a)
+                  or env.action_space(a) != probe.action_space(a)] if list(env.possible_agents) == agents else agents
+        if differ:
+            env.close()
+            raise ValueError(f"env {self.name!r}: its parallel form disagrees with its AEC form on the agents or the "
+                             f"spaces of {differ}: the parallel API must serve the same agents and spaces")
+        return env
 
     # ------------------------------------------------------------------------------------------ the loop
     def run(self) -> None:
@@ -211,19 +248,22 @@ class EnvServer:
         """Take back a session's envs (for later sessions; those on a worker thread once they are back)."""
         session.open = False
         self.spare.extend(env for instance, env in session.envs.items() if instance not in session.busy)
+        self.spare_parallel.extend(env for instance, env in session.cycles.items() if instance not in session.busy)
         session.envs = {i: env for i, env in session.envs.items() if i in session.busy}
+        session.cycles = {i: env for i, env in session.cycles.items() if i in session.busy}
 
     def close(self) -> None:
         for conn in list(self.connections):
             self._drop(conn)
         if self.pool is not None:
             self.pool.close()
-        for env in self.spare:
+        for env in self.spare + self.spare_parallel:
             try:
                 env.close()
             except Exception:  # noqa: BLE001 - closing is best effort
                 pass
         self.spare.clear()
+        self.spare_parallel.clear()
         self.selector.close()
         if self.listener is None:
             return
@@ -270,6 +310,8 @@ class EnvServer:
                     return self._reset(conn, resets, tail)
                 self._dispatch_resets(pool, conn, resets, tail)
                 return None
+            if kind == Kind.PARALLEL_STEP or kind == Kind.PARALLEL_RESET:
+                return self._parallel_request(conn, kind, body, source)
             if kind == Kind.OBSERVE:
                 return self._observe(conn, split_records(body, OBSERVE_RECORD, source)[0])
             if kind == Kind.PING:
@@ -278,58 +320,112 @@ class EnvServer:
             raise _Refused("malformed", str(exc), close=True) from None
         raise _Refused("malformed", f"server {self.address}: unknown message kind {kind}", close=True)
 
-    def _env(self, conn: Session, instance: int, create: bool) -> Any:
+    def _parallel_request(self, conn: Session, kind: int, body: memoryview, source: str) -> bytes | None:
+        """A PARALLEL_STEP or PARALLEL_RESET: the CYCLE reply (None on a paced server: it follows)."""
+        if self.parallel_fn is None:
+            raise _Refused("malformed", f"server {self.address} does not offer the parallel API (its WELCOME did not "
+                           f"say \"parallel\": true); message kind {kind} is not served", close=True)
+        pool = self.pool
+        if kind == Kind.PARALLEL_STEP:
+            steps = unpack_records(body, self.layout.parallel_step_struct, source)[0]
+            if pool is None:
+                return self._step(conn, steps, parallel=True)
+            self._dispatch_steps(pool, conn, steps, parallel=True)
+            return None
+        resets, tail = split_records(body, RESET_RECORD, source)
+        if pool is None:
+            return self._reset(conn, resets, tail, parallel=True)
+        self._dispatch_resets(pool, conn, resets, tail, parallel=True)
+        return None
+
+    def _env(self, conn: Session, instance: int, create: bool, parallel: bool = False) -> Any:
+        """The env of `instance` (made, with `create`, by a reset: a parallel env for the parallel API's)."""
         if instance in conn.busy:
-            raise _Refused("instance", f"instance {instance} is named while a STEP or RESET naming it is not answered "
+            raise _Refused("instance", f"instance {instance} is named while a request naming it is not answered "
                            f"yet", instance=instance)
-        env = conn.envs.get(instance)
+        mine, other = (conn.cycles, conn.envs) if parallel else (conn.envs, conn.cycles)
+        env = mine.get(instance)
         if env is None:
             if instance >= self.max_instances:
                 raise _Refused("instance", f"server {self.address} serves instances 0..{self.max_instances - 1} per "
                                f"connection; instance {instance} was asked for", instance=instance)
             if not create:
+                api = ("it was reset through the AEC protocol (RESET), not the parallel API" if parallel else
+                       "it was reset through the parallel API (PARALLEL_RESET): step it with PARALLEL_STEP")
                 raise _Refused("instance", f"instance {instance} was stepped before it was reset (or after its env "
-                               f"raised)", instance=instance)
-            env = conn.envs[instance] = self.spare.pop() if self.spare else self.env_fn()
+                               f"raised)" + (f"; {api}" if instance in other else ""), instance=instance)
+            if instance in other:  # reset through the other API: its env goes back
+                (self.spare if parallel else self.spare_parallel).append(other.pop(instance))
+            spare = self.spare_parallel if parallel else self.spare
+            make = self.parallel_fn if parallel else self.env_fn
+            assert make is not None, "the parallel API is asked for only where the server offers it"
+            env = mine[instance] = spare.pop() if spare else make()
         return env
 
     def _failed(self, conn: Session, instance: int, env: Any, exc: Exception) -> _Refused:
         """An env's exception as an ERROR reply; its instance must be reset again."""
         conn.envs.pop(instance, None)
+        conn.cycles.pop(instance, None)
         return _env_error(instance, env, exc)
 
-    def _reset(self, conn: Session, records: np.ndarray, tail: memoryview) -> bytes:
-        out = Snapshots(self.layout, self.states)
-        rows = records.tolist()
-        options = iter(read_infos(tail, sum(1 for _, flags, _ in rows if flags & HAS_OPTIONS), f"client {conn.peer}"))
-        for instance, flags, seed in rows:
-            env = self._env(conn, instance, create=True)
+    def _reset(self, conn: Session, records: np.ndarray, tail: memoryview, parallel: bool = False) -> bytes:
+        """Reset each (instance, flags, seed) record's env; the STATE reply (CYCLE, `parallel`)."""
+        out = Cycles(self.layout) if parallel else Snapshots(self.layout, self.states)
+        for instance, seed, options in self._resets_of(conn, records, tail):
+            env = self._env(conn, instance, create=True, parallel=parallel)
             try:
-                env.reset(seed=seed if flags & HAS_SEED else None,
-                          options=next(options) if flags & HAS_OPTIONS else None)
-                out.chain(env, instance)
+                self._reset_one(out, instance, env, seed, options)
             except UnfitValue as exc:
                 raise _Refused("space", str(exc), instance=exc.instance, agent=exc.agent) from None
             except Exception as exc:  # noqa: BLE001 - the client gets it with its instance
                 raise self._failed(conn, instance, env, exc) from None
         return out.frame()
 
-    def _step(self, conn: Session, records: list[tuple]) -> bytes:
-        """Step each (instance, flags, action bytes) record's env; the STATE reply."""
-        out = Snapshots(self.layout, self.states)
-        to_env, owner = self.to_env, self.states.owner
-        for instance, flags, data in records:
-            env = self._env(conn, instance, create=False)
+    def _resets_of(self, conn: Session, records: np.ndarray, tail: memoryview) -> list[tuple[int, Any, Any]]:
+        """(instance, seed, options) of each reset record, its options read from the tail."""
+        rows = records.tolist()
+        options = iter(read_infos(tail, sum(1 for _, flags, _ in rows if flags & HAS_OPTIONS), f"client {conn.peer}"))
+        return [(instance, seed if flags & HAS_SEED else None, next(options) if flags & HAS_OPTIONS else None)
+                for instance, flags, seed in rows]
+
+    def _step(self, conn: Session, records: list[tuple], parallel: bool = False) -> bytes:
+        """Step each record's env (a step record: instance, flags, action bytes; a parallel step record, with
+        `parallel`); the STATE reply (CYCLE)."""
+        out = Cycles(self.layout) if parallel else Snapshots(self.layout, self.states)
+        for record in records:
+            instance = record[0]
+            env = self._env(conn, instance, create=False, parallel=parallel)
             try:
-                env.step(None if flags & NONE_ACTION else to_env[owner(env).agent_selection](data))
-                out.chain(env, instance)
-            except _Refused:
-                raise
+                self._step_one(out, instance, env, record)
             except UnfitValue as exc:
                 raise _Refused("space", str(exc), instance=exc.instance, agent=exc.agent) from None
             except Exception as exc:  # noqa: BLE001 - the client gets it with its instance
                 raise self._failed(conn, instance, env, exc) from None
         return out.frame()
+
+    def _reset_one(self, out: Snapshots | Cycles, instance: int, env: Any, seed: int | None,
+                   options: dict | None) -> None:
+        """Reset one instance's env and add what the client sees after it to `out`."""
+        if isinstance(out, Cycles):
+            observations, infos = env.reset(seed=seed, options=options)
+            out.add(instance, list(env.agents), observations, infos)
+        else:
+            env.reset(seed=seed, options=options)
+            out.chain(env, instance)
+
+    def _step_one(self, out: Snapshots | Cycles, instance: int, env: Any, record: tuple) -> None:
+        """Step one instance's env with its record and add what the client sees after it to `out`: the snapshots
+        of the step and of the dead agents' turns after it, or (a parallel step record) the cycle's results."""
+        if isinstance(out, Cycles):
+            p, agents = len(self.layout.agents), self.layout.agents
+            actions = {agents[i]: self.to_env[agents[i]](data)
+                       for i, (acts, data) in enumerate(zip(record[1:1 + p], record[1 + p:])) if acts & ACTS}
+            observations, rewards, terminations, truncations, infos = env.step(actions)
+            out.add(instance, list(env.agents), observations, infos, rewards, terminations, truncations)
+        else:
+            _, flags, data = record
+            env.step(None if flags & NONE_ACTION else self.to_env[self.states.owner(env).agent_selection](data))
+            out.chain(env, instance)
 
     def _observe(self, conn: Session, records: np.ndarray) -> bytes:
         layout = self.layout
@@ -353,92 +449,83 @@ class EnvServer:
         return records_frame(Kind.OBSERVATION, replies, info_tail(infos))
 
     # ------------------------------------------------------------------------------------------ paced
-    def _dispatch_steps(self, pool: StepPool, conn: Session, records: list[tuple]) -> None:
-        """Hand each record's step to a worker thread (all checked first); its STATE follows when it is done."""
+    def _dispatch_steps(self, pool: StepPool, conn: Session, records: list[tuple], parallel: bool = False) -> None:
+        """Hand each record's step to a worker thread (all checked first); its reply follows when it is done."""
         jobs, seen = [], set()
-        for instance, flags, data in records:
+        for record in records:
+            instance = record[0]
             if instance in seen:
                 raise _Refused("instance", f"a STEP names instance {instance} twice", instance=instance)
             seen.add(instance)
-            jobs.append((instance, self._env(conn, instance, create=False), flags, data))
-        for instance, env, flags, data in jobs:
+            jobs.append((instance, self._env(conn, instance, create=False, parallel=parallel), record))
+        for instance, env, record in jobs:
             conn.busy.add(instance)
-            pool.submit(functools.partial(self._step_job, conn, instance, env, flags, data))
+            pool.submit(functools.partial(self._job, conn, instance, env, parallel, functools.partial(
+                self._paced_step, instance, env, record)))
 
-    def _dispatch_resets(self, pool: StepPool, conn: Session, records: np.ndarray, tail: memoryview) -> None:
-        """Hand each record's reset to a worker thread (all checked first); its STATE follows when it is done."""
-        rows = records.tolist()
-        options = iter(read_infos(tail, sum(1 for _, flags, _ in rows if flags & HAS_OPTIONS), f"client {conn.peer}"))
+    def _dispatch_resets(self, pool: StepPool, conn: Session, records: np.ndarray, tail: memoryview,
+                         parallel: bool = False) -> None:
+        """Hand each record's reset to a worker thread (all checked first); its reply follows when it is done."""
         jobs, seen = [], set()
-        for instance, flags, seed in rows:
+        for instance, seed, options in self._resets_of(conn, records, tail):
             if instance in seen:
                 raise _Refused("instance", f"a RESET names instance {instance} twice", instance=instance)
             seen.add(instance)
-            jobs.append((instance, self._env(conn, instance, create=True), seed if flags & HAS_SEED else None,
-                         next(options) if flags & HAS_OPTIONS else None))
-        for instance, env, seed, opts in jobs:
+            jobs.append((instance, self._env(conn, instance, create=True, parallel=parallel), seed, options))
+        for instance, env, seed, options in jobs:
             conn.busy.add(instance)
-            pool.submit(functools.partial(self._reset_job, conn, instance, env, seed, opts))
+            pool.submit(functools.partial(self._job, conn, instance, env, parallel, functools.partial(
+                self._reset_one, instance=instance, env=env, seed=seed, options=options)))
 
-    def _step_job(self, conn: Session, instance: int, env: Any, flags: int, data: bytes) -> tuple[Any, ...]:
-        """A worker thread's job for one instance's step: what `_finished` takes back."""
-        return (conn, instance, env, *self._run_step(instance, env, flags, data))
-
-    def _reset_job(self, conn: Session, instance: int, env: Any, seed: int | None,
-                   opts: dict | None) -> tuple[Any, ...]:
-        """A worker thread's job for one instance's reset: what `_finished` takes back."""
-        return (conn, instance, env, *self._run_reset(instance, env, seed, opts))
-
-    def _run_step(self, instance: int, env: Any, flags: int, data: bytes) -> tuple[Any, bool]:
-        """On a worker thread: one instance's step and its snapshots, as (Snapshots or _Refused, whether the
-        env raised)."""
+    def _paced_step(self, instance: int, env: Any, record: tuple, out: Snapshots | Cycles) -> None:
+        """On a worker thread: sleep the instance's pace, then step it."""
         if self.pace is not None:
             delay = self.pace(instance)
             if delay > 0:
                 time.sleep(delay)
-        action = None if flags & NONE_ACTION else data
-        return self._snapshots_after(instance, env, lambda: env.step(
-            None if action is None else self.to_env[self.states.owner(env).agent_selection](action)))
+        self._step_one(out, instance, env, record)
 
-    def _run_reset(self, instance: int, env: Any, seed: int | None, options: dict | None) -> tuple[Any, bool]:
-        """On a worker thread: one instance's reset and its snapshots, as `_run_step` returns them."""
-        return self._snapshots_after(instance, env, lambda: env.reset(seed=seed, options=options))
-
-    def _snapshots_after(self, instance: int, env: Any, work: Callable[[], Any]) -> tuple[Any, bool]:
-        """`work` (a step or a reset of `env`) and the snapshots that follow it, or what refused it."""
-        out = Snapshots(self.layout, self.states)
+    def _job(self, conn: Session, instance: int, env: Any, parallel: bool,
+             work: Callable[[Snapshots | Cycles], None]) -> tuple[Any, ...]:
+        """On a worker thread: one instance's step or reset (`work`, adding to the reply it is given), as what
+        `_finished` takes back: (conn, instance, env, parallel, the reply's part or what refused it, whether the
+        env raised)."""
+        out = Cycles(self.layout) if parallel else Snapshots(self.layout, self.states)
         try:
-            work()
-            out.chain(env, instance)
+            work(out)
         except UnfitValue as exc:
-            return _Refused("space", str(exc), instance=exc.instance, agent=exc.agent), False
+            return conn, instance, env, parallel, _Refused("space", str(exc), instance=exc.instance,
+                                                           agent=exc.agent), False
         except Exception as exc:  # noqa: BLE001 - the client gets it with its instance
-            return _env_error(instance, env, exc), True
-        return out, False
+            return conn, instance, env, parallel, _env_error(instance, env, exc), True
+        return conn, instance, env, parallel, out, False
 
     def _finished(self, pool: StepPool) -> None:
-        """Send what the worker threads finished: per connection one STATE of the instances done, then an ERROR
-        for each that failed."""
-        replies: dict[Session, tuple[list[bytes], list[dict], list[bytes]]] = {}
-        for conn, instance, env, outcome, raised in pool.finished():
+        """Send what the worker threads finished: per connection one STATE of the instances done (and one CYCLE
+        of those on the parallel API), then an ERROR for each that failed."""
+        replies: dict[Session, tuple[Snapshots, Cycles, list[bytes]]] = {}
+        for conn, instance, env, parallel, outcome, raised in pool.finished():
             conn.busy.discard(instance)
+            mine = conn.cycles if parallel else conn.envs
             if not conn.open:  # the client left meanwhile: its env serves later sessions
-                conn.envs.pop(instance, None)
+                mine.pop(instance, None)
                 if not raised:
-                    self.spare.append(env)
+                    (self.spare_parallel if parallel else self.spare).append(env)
                 continue
-            records, infos, errors = replies.setdefault(conn, ([], [], []))
+            states, cycles, errors = replies.setdefault(conn, (Snapshots(self.layout, self.states),
+                                                               Cycles(self.layout), []))
             if isinstance(outcome, _Refused):
                 if raised:
-                    conn.envs.pop(instance, None)  # it must be reset again
+                    mine.pop(instance, None)  # it must be reset again
                 errors.append(error_frame(outcome.code, str(outcome), **outcome.context))
             else:
-                records.extend(outcome.records)
-                infos.extend(outcome.infos)
-        for conn, (records, infos, errors) in replies.items():
-            data = packed_frame(Kind.STATE, records, info_tail(infos) if infos else b"") if records else b""
-            if conn.open and data + b"".join(errors):
-                self._reply(conn, data + b"".join(errors))
+                into = cycles if parallel else states
+                into.records.extend(outcome.records)
+                into.infos.extend(outcome.infos)
+        for conn, (states, cycles, errors) in replies.items():
+            data = b"".join([part.frame() for part in (states, cycles) if part.records] + errors)
+            if conn.open and data:
+                self._reply(conn, data)
 
 
 def _env_error(instance: int, env: Any, exc: Exception) -> _Refused:
@@ -460,20 +547,23 @@ def _action_decoder(space: Any, codec: SpaceCodec) -> Callable[[bytes], Any]:
 
 
 def serve(env_fn: Callable[[], Any], address: str, instances: int = 16, *, name: str | None = None,
-          workers: int = 0, pace: Callable[[int], float] | None = None) -> None:
-    """Serve the AEC env `env_fn()` builds at `address` (unix:///path or tcp://host:port; port 0 picks one),
-    up to `instances` instances per connection, until SIGTERM or SIGINT. Logs one line naming the address
-    (`pzasync: remote: serving NAME at ADDRESS ...` on stderr by default). `workers` >= 1: paced, each
+          workers: int = 0, pace: Callable[[int], float] | None = None,
+          parallel_fn: Callable[[], Any] | None = None) -> None:
+    """Serve the env `env_fn()` builds (AEC, or parallel) at `address` (unix:///path or tcp://host:port; port 0
+    picks one), up to `instances` instances per connection, until SIGTERM or SIGINT. Logs one line naming the
+    address (`pzasync: remote: serving NAME at ADDRESS ...` on stderr by default). `workers` >= 1: paced, each
     instance stepped on one of that many threads and answered when it is done; `pace(instance)`: seconds
-    slept there before each of its steps (`EnvServer`)."""
-    server = EnvServer(env_fn, address, instances, name, workers=workers, pace=pace)
+    slept there before each of its steps; `parallel_fn`: the env's parallel form, served through the parallel
+    API (`EnvServer`)."""
+    server = EnvServer(env_fn, address, instances, name, workers=workers, pace=pace, parallel_fn=parallel_fn)
     previous = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)}
     for sig in previous:
         signal.signal(sig, lambda *_: server.stop())
     try:
         paced = f"; paced, {workers} worker threads" if workers else ""
+        parallel = "; parallel API offered" if server.parallel_fn is not None else ""
         logger.info(f"remote: serving {server.name} at {server.address} (up to {instances} instances per "
-                    f"connection{paced})")
+                    f"connection{paced}{parallel})")
         server.run()
     finally:
         for sig, handler in previous.items():

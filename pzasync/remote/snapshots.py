@@ -1,5 +1,7 @@
 """What a server sends after every env step (docs/remote.md, "Semantics"): a snapshot of the env as PettingZoo
-shows it, packed as one fixed-size record, and the dead agents' turns that follow, stepped with None.
+shows it, packed as one fixed-size record, and the dead agents' turns that follow, stepped with None. On the
+parallel API (docs/remote.md, "The parallel API"), what a parallel env's `reset` or `step` returned, as one cycle
+record per instance (`Cycles`).
 
 A snapshot is read per step, so the reads are kept short: the env's state attributes are read where they
 live, past PettingZoo's forwarding wrappers (`EnvState`), an env whose agents are all its possible agents in
@@ -17,6 +19,13 @@ import numpy as np
 from pzasync.errors import RemoteSpaceError
 from pzasync.remote.json_values import plain
 from pzasync.remote.protocol import (
+    CYCLE_INFO,
+    CYCLE_INFO_JSON,
+    CYCLE_INFO_MASK,
+    CYCLE_OBS,
+    CYCLE_REWARD,
+    CYCLE_TERMINATION,
+    CYCLE_TRUNCATION,
     INFO_JSON,
     INFO_MASK,
     MASK_KEY,
@@ -159,6 +168,70 @@ class Snapshots:
     def frame(self) -> bytes:
         """The STATE frame: the records, then the infos' tail."""
         return packed_frame(Kind.STATE, self.records, info_tail(self.infos) if self.infos else b"")
+
+
+class Cycles:
+    """The CYCLE reply being built: one cycle record per instance (what its parallel env's `reset` or `step`
+    returned, by agent index, and the live agents after it), and the infos' JSON tail."""
+
+    def __init__(self, layout: EnvLayout) -> None:
+        self.layout = layout
+        self.records: list[bytes] = []
+        self.infos: list[dict] = []
+
+    def add(self, instance: int, agents: list, observations: dict, infos: dict | None, rewards: dict | None = None,
+            terminations: dict | None = None, truncations: dict | None = None) -> None:
+        """Record what a reset (`observations`, `infos`) or a step (all five dicts) of `instance` returned, and
+        `agents`, the env's live agents after it. UnfitValue for a value its space cannot carry."""
+        layout = self.layout
+        p, index = len(layout.agents), layout.index
+        flags, rewards_at, terms_at, truncs_at = [0] * p, [0.0] * p, [False] * p, [False] * p
+        obs_at, masks_at = [b""] * p, [b""] * p
+
+        def at(agent: Any, bit: int) -> int:
+            i = index.get(agent)
+            if i is None:
+                raise UnfitValue(f"agent {agent!r} is not among possible_agents {layout.agents}; the protocol needs "
+                                 f"every agent declared up front", instance, agent)
+            flags[i] |= bit
+            return i
+
+        for agent, observation in observations.items():
+            try:
+                obs_at[at(agent, CYCLE_OBS)] = layout.obs[agent].encode(observation)
+            except RemoteSpaceError as exc:
+                raise UnfitValue(str(exc), instance, agent) from None
+        for values, bit, out in ((rewards, CYCLE_REWARD, rewards_at), (terminations, CYCLE_TERMINATION, terms_at),
+                                 (truncations, CYCLE_TRUNCATION, truncs_at)):
+            for agent, value in (values or {}).items():
+                out[at(agent, bit)] = value
+        tail: dict[int, dict] = {}
+        for agent, info in (infos or {}).items():
+            i = at(agent, CYCLE_INFO)
+            extra: list[dict] = []
+            try:
+                parts, masks_at[i] = info_parts(layout, agent, info, extra)
+            except RemoteSpaceError as exc:
+                raise UnfitValue(str(exc), instance, agent) from None
+            flags[i] |= (CYCLE_INFO_JSON if parts & INFO_JSON else 0) | (CYCLE_INFO_MASK if parts & INFO_MASK else 0)
+            if extra:
+                tail[i] = extra[0]
+        try:
+            order = [index[a] for a in agents]
+        except KeyError as exc:
+            raise UnfitValue(f"agent {exc.args[0]!r} is not among possible_agents {layout.agents}; the protocol needs "
+                             f"every agent declared up front", instance, exc.args[0]) from None
+        try:
+            self.records.append(layout.cycle_struct.pack(instance, len(order), *order, *[0] * (p - len(order)), *flags,
+                                                         *rewards_at, *terms_at, *truncs_at, *obs_at, *masks_at))
+        except struct.error as exc:
+            raise UnfitValue(f"a reward, termination or truncation is not a number ({exc}): rewards {rewards!r}, "
+                             f"terminations {terminations!r}, truncations {truncations!r}", instance, None) from None
+        self.infos.extend(tail[i] for i in sorted(tail))
+
+    def frame(self) -> bytes:
+        """The CYCLE frame: the records, then the infos' tail."""
+        return packed_frame(Kind.CYCLE, self.records, info_tail(self.infos) if self.infos else b"")
 
 
 def info_parts(layout: EnvLayout, agent: str, info: Any, infos: list[dict]) -> tuple[int, bytes]:

@@ -425,7 +425,7 @@ class Actor:
             self.flush()
             return self.total_steps - start_steps
         except (PzasyncError, KeyboardInterrupt):
-            self.flush()  # transitions completed before the failure (a failed server's healthy copies, cut)
+            self.flush()  # what was completed before the error is kept (a remote failure's cut copies included)
             raise
         except Exception as exc:
             self.flush()

@@ -157,10 +157,10 @@ class RunPlan:
         checked = {unit: (cls, cls.validate_config(first[unit], options)) for unit, (cls, options) in found.items()}
         resolved = {agent: checked[group_of.get(agent, agent)] for agent in specs}
         self.env_spec = self.env_spec.with_state(state_request(resolved, self.env_spec.name))
-        #: The env's API the actor steps (RunConfig.env_api resolved): "aec" or "parallel".
-        self.env_api, api_note = self._env_api()
         probe = self.env_spec.make()
         try:
+            #: The env's API the actor steps (RunConfig.env_api resolved): "aec" or "parallel".
+            self.env_api, api_note = self._env_api(probe)
             layouts = env_layouts(probe, probe_info_masks(probe, seed=self.config.seed))
         finally:
             probe.close()
@@ -221,10 +221,10 @@ class RunPlan:
         allocation.check_budget(self)
         self.stats: RunStats | None = None
 
-    def _env_api(self) -> tuple[str, str | None]:
+    def _env_api(self, probe: Any) -> tuple[str, str | None]:
         """RunConfig.env_api resolved ("aec" or "parallel"), and where "auto" chose the parallel path, why
-        (`choose_env_api`)."""
-        return choose_env_api(self.env_spec, self.config.env_api, env_api_for(self.env_spec.name))
+        (`choose_env_api`; `probe`, the env made to read its spaces, says what a remote env's server offers)."""
+        return choose_env_api(self.env_spec, self.config.env_api, probe, env_api_for(self.env_spec.name))
 
     def _group_unit(self, group: str, members: list[str]) -> AgentPlan:
         """One learner unit for the group's members, which must agree on spaces (what one policy needs)."""

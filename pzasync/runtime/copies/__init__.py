@@ -26,9 +26,9 @@ def copies_for(plan: RunPlan) -> EnvCopiesFactory:
     else stepped by `env_workers` worker processes, or in the actor's process when there are none; through the
     env's parallel API where the plan chose the parallel path (`RunPlan.env_api`)."""
     cfg = plan.config
-    if is_remote_id(plan.env_spec.source):
-        return RemoteEnvs(plan.env_spec, plan.envs_per_actor, cfg.heartbeat_timeout_s)
     parallel = plan.env_api == "parallel"
+    if is_remote_id(plan.env_spec.source):
+        return RemoteEnvs(plan.env_spec, plan.envs_per_actor, cfg.heartbeat_timeout_s, parallel=parallel)
     workers = chosen(cfg.env_workers, "env_workers")
     if workers:
         return EnvWorkers(plan.env_spec, plan.envs_per_actor, workers, cfg.heartbeat_timeout_s, run_id=plan.run_id,

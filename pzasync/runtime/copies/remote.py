@@ -16,6 +16,13 @@ as one STEP frame while the other copies are still being stepped. Their resets g
 RESET frame for the copies of a reply whose episodes ended), and each copy's first decision follows its
 reset's answer.
 
+On the parallel path (`parallel=True`: the server offers the parallel API, docs/remote.md) each copy is a
+`ParallelStepper` over a `RemoteParallelEnv`: a round's answers to a group's copies go out as one PARALLEL_STEP
+frame, a whole cycle of each copy in one record, and come back as one CYCLE frame, every agent's observation,
+reward, termination, truncation and info; everything else (groups, resets, pacing, failures) is as above. A run
+whose env is wrapped (`EnvSpec.wrappers`, the global state) steps each copy's cycle in a frame of its own: the
+wrappers read what the env's `step` returns as it returns.
+
 A server that fails (dies, hangs past `timeout_s`, answers with an error) ends the run with a
 `RemoteEnvError` naming the server, its instances and (for servers launched here) its exit code and the end
 of its stderr. Before it is raised, the copies on the other servers are cut (docs/transitions.md, rule 5:
@@ -34,12 +41,14 @@ import time
 from typing import Any, Callable, Sequence
 
 from pzasync.core.environments import EnvSpec
+from pzasync.core.parallel_stepper import ParallelStepper
 from pzasync.core.spaces import AgentLayout, env_action_converter
-from pzasync.core.stepper import EpisodeStepper, PendingDecision
+from pzasync.core.stepper import CopyStepper, EpisodeStepper, PendingDecision
 from pzasync.core.transitions import EpisodeSummary, LayoutBook, Transition
 from pzasync.errors import EnvSpecError, RemoteEnvError
 from pzasync.logs import logger
 from pzasync.remote.client import Connection
+from pzasync.remote.parallel import RemoteParallelEnv
 from pzasync.runtime.copies.protocol import Answer, emitting
 from pzasync.runtime.copies.remote_links import Group, Links
 
@@ -47,17 +56,18 @@ from pzasync.runtime.copies.remote_links import Group, Links
 class RemoteEnvs:
     """What an actor needs to step `copies` copies of a remote env (`EnvCopiesFactory`): its id (an address
     or a `cmd:` template) and keyword arguments (`servers`, `instances`, `timeout_s`, `restarts`). `connection`:
-    the connection class (`pzasync.remote.Connection`; a benchmark substitutes another transport's)."""
+    the connection class (`pzasync.remote.Connection`; a benchmark substitutes another transport's). With
+    `parallel`, the copies are stepped through the server's parallel API (the parallel path)."""
 
     #: No copy is stepped in the actor's process.
     env: Any = None
 
     def __init__(self, env_spec: EnvSpec, copies: int, timeout_s: float = 60.0,
-                 connection: type[Connection] = Connection) -> None:
+                 connection: type[Connection] = Connection, parallel: bool = False) -> None:
         if not isinstance(env_spec.source, str):
             raise EnvSpecError(f"env {env_spec.name!r}: a remote env is named by an address or a cmd: template, not "
                                f"{env_spec.source!r}")
-        self.env_spec, self.copies, self.connection = env_spec, copies, connection
+        self.env_spec, self.copies, self.connection, self.parallel = env_spec, copies, connection, parallel
         self.env_id, self.env_name = env_spec.source, env_spec.name
         self.timeout_s = float(env_spec.kwargs.get("timeout_s", timeout_s))
 
@@ -68,7 +78,9 @@ class RemoteEnvs:
         return RemoteCopies(self.env_id, dict(self.env_spec.kwargs), self.copies, seed, layouts, emit=emit,
                             on_episode=on_episode, on_start=on_start, check_rewards=check_rewards,
                             max_episode_steps=max_episode_steps, timeout_s=self.timeout_s,
-                            connection=self.connection, wrap=self.env_spec.wrap)
+                            connection=self.connection, parallel=self.parallel,
+                            wrap=(None if not self.env_spec.wrapped else
+                                  self.env_spec.wrap_parallel if self.parallel else self.env_spec.wrap))
 
     def close(self) -> None:
         """Nothing held between runs: each run's `RemoteCopies` closes its own connections and servers."""
@@ -82,13 +94,21 @@ class RemoteCopies:
     def __init__(self, env_id: str, kwargs: dict, copies: int, seed: int | None, layouts: dict[str, AgentLayout], *,
                  emit: Callable[[Transition, int], None], on_episode: Callable[[EpisodeSummary], None],
                  on_start: Callable[[int], None], check_rewards: bool = True, max_episode_steps: int | None = None,
-                 timeout_s: float = 60.0, connection: type[Connection] = Connection,
+                 timeout_s: float = 60.0, connection: type[Connection] = Connection, parallel: bool = False,
                  wrap: Callable[[Any], Any] | None = None) -> None:
         self.on_start = on_start
         self.timeout_s = timeout_s
+        self.parallel = parallel
         #: Relaunches of lost servers still allowed in this run (`restarts`, cmd: ids only).
         self.restarts_left = int(kwargs.get("restarts") or 0)
-        self.steppers: dict[int, EpisodeStepper] = {}
+        #: Each copy's stepper: an `EpisodeStepper` each on the AEC path (`aec`), a `ParallelStepper` on the
+        #: parallel path (`cycles`).
+        self.steppers: dict[int, CopyStepper] = {}
+        self.aec: dict[int, EpisodeStepper] = {}
+        self.cycles: dict[int, ParallelStepper] = {}
+        #: Parallel path: what a copy's env returned from a reset or step that did not wait for the reply (a
+        #: wrapped env's), for `after_reset` / `stepped`.
+        self.outcomes: dict[int, Any] = {}
         self.current = 0
         #: What the actor said last about starting episodes (for copies whose server was launched again).
         self.may_reset = True
@@ -96,7 +116,8 @@ class RemoteCopies:
         #: episodes when it last answered each copy.
         self.resetting: set[int] = set()
         self.may_reset_of: dict[int, bool] = {}
-        self.links = Links(env_id, kwargs, copies, timeout_s, connection)
+        self.links = Links(env_id, kwargs, copies, timeout_s, connection, parallel=parallel,
+                           deferred=not (parallel and wrap is not None))
         self.groups = self.links.groups
         try:
             to_env = env_action_converter(layouts)
@@ -104,62 +125,114 @@ class RemoteCopies:
                 # `wrap`: what the run's EnvSpec puts around every env it makes (the global state), so a
                 # served env is observed as an in-process one would be.
                 env = remote_env if wrap is None else wrap(remote_env)
-                self.steppers[k] = EpisodeStepper(
+                stepper = (ParallelStepper if parallel else EpisodeStepper)(
                     env, emitting(emit, k), copy=k, seed=None if seed is None else seed + k,
                     layouts=LayoutBook(env, layouts, fixed=True), check_rewards=check_rewards,
                     max_episode_steps=max_episode_steps, to_env=to_env, on_episode=on_episode)
+                self.steppers[k] = stepper
+                if isinstance(stepper, ParallelStepper):
+                    self.cycles[k] = stepper
+                else:
+                    self.aec[k] = stepper
         except BaseException:
             self.close()
             raise
 
+    # ------------------------------------------------------------------------------------------ one copy
+    def _request_reset(self, k: int) -> None:
+        """Queue the reset of copy `k`'s env (a wrapped parallel env's is done at once: its outcome is kept)."""
+        self.current = k
+        if self.parallel:
+            outcome = self.cycles[k].request_reset()
+            if outcome is not None:
+                self.outcomes[k] = outcome
+        else:
+            self.aec[k].request_reset()
+
+    def _after_reset(self, k: int) -> None:
+        """Complete copy `k`'s reset, its reply in."""
+        self.current = k
+        if self.parallel:
+            self.cycles[k].after_reset(self._outcome(k))
+        else:
+            self.aec[k].after_reset()
+
+    def _act(self, k: int, answers: list[Answer]) -> None:
+        """Queue the step of copy `k` that answers its decisions (a wrapped parallel env's is done at once)."""
+        self.current = k
+        if self.parallel:
+            outcome = self.cycles[k].act(answers)
+            if outcome is not None:
+                self.outcomes[k] = outcome
+        else:
+            ((_, action, extras),) = answers
+            self.aec[k].act(action, extras)
+
+    def _stepped(self, k: int) -> None:
+        """Complete copy `k`'s step, its reply in."""
+        self.current = k
+        if self.parallel:
+            self.cycles[k].stepped(self._outcome(k))
+        else:
+            self.aec[k].stepped()
+
+    def _outcome(self, k: int) -> Any:
+        """What copy `k`'s parallel env returned for its last reset or step: kept, or its mirror's reply."""
+        outcome = self.outcomes.pop(k, None)
+        if outcome is not None:
+            return outcome
+        env = self.links.envs[k]
+        assert isinstance(env, RemoteParallelEnv) and env.result is not None, "a parallel copy's reply is in"
+        return env.result
+
     # ------------------------------------------------------------------------------------------ stepping
     def _advance(self, copies: list[int], may_reset: bool) -> list[PendingDecision]:
-        """Each copy's next live decision, in order, starting episodes while `may_reset`: the copies of a
+        """Each copy's next live decisions, in order, starting episodes while `may_reset`: the copies of a
         connection that need a reset together are reset with one RESET frame."""
-        found: dict[int, PendingDecision] = {}
+        found: dict[int, list[PendingDecision]] = {}
         todo = copies
         while todo:
             resets = []
             for k in todo:
                 stepper = self.steppers[k]
                 self.current = k
-                if stepper.in_episode and (decision := stepper.advance()) is not None:
-                    found[k] = decision
+                if stepper.in_episode and (decisions := stepper.next_decisions()):
+                    found[k] = decisions
                 elif may_reset:
                     resets.append(k)
             if resets:
                 self._reset(resets)
             todo = resets
-        return [found[k] for k in copies if k in found]
+        return [d for k in copies if k in found for d in found[k]]
 
     def _reset(self, copies: list[int]) -> None:
         """Start the next episode of each copy: one RESET frame per connection, sent before any is read."""
         for k in copies:
-            self.steppers[k].request_reset()
+            self._request_reset(k)
         tickets = [(c, t) for c in {self.links.envs[k].connection: None for k in copies}
                    if (t := c.flush_resets()) is not None]
         for connection, ticket in tickets:
             connection.collect(ticket)
         for k in copies:
-            self.current = k
-            self.steppers[k].after_reset()
+            self._after_reset(k)
             self.on_start(k)
 
     def _advance_paced(self, g: Group, copies: list[int]) -> list[PendingDecision]:
         """The next live decision of each of a paced group's copies that has one; the copies that need a reset
         (and may start an episode) are sent one RESET frame, and their decisions come with its answers."""
-        found, resets = [], []
+        found: list[PendingDecision] = []
+        resets = []
         steppers, may_reset_of = self.steppers, self.may_reset_of
         for k in copies:
             stepper = steppers[k]
             self.current = k
-            if stepper.in_episode and (decision := stepper.advance()) is not None:
-                found.append(decision)
+            if stepper.in_episode and (decisions := stepper.next_decisions()):
+                found += decisions
             elif may_reset_of[k]:
                 resets.append(k)
         if resets:
             for k in resets:
-                steppers[k].request_reset()
+                self._request_reset(k)
             self.resetting.update(resets)
             g.connection.flush_resets()
         return found
@@ -173,10 +246,10 @@ class RemoteCopies:
             self.current = k
             if k in self.resetting:
                 self.resetting.discard(k)
-                self.steppers[k].after_reset()
+                self._after_reset(k)
                 self.on_start(k)
             else:
-                self.steppers[k].stepped()
+                self._stepped(k)
             copies.append(k)
         return self._advance_paced(g, copies)
 
@@ -209,21 +282,23 @@ class RemoteCopies:
             for k in cut:
                 self.current = k
                 self.steppers[k].cut()
-            for decision, action, extras in answered:
-                self.current = decision.copy
-                self.steppers[decision.copy].act(action, extras)
+            by_copy: dict[int, list[Answer]] = {}
+            for answer in answered:
+                by_copy.setdefault(answer[0].copy, []).append(answer)
+            for k, answers in by_copy.items():
+                self._act(k, answers)
             g.may_reset = may_reset
             g.since = time.monotonic()
             if g.paced:
-                self.may_reset_of.update((d.copy, may_reset) for d, _, _ in answered)
+                self.may_reset_of.update(dict.fromkeys(by_copy, may_reset))
                 g.ready = None
                 g.connection.flush()
                 return
-            g.answered = [d.copy for d, _, _ in answered]
+            g.answered = list(by_copy)
             ticket = g.connection.flush()
-            assert not isinstance(ticket, tuple), "an unpaced connection's tickets are numbers"
-            g.ticket = ticket
-            g.ready = None if g.ticket is not None else []
+            # Nothing sent: every copy was cut, or each copy's env waited for its own reply (a wrapped parallel env).
+            g.ticket = None if ticket is None or isinstance(ticket, tuple) else ticket
+            g.ready = None if g.ticket is not None else self._replied(g)
         except RemoteEnvError as exc:
             self._recover(exc, may_reset)
 
@@ -293,9 +368,12 @@ class RemoteCopies:
         ticket, g.ticket = g.ticket, None
         assert ticket is not None, "an unpaced group awaiting a reply has its ticket"
         g.connection.collect(ticket)
+        return self._replied(g)
+
+    def _replied(self, g: Group) -> list[PendingDecision]:
+        """An unpaced group's reply in: each answered copy's step completed, and their next decisions."""
         for k in g.answered:
-            self.current = k
-            self.steppers[k].stepped()
+            self._stepped(k)
         return self._advance(g.answered, g.may_reset)
 
     def finish(self) -> None:
@@ -336,6 +414,8 @@ class RemoteCopies:
     def _drop(self, copies: list[int]) -> int:
         """Abandon the episodes in flight of copies whose server was lost; the decisions dropped."""
         self.resetting.difference_update(copies)
+        for k in copies:
+            self.outcomes.pop(k, None)
         return sum(self.steppers[k].abandon() for k in copies)
 
     def _wind_down(self) -> None:
@@ -372,8 +452,8 @@ class RemoteCopies:
                 if k in self.resetting:
                     self.resetting.discard(k)
                     continue
-                self.steppers[k].stepped()
-                self.steppers[k].advance()
+                self._stepped(k)
+                self.steppers[k].next_decisions()
 
     def _quietly(self, connection: Connection, work: Callable[[], Any]) -> None:
         """Run `work` on a healthy connection; a failure there is logged, never raised over the first error."""
@@ -388,7 +468,9 @@ class RemoteCopies:
         stepper = self.steppers.get(self.current)
         if stepper is None:
             return -1, None, -1
-        return self.current, self.links.envs[self.current].agent_selection, stepper.episode_index
+        agent = getattr(self.links.envs[self.current], "agent_selection", None) or getattr(stepper, "agent_selection",
+                                                                                           None)
+        return self.current, agent, stepper.episode_index
 
     def close(self) -> None:
         """Close every connection and stop every launched server; never raises."""

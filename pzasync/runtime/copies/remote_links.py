@@ -1,7 +1,7 @@
 """Where one run's remote env copies are served (docs/remote.md): the servers launched from a `cmd:` id (or
 the one at an address), the connections to them, and the copies' groups (two per connection; one per paced
 connection, whose replies come per instance). `relaunch` replaces a launched server that was lost, and its
-connections, keeping each copy's `RemoteEnv`."""
+connections, keeping each copy's mirror: a `RemoteEnv`, or on the parallel path a `RemoteParallelEnv`."""
 
 from __future__ import annotations
 
@@ -12,8 +12,9 @@ import numpy as np
 from pzasync.core.stepper import PendingDecision
 from pzasync.errors import EnvSpecError
 from pzasync.remote.address import Address
-from pzasync.remote.client import Connection, RemoteEnv
+from pzasync.remote.client import Connection, Mirror
 from pzasync.remote.launch import ServerProcess, launch
+from pzasync.remote.parallel import RemoteParallelEnv
 
 
 class Group:
@@ -21,8 +22,9 @@ class Group:
     (its server answers any subset of instances at a time) the group is all the connection's copies, and each
     STATE that comes in makes the copies it answers ready together."""
 
-    def __init__(self, connection: Connection, copies: list[int], copy_of: dict[int, int]) -> None:
-        self.connection, self.copies = connection, copies
+    def __init__(self, connection: Connection, copies: list[int], copy_of: dict[int, int],
+                 deferred: bool = True) -> None:
+        self.connection, self.copies, self.deferred = connection, copies, deferred
         #: Instance on the connection -> copy.
         self.copy_of = copy_of
         self.clear()
@@ -37,7 +39,9 @@ class Group:
 
     @property
     def paced(self) -> bool:
-        return self.connection.paced
+        """Whether the group's replies come at the server's pace (copies whose envs wait for their own replies,
+        `deferred` False, are answered whole whatever the server)."""
+        return self.connection.paced and self.deferred
 
     @property
     def outstanding(self) -> bool:
@@ -45,24 +49,28 @@ class Group:
         if self.ready is not None or self.ticket is not None:
             return True
         connection = self.connection
-        return connection.paced and (bool(connection.outstanding) or bool(connection.answered))
+        return self.paced and (bool(connection.outstanding) or bool(connection.answered))
 
 
 class Links:
     """The servers, connections and groups of `copies` remote env copies (module docstring). For a `cmd:` id:
     `servers` processes (kwargs), each launched with `instances` as its {instances}. `connection` is the
-    connection class (a benchmark substitutes one carrying the messages another way)."""
+    connection class (a benchmark substitutes one carrying the messages another way). With `parallel` the copies
+    are served through the parallel API (`RemoteParallelEnv`s), and with `deferred` False each mirror sends its own
+    requests and waits for their replies (the parallel envs of a run whose env is wrapped: a wrapper reads what the
+    env's `step` returns)."""
 
     def __init__(self, env_id: str, kwargs: dict, copies: int, timeout_s: float,
-                 connection: type[Connection] = Connection) -> None:
+                 connection: type[Connection] = Connection, parallel: bool = False, deferred: bool = True) -> None:
         self.timeout_s, self.connection = timeout_s, connection
+        self.parallel, self.deferred = parallel, deferred
         self.servers: list[ServerProcess] = []
         #: Per connection: the index of its server in `servers` (None: a server at an address, not ours).
         self.connections: list[Connection] = []
         self.server_of: list[int | None] = []
         self.groups: list[Group] = []
-        #: Copy -> the RemoteEnv mirroring its instance.
-        self.envs: dict[int, RemoteEnv] = {}
+        #: Copy -> the mirror of its instance (a RemoteEnv, or a RemoteParallelEnv on the parallel path).
+        self.envs: dict[int, Mirror] = {}
         try:
             self._connect(env_id, kwargs, copies)
         except BaseException:
@@ -85,13 +93,14 @@ class Links:
                 connection = self._open(address, server)
                 mine, share = share[:connection.max_instances], share[connection.max_instances:]
                 for instance, k in enumerate(mine):
-                    self.envs[k] = connection.env(instance, deferred=True)
+                    self.envs[k] = (RemoteParallelEnv(connection, instance, deferred=self.deferred) if self.parallel
+                                    else connection.env(instance, deferred=True))
                 copy_of = dict(enumerate(mine))
-                if connection.paced:  # the server's pace groups the copies, reply by reply
+                if connection.paced and self.deferred:  # the server's pace groups the copies, reply by reply
                     self.groups.append(Group(connection, mine, copy_of))
                     continue
                 halves = np.array_split(np.array(mine), 2 if len(mine) > 1 else 1)
-                self.groups.extend(Group(connection, [int(k) for k in h], copy_of) for h in halves)
+                self.groups.extend(Group(connection, [int(k) for k in h], copy_of, self.deferred) for h in halves)
 
     def _open(self, address: Address, server: int | None) -> Connection:
         """A new connection (the server's n-th is labelled so)."""
