@@ -142,6 +142,11 @@ class BoardEncoder(nn.Module):
     `channels` features per placement (BOARD_CHANNELS unless DQN's `board_channels` option says otherwise)
     are flattened, without pooling (position matters), and the raw cells are appended so nothing the MLP
     trunk could use is lost.
+
+    `forward` computes the convolution as one matrix product over the gathered kernel placements: on a board
+    this small, `Conv2d`'s per-call set-up costs more than its arithmetic, and the product takes half the time of
+    acting and learning alike (docs/benchmarks.md#the-cleanup-pass). `forward_conv` is the plain form, through
+    the `Conv2d` module whose parameters both use (tests/test_learners.py compares them).
     """
 
     def __init__(self, space: spaces.Box, channels: int | None = None) -> None:
@@ -152,8 +157,23 @@ class BoardEncoder(nn.Module):
         kh, kw = min(BOARD_KERNEL, h), min(BOARD_KERNEL, w)
         self.conv = nn.Sequential(nn.Conv2d(c, channels, (kh, kw)), nn.ReLU(), nn.Flatten())
         self.out_dim = channels * (h - kh + 1) * (w - kw + 1) + h * w * c
+        # Placement p's cells in the flattened HWC board, in the (channel, row, column) order of the conv weight.
+        cells = [((r + i) * w + (q + j)) * c + ch for r in range(h - kh + 1) for q in range(w - kw + 1)
+                 for ch in range(c) for i in range(kh) for j in range(kw)]
+        self.register_buffer("cells", torch.as_tensor(cells, dtype=torch.int64), persistent=False)
+        self.places = (h - kh + 1) * (w - kw + 1)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        flat = x.reshape(x.shape[0], -1).float()
+        if self.scale != 1.0:
+            flat = flat * self.scale
+        conv = self.conv[0]
+        patches = flat.index_select(1, self.cells).view(x.shape[0], self.places, -1)
+        lines = nn.functional.linear(patches, conv.weight.flatten(1), conv.bias)  # (rows, placements, filters)
+        return torch.cat([torch.relu(lines).transpose(1, 2).flatten(1), flat], dim=1)
+
+    def forward_conv(self, x: torch.Tensor) -> torch.Tensor:
+        """`forward` through the `Conv2d` module: the plain form."""
         x = x.float() * self.scale if self.scale != 1.0 else x.float()
         lines = self.conv(x.permute(0, 3, 1, 2))
         return torch.cat([lines, x.reshape(x.shape[0], -1)], dim=1)
