@@ -126,8 +126,12 @@ def timed_run(actor, steps: int, seed: int) -> dict:
         env.step = clock.wrap("env", type(env).step.__get__(env))
         env.reset = clock.wrap("env", type(env).reset.__get__(env))
         env.agent_iter = timed_turns(clock, env)
-    original_reader = stepper_module.last_reader
-    stepper_module.last_reader = lambda env: clock.wrap("env", original_reader(env))
+    original_reader = getattr(stepper_module, "last_reader", None)  # checkouts before issue 54 read last() so
+    if original_reader is not None:
+        stepper_module.last_reader = lambda env: clock.wrap("env", original_reader(env))
+    else:
+        for env in envs:
+            env.last = clock.wrap("env", type(env).last.__get__(env))
     policies = {id(a.policy): a.policy for a in actor.agents.values()}
     for policy in policies.values():
         policy.act = clock.wrap("forward", type(policy).act.__get__(policy))
@@ -136,9 +140,11 @@ def timed_run(actor, steps: int, seed: int) -> dict:
         done = actor.run(agent_steps=steps, seed=seed, keep_going=lambda: True, on_episode=lambda s: None)
         total, cpu = time.perf_counter() - start, time.process_time() - start_cpu
     finally:
-        stepper_module.last_reader = original_reader
+        if original_reader is not None:
+            stepper_module.last_reader = original_reader
         for env in envs:
             del env.step, env.reset, env.agent_iter
+            env.__dict__.pop("last", None)
         for policy in policies.values():
             del policy.act
     return {"total": total / done, "cpu": cpu / done, "calls": clock.calls / done,

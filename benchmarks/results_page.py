@@ -29,7 +29,8 @@ BLOCK = re.compile(r"(<!-- table:([\w-]+) -->\n)(.*?)(<!-- /table -->)", re.DOTA
 #: Two-sided 95% quantiles of Student's t by degrees of freedom (intervals over seeds).
 T95 = {1: 12.7062, 2: 4.3027, 3: 3.1824, 4: 2.7764, 5: 2.5706, 6: 2.4469, 7: 2.3646, 8: 2.3060, 9: 2.2622,
        10: 2.2281}
-LABELS = {"bare_random": "bare, random", "bare_policy": "bare + policies", "async_idle": "async, idle learners",
+LABELS = {"bare_random": "bare, random", "bare_policy": "bare + policies",
+          "bare_parallel": "bare parallel API + policies", "async_idle": "async, idle learners",
           "sequential": "sequential", "async_double_buffer": "async double buffer",
           "async_snapshot": "async snapshot", "async_free": "async free-running *"}
 
@@ -600,6 +601,88 @@ def peers_table() -> str:
         "`command` key has its options)")
 
 
+#: The parallel path's envs (benchmarks/run_parallel.sh): report name, the env as the table names it.
+PARALLEL_ENVS = [("spread3", "simple_spread, 3 agents"), ("spread20", "simple_spread, 20 agents"),
+                 ("pursuit", "pursuit_v5, 8 pursuers"), ("pistonball", "pistonball_v6, 20 pistons"),
+                 ("battle", "battle_v4 (MAgent2), 162 agents")]
+
+
+def best_actor(data: dict) -> tuple[str, float]:
+    """The actor configuration (async, idle learners) with the highest agent-steps/s: (its label, its rate)."""
+    rates = {c: rate(data, c) for c in data["summary"] if c.startswith("async_idle")}
+    label = max(rates, key=lambda c: rates[c] or 0.0)
+    return label, rates[label] or 0.0
+
+
+def peer_best(name: str, peer: str) -> tuple[str, float | None]:
+    """A peer's best row on one env (docs/bench/parallel_NAME_{sb3,pufferlib}.json): "K copies", its rate."""
+    path = BENCH / f"parallel_{name}_{'sb3' if peer == 'sb3' else 'pufferlib'}.json"
+    if not path.exists():
+        return "-", None
+    rows = [r for r in report(path.stem)["rows"] if r["peer"] == peer and r.get("agent_steps_per_s")]
+    if not rows:
+        return "-", None
+    row = max(rows, key=lambda r: r["agent_steps_per_s"])
+    return f"{row['copies']} cop{'y' if row['copies'] == 1 else 'ies'}", row["agent_steps_per_s"]
+
+
+def parallel_table() -> str:
+    """Per env: the parallel API's loop with batched forwards (the reference), the actor's best configuration and
+    its 1-copy figure, the AEC loop with a forward per decision, and the peers' best collection."""
+    rows, names = [], []
+    for name, label in PARALLEL_ENVS:
+        data = report(f"parallel_{name}")
+        names.append(f"parallel_{name}")
+        bare = rate(data, "bare_parallel")
+        best, best_rate = best_actor(data)
+        one = rate(data, "async_idle")
+        peers = [peer_best(name, peer) for peer in ("sb3", "pufferlib", "pufferlib-loop")]
+        names += [n for n in (f"parallel_{name}_sb3", f"parallel_{name}_pufferlib") if (BENCH / f"{n}.json").exists()
+                  and n not in names]
+        rows.append([label, num(bare, 0), f"{num(best_rate, 0)} ({describe(best).split(', ', 1)[1]})",
+                     ratio(best_rate, bare), f"{num(one, 0)} ({ratio(one, bare)})",
+                     num(rate(data, "bare_policy"), 0),
+                     *[f"{num(r, 0)} ({k})" if r else "-" for k, r in peers],
+                     ratio(best_rate, max((r for _, r in peers[:1] if r), default=None)),
+                     ratio(best_rate, max((r for _, r in peers[1:] if r), default=None))])
+    return md_table(["env", "parallel API, batched forwards", "pzasync actor, best", "/ parallel API",
+                     "actor, 1 copy (/ parallel API)", "AEC loop, a forward per decision", "SB3 + SuperSuit",
+                     "PufferLib `evaluate`", "PufferLib minimal loop", "pzasync best / SB3",
+                     "pzasync best / PufferLib best"], rows) + "\n\n" + footer(
+        names, ["bash benchmarks/run_parallel.sh", "each report's `command` key has its own"])
+
+
+def battle_table() -> str:
+    """Issue 55's table on battle_v4, re-run: the loops, the bench figures, a 3-minute `pzasync train`."""
+    run, data = report("battle_run"), report("parallel_battle")
+    loops, train = run["loops_agent_steps_per_s"], run["train"]
+    rows = [["the env's parallel API, random actions", num(loops["random"], 0)],
+            ["the parallel API, one batched forward per team and cycle", num(loops["batched"], 0)],
+            ["the parallel API, one forward per agent", num(loops["per_agent"], 0)],
+            ["`pzasync bench`: bare_parallel (the same, the bench's loop)", num(rate(data, "bare_parallel"), 0)],
+            ["`pzasync bench`: bare_policy (the AEC API, a forward per decision)", num(rate(data, "bare_policy"), 0)]]
+    for config in ("async_idle", "async_idle@8", "async_idle@16", "async_idle@1w1", "async_idle@8w1",
+                   "async_idle@16w1"):
+        if config in data["summary"]:
+            rows.append([f"pzasync actor, idle learners: {describe(config).split(', ', 1)[1]}",
+                         num(rate(data, config), 0)])
+    for name, peer, label in (("battle", "sb3", "SB3 + SuperSuit, `collect_rollouts`"),
+                              ("battle", "pufferlib", "PufferLib 3.0, `PuffeRL.evaluate`"),
+                              ("battle", "pufferlib-loop", "PufferLib 3.0, a minimal recv / forward / send loop")):
+        copies, value = peer_best(name, peer)
+        rows.append([f"{label} ({copies})", num(value, 0)])
+    rows.append([f"`pzasync train` ({train['minutes']:g} min, learners training): agent-steps/s of the run",
+                 num(train["agent_steps_per_s"], 0)])
+    rows.append(["evaluation rows written while training (rounds; games per row)",
+                 f"{train['eval_rows_while_training']} ({train['eval_rounds_while_training']}; "
+                 f"{', '.join(str(g) for g in train['eval_games_per_row'])})"])
+    rows.append(["final evaluation: games per side, seconds / the run's",
+                 f"{train['final_evaluation_games']}, {train['final_evaluation_s']:.0f} s / "
+                 f"{train['wall_s']:.0f} s ({train['final_over_run']:.2f})"])
+    return md_table(["loop", "agent-steps/s"], rows) + "\n\n" + footer(
+        ["battle_run", "parallel_battle"], [run["command"], report("parallel_battle")["command"]])
+
+
 # ---------------------------------------------------------------------------------------------- the registry
 TABLES: dict[str, Callable[[], str]] = {
     "suite": suite_table,
@@ -635,6 +718,8 @@ TABLES: dict[str, Callable[[], str]] = {
     "remote": lambda: transcribed("remote_overhead", "quiet"),
     "ray_backend": ray_tables,
     "peers": peers_table,
+    "parallel": parallel_table,
+    "battle": battle_table,
     "reliability": lambda: transcribed("reliability", "soak", also=["tests_learning_bars"]),
 }
 

@@ -141,6 +141,14 @@ def _remote_bench(values: dict[str, Any], instances: str, paths: str, repeats: i
         console.print(f"report: {json_path}")
 
 
+def command_line() -> str:
+    """This process's command line as a shell would take it again: the report's `command` (docs/bench-schema.json)."""
+    import shlex
+    import sys
+
+    return shlex.join(["pzasync", *sys.argv[1:]])
+
+
 def _show_bench(report: dict[str, Any], json_path: str | None, plot_path: str | None) -> None:
     import json
 
@@ -152,7 +160,7 @@ def _show_bench(report: dict[str, Any], json_path: str | None, plot_path: str | 
         console.print(line, soft_wrap=True)
     if json_path:
         with open(json_path, "w") as f:
-            json.dump(report, f, indent=1)
+            json.dump({"command": command_line(), **report}, f, indent=1)
         console.print(f"report: {json_path}")
     if plot_path:
         console.print(f"plot: {plot_report(report, plot_path)}")

@@ -107,13 +107,15 @@ class _StoppedBySignal(BaseException):
 @contextmanager
 def _exit_on_stop_signals() -> Iterator[None]:
     """SIGTERM and SIGINT end the command with 128 + the signal's number wherever no run is in progress (a run
-    installs its own handlers for its whole length: runners.py). Nothing is held outside a run."""
+    installs its own handlers for its whole length: runners.py). Nothing is held outside a run. Once the command
+    has finished, both are ignored until the process exits: the run is complete, its exit code stands."""
     def stop(signum: int) -> None:
         raise _StoppedBySignal(signum)
 
     try:
-        with StopSignals(stop):
+        with StopSignals(stop) as signals:
             yield
+            signals.ignore_after = True  # everything is written: a signal while the interpreter exits is ignored
     except _StoppedBySignal as stopped:
         errors.print(f"stopped by {signal.Signals(stopped.signum).name}", highlight=False)
         sys.exit(signal_exit_code(stopped.signum))

@@ -26,6 +26,7 @@ from typing import Any, Callable
 
 import numpy as np
 from gymnasium import spaces
+from pettingzoo.utils.env import ParallelEnv
 from pettingzoo.utils.wrappers import BaseWrapper
 
 from pzasync.core.spaces import MASK_KEY, stored_obs_space
@@ -256,7 +257,7 @@ class _ParallelView:
         return self.env.state()
 
 
-class ParallelGlobalState:
+class ParallelGlobalState(ParallelEnv):
     """A parallel env whose `request.agents` observe `{"observation": ..., "state": ...}`: the parallel path's
     counterpart of `GlobalStateObservations`, the state read once per cycle (after each reset and step), when
     every agent observes."""

@@ -28,6 +28,7 @@ from pzasync.config.declare import option
 from pzasync.core.spaces import AgentLayout
 from pzasync.errors import ConfigError, UnsupportedSpaceError
 from pzasync.learners.base import Batch, Learner, LearnerContext, Policy, trajectory_ids
+from pzasync.learners.by_hand import ManualNet
 from pzasync.learners.networks import (
     ACTIVATIONS,
     BOARD_CHANNELS,
@@ -196,12 +197,39 @@ class QNetwork(Policy):
 
     def act(self, obs: dict[str, np.ndarray], mask: np.ndarray | None, explore: bool) -> tuple[np.ndarray, dict]:
         with torch.inference_mode():
-            # The actor's copy may live on a GPU (RunConfig.actor_device).
-            q = self(obs_tensors(obs, self.layout, device=self.parameter_device()))
+            q = self.q_values(obs)
             actions = masked_logits(q, mask).argmax(dim=1).cpu().numpy()
         if explore:
             actions = explore_uniformly(actions, self.epsilon, mask, q.shape[1], self.rng)
         return actions + self.start, {}
+
+    def q_values(self, obs: dict[str, np.ndarray]) -> torch.Tensor:
+        """The Q-values of a batch of observations (under inference mode): by hand (`ManualNet`: the same values,
+        tests/test_by_hand.py compares them, at half the modules' cost on an actor's batch of a few rows) where
+        the network is one it computes, float32 on the CPU; else through the modules, on the parameters' device
+        (the actor's copy may live on a GPU: RunConfig.actor_device)."""
+        by_hand = self._acting_by_hand()
+        if by_hand is not None:
+            q, _ = by_hand.forward(by_hand.inputs([obs[self.encoder.keys[0]]]))
+            return q
+        return self(obs_tensors(obs, self.layout, device=self.parameter_device()))
+
+    def _acting_by_hand(self) -> ManualNet | None:
+        """The `ManualNet` `q_values` uses, made at the first call, and made again whenever the parameters it reads
+        are no longer this network's own (a `load_state_dict(..., assign=True)`, a copy) or no longer float32 on
+        the CPU (`.to()`, `.double()`): it holds no values of its own, only the parameters and its work tensors."""
+        if type(self).forward is not QNetwork.forward:
+            return None
+        net = self.__dict__.get("_by_hand")
+        first = next(m for m in self.head.modules() if isinstance(m, nn.Linear)).weight
+        if net is not None and net.weights[0][0] is first and first.dtype == torch.float32 \
+                and first.device.type == "cpu":
+            return net
+        # Acting batches come in every size up to the env copies answered at once.
+        net = ManualNet(self.encoder, self.head, row_counts=32) if ManualNet.supports(self.encoder, self.head) \
+            else None
+        self.__dict__["_by_hand"] = net
+        return net
 
     def act_seeded(self, obs: dict[str, np.ndarray], mask: np.ndarray | None, seeds: Sequence[int],
                    memory: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray | None]:
@@ -291,9 +319,11 @@ class DQNLearner(Learner):
         self.device = torch.device(ctx.device)
         self.q = self.build_policy(ctx.layout, self.config).to(self.device)
         self.target = copy.deepcopy(self.q)
-        self.target.requires_grad_(False)
+        self.optimizer = torch.optim.Adam(self.q.parameters(), lr=self.config.lr, fused=True)
         self.optimizer = torch.optim.Adam(self.q.parameters(), lr=self.config.lr)
         self.updates = 0
+        #: The online and target networks by hand (learners/by_hand.py), where `update` takes its fast path.
+        self.by_hand = self._by_hand_nets()
         #: Buffer rows read after each sampled row for n-step returns (0 when n_step is 1).
         self.window = nstep_window(self.config.n_step, ctx.tracks)
         #: With `prioritized`: the rows' priorities (built at the first sample, when the buffer is known).
@@ -370,6 +400,11 @@ class DQNLearner(Learner):
         return index - self.q.start if self.q.start else index
 
     def update(self, batch: Batch) -> dict[str, float]:
+        """One gradient step on `batch`: through autograd, or where `by_hand` is set by hand (the same targets,
+        Huber loss, clipping and Adam step; tests/test_by_hand.py compares the two)."""
+        if self.by_hand is not None and len(batch["action"]):
+            with torch.no_grad():  # nothing here is recorded for autograd: the gradients are written by hand
+                return self._update_by_hand(batch)
         target = self.compute_targets(batch)
         index = self._action_index(batch)
         q = self.q(obs_tensors(batch, self.ctx.layout, "obs", self.device)).gather(1, index).squeeze(1)
@@ -387,6 +422,51 @@ class DQNLearner(Learner):
         if self.replay is not None and "logical" in batch:
             self.replay.update(batch["logical"], (target - q.detach()).cpu().numpy())
         return self._metrics(batch, loss=loss.detach(), q_mean=q.detach().mean(), target_mean=target.mean(),
+                             grad_norm=grad_norm)
+
+    def _by_hand_nets(self) -> tuple[ManualNet, ManualNet] | None:
+        """The online and target networks by hand, where `update` may use them: on the CPU, for a network
+        `ManualNet.supports`, and unless a subclass changed how the network or the targets are computed."""
+        if (self.device.type != "cpu" or type(self.q).forward is not QNetwork.forward
+                or type(self).compute_targets is not DQNLearner.compute_targets
+                or type(self)._bootstrap is not DQNLearner._bootstrap
+                or not ManualNet.supports(self.q.encoder, self.q.head)):
+            return None
+        for p in self.q.parameters():
+            p.grad = torch.zeros_like(p)  # `ManualNet.backward` writes into them
+        return ManualNet(self.q.encoder, self.q.head), ManualNet(self.target.encoder, self.target.head)
+
+    def _update_by_hand(self, batch: Batch) -> dict[str, float]:
+        """`update` with `ManualNet`s. One forward of the online network over the observations and the next
+        observations together (with `double`) gives both the Q-values trained on and the chooser of the targets
+        (`_bootstrap`, as in `compute_targets`); the backward runs over the first half only, from the gradient
+        of the mean Huber loss (smooth L1, beta 1) with respect to the chosen Q-values, clamp(q - target, -1, 1)
+        / rows (times each row's weight with `prioritized`): autograd's own arithmetic."""
+        online, target_net = self.by_hand  # type: ignore[misc]
+        n, key = len(batch["action"]), self.q.encoder.keys[0]
+        double = self.config.double
+        x = online.inputs([batch[key], batch["next_" + key]])
+        q_rows, saved = online.forward(x if double else x[:n], keep=n)
+        target_q, _ = target_net.forward(x[n:])
+        target = self._bootstrap(target_q, q_rows[n:] if double else target_q, batch)
+        index = self._action_index(batch)
+        q = q_rows[:n].gather(1, index).squeeze(1)
+        error = q - target
+        slope = error.clamp(-1.0, 1.0) / n
+        size = error.abs()
+        losses = torch.where(size < 1.0, 0.5 * size * size, size - 0.5)
+        if "weight" in batch:  # prioritized replay: importance-sampling weights per row
+            weight = torch.as_tensor(batch["weight"], dtype=torch.float32)
+            losses, slope = weight * losses, slope * weight
+        grad_q = torch.zeros(n, q_rows.shape[1]).scatter_(1, index, slope.unsqueeze(1))
+        online.backward(saved, grad_q)
+        grad_norm = nn.utils.clip_grad_norm_(self.q.parameters(), self.config.max_grad_norm)
+        self.optimizer.step()
+        self.updates += 1
+        self.update_target()
+        if self.replay is not None and "logical" in batch:
+            self.replay.update(batch["logical"], (target - q).numpy())
+        return self._metrics(batch, loss=losses.mean(), q_mean=q.mean(), target_mean=target.mean(),
                              grad_norm=grad_norm)
 
     @staticmethod

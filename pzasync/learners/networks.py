@@ -9,7 +9,7 @@ leaf order is `layout.obs_leaves`. Inputs are keyed like the buffer's columns: "
 
 from __future__ import annotations
 
-from typing import Any, Iterable, Sequence
+from typing import Any, Iterable, Sequence, cast
 
 import numpy as np
 import torch
@@ -167,8 +167,9 @@ class BoardEncoder(nn.Module):
         flat = x.reshape(x.shape[0], -1).float()
         if self.scale != 1.0:
             flat = flat * self.scale
-        conv = self.conv[0]
-        patches = flat.index_select(1, self.cells).view(x.shape[0], self.places, -1)
+        conv = cast(nn.Conv2d, self.conv[0])
+        cells = cast(torch.Tensor, self.cells)
+        patches = flat.index_select(1, cells).view(x.shape[0], self.places, -1)
         lines = nn.functional.linear(patches, conv.weight.flatten(1), conv.bias)  # (rows, placements, filters)
         return torch.cat([torch.relu(lines).transpose(1, 2).flatten(1), flat], dim=1)
 

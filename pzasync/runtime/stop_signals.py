@@ -63,12 +63,16 @@ class StopSignals:
     """SIGTERM and SIGINT handlers installed for a whole run (main thread only; elsewhere it does nothing).
 
     `received` is the first stop signal (None if none came). `acting` is set by the runner while the actor
-    acts: only then does a second SIGINT raise KeyboardInterrupt."""
+    acts: only then does a second SIGINT raise KeyboardInterrupt. `ignore_after`, set once a command's work is
+    done, leaves both signals ignored on exit instead of restoring the previous handlers: from there to the
+    process's exit a signal changes nothing (Python's own handlers would print a KeyboardInterrupt traceback,
+    or, once the interpreter shuts down, let the signal kill the finished process)."""
 
     def __init__(self, on_stop: Callable[[int], None]) -> None:
         self.on_stop = on_stop
         self.received: int | None = None
         self.acting = False
+        self.ignore_after = False
         self._interrupted_while_acting = False
         self._previous: dict[int, Any] = {}
 
@@ -88,5 +92,5 @@ class StopSignals:
 
     def __exit__(self, *exc: Any) -> None:
         for sig, previous in self._previous.items():
-            signal.signal(sig, previous)
+            signal.signal(sig, signal.SIG_IGN if self.ignore_after else previous)
         self._previous = {}
