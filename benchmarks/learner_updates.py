@@ -117,7 +117,8 @@ def main() -> None:
     parser.add_argument("--fill", type=int, default=50_000, help="transitions in the buffer")
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--autograd", action="store_true",
-                        help="DQN's update through autograd even where its update by hand applies (manual = None)")
+                        help="DQN's update through autograd even where its update by hand applies (now also the option "
+                             "by_hand=False, which --learner-b can give in a paired run)")
     parser.add_argument("--profile", choices=("cprofile", "torch", "parts", "flops"), default=None)
     parser.add_argument("--paired", nargs=2, metavar=("CHECKOUT_A", "CHECKOUT_B"), default=None)
     parser.add_argument("--rounds", type=int, default=10, help="with --paired")
@@ -131,8 +132,8 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     layout, buffer = filled_buffer(args.fill)
     learner = make_learner(args.learner, layout)
-    if args.autograd:
-        learner.manual = None
+    if args.autograd:  # checkouts before the cleanup pass named the fast path `manual`; now `by_hand=False` does it
+        learner.manual = learner.by_hand = None
     rng = np.random.default_rng(1)
     try:
         for _ in range(args.warmup):

@@ -659,13 +659,10 @@ def battle_table() -> str:
     rows = [["the env's parallel API, random actions", num(loops["random"], 0)],
             ["the parallel API, one batched forward per team and cycle", num(loops["batched"], 0)],
             ["the parallel API, one forward per agent", num(loops["per_agent"], 0)],
-            ["`pzasync bench`: bare_parallel (the same, the bench's loop)", num(rate(data, "bare_parallel"), 0)],
             ["`pzasync bench`: bare_policy (the AEC API, a forward per decision)", num(rate(data, "bare_policy"), 0)]]
-    for config in ("async_idle", "async_idle@8", "async_idle@16", "async_idle@1w1", "async_idle@8w1",
-                   "async_idle@16w1"):
-        if config in data["summary"]:
-            rows.append([f"pzasync actor, idle learners: {describe(config).split(', ', 1)[1]}",
-                         num(rate(data, config), 0)])
+    best, best_rate = best_actor(data)
+    rows.append(["pzasync actor, idle learners, 1 copy", num(rate(data, "async_idle"), 0)])
+    rows.append([f"pzasync actor, idle learners, best: {describe(best).split(', ', 1)[1]}", num(best_rate, 0)])
     for name, peer, label in (("battle", "sb3", "SB3 + SuperSuit, `collect_rollouts`"),
                               ("battle", "pufferlib", "PufferLib 3.0, `PuffeRL.evaluate`"),
                               ("battle", "pufferlib-loop", "PufferLib 3.0, a minimal recv / forward / send loop")):
@@ -681,6 +678,36 @@ def battle_table() -> str:
                  f"{train['wall_s']:.0f} s ({train['final_over_run']:.2f})"])
     return md_table(["loop", "agent-steps/s"], rows) + "\n\n" + footer(
         ["battle_run", "parallel_battle"], [run["command"], report("parallel_battle")["command"]])
+
+
+#: The cleanup pass's paired runs (docs/bench/cleanup_c4_*.json): report suffix, the column it fills.
+CLEANUP_RUNS = [("before", "before the pass (8a06eed)"), ("now", "now"), ("plain", "now, `by_hand=False`")]
+
+
+def cleanup_table() -> str:
+    """Issue 54's end-to-end figures before and after the cleanup pass, and with DQN's fast path off: the same
+    connect_four bench in each checkout (medians over seeds), and the learner's updates/s in paired rounds."""
+    runs = {key: report(f"cleanup_c4_{key}") for key, _ in CLEANUP_RUNS}
+    rows = []
+    for config, label in (("bare_policy", "bare loop with the same forwards, agent-steps/s"),
+                          ("async_idle", "the actor, learners idle, agent-steps/s"),
+                          ("sequential", "sequential runner, 1 update per 4 agent steps, agent-steps/s"),
+                          ("async_double_buffer", "async runner (double buffer), the same, agent-steps/s")):
+        rates = [rate(runs[key], config) for key, _ in CLEANUP_RUNS]
+        rows.append([label, *(num(r, 0) for r in rates), ratio(rates[1], rates[0]), ratio(rates[1], rates[2])])
+    overhead = [ratio(rate(runs[key], "async_idle"), rate(runs[key], "bare_policy")) for key, _ in CLEANUP_RUNS]
+    rows.append(["the actor / the bare loop", *overhead, "-", "-"])
+    learner = report("cleanup_learner")
+    rows.append([f"learner updates/s, one thread ({learner['rounds']} paired rounds)",
+                 *(num(learner["updates_per_s"][key], 0) for key, _ in CLEANUP_RUNS),
+                 ratio(learner["updates_per_s"]["now"], learner["updates_per_s"]["before"]),
+                 ratio(learner["updates_per_s"]["now"], learner["updates_per_s"]["plain"])])
+    return md_table(["connect_four, player_1 random", *(label for _, label in CLEANUP_RUNS), "now / before",
+                     "by hand / plain"], rows) + "\n\n" + footer(
+        [f"cleanup_c4_{key}" for key, _ in CLEANUP_RUNS] + ["cleanup_learner", "hot_paths", "actor_and_learners_c4"],
+        [runs["now"]["command"] + " (before: in the 8a06eed checkout; plain: `--learner dqn,by_hand=False`)",
+         learner["command"]],
+        plots=["hot_paths_ab_2026-11-27.txt", "acting_ab_2026-11-27.txt", "time_to_target_acting_2026-11-27.jsonl"])
 
 
 # ---------------------------------------------------------------------------------------------- the registry
@@ -699,8 +726,7 @@ TABLES: dict[str, Callable[[], str]] = {
     "candidates_leduc": lambda: transcribed("suite_recipe_candidates", "leduc", also=["leduc_exploitability_10min"],
                                             plots=["suite_leduc_10min_exploitability_1seed.png"]),
     "async_vs_sequential": async_vs_sequential,
-    "hot_paths": lambda: transcribed("hot_paths", "figures", also=["actor_and_learners_c4", "runtime_costs"], plots=[
-        "hot_paths_ab_2026-11-27.txt", "acting_ab_2026-11-27.txt", "time_to_target_acting_2026-11-27.jsonl"]),
+    "cleanup": cleanup_table,
     "vector_c4": lambda: vector_table("vector_c4", plots=["vector_c4.png"],
                                       also=["vector_c4_n16_shm", "vector_c4_n16", "vector_c4_n16_repeat"]),
     "actors_c4": lambda: vector_table("actors_c4", plots=["actors_c4.png"], configs=[

@@ -66,6 +66,9 @@ def test_what_the_fast_path_does_not_compute_stays_on_autograd():
     assert not ManualNet.supports(net.encoder, net.head)
     assert DQNLearner(LearnerContext("a", lay, {"layer_norm": True})).by_hand is None
     assert DQNLearner(LearnerContext("a", lay, {})).by_hand is not None
+    plain = DQNLearner(LearnerContext("a", lay, {"by_hand": False}))  # the option turns both paths off
+    assert plain.by_hand is None and plain.q._acting_by_hand() is None
+    assert DQNLearner(LearnerContext("a", lay, {})).q._acting_by_hand() is not None
 
 
 def batch_of(lay: AgentLayout, rows: int, seed: int, weights: bool = False, discount: bool = False) -> dict:

@@ -163,6 +163,8 @@ class QNetwork(Policy):
             raise UnsupportedSpaceError(f"agent {layout.agent!r}: a Q-network needs a Discrete action space, got "
                                         f"{space!r}")
         self.start = int(space.start)
+        #: Whether `q_values` may take `ManualNet`'s path (DQNOptions.by_hand).
+        self.by_hand = config.by_hand
         if config.mirror:
             check_mirror(layout)
         self.encoder = Encoder(layout, config.torso, config.board_channels)
@@ -218,10 +220,10 @@ class QNetwork(Policy):
         """The `ManualNet` `q_values` uses, made at the first call, and made again whenever the parameters it reads
         are no longer this network's own (a `load_state_dict(..., assign=True)`, a copy) or no longer float32 on
         the CPU (`.to()`, `.double()`): it holds no values of its own, only the parameters and its work tensors."""
-        if type(self).forward is not QNetwork.forward:
+        if not self.by_hand or type(self).forward is not QNetwork.forward:
             return None
         net = self.__dict__.get("_by_hand")
-        first = next(m for m in self.head.modules() if isinstance(m, nn.Linear)).weight
+        first = net.linears[0].weight if net is not None else None
         if net is not None and net.weights[0][0] is first and first.dtype == torch.float32 \
                 and first.device.type == "cpu":
             return net
@@ -298,6 +300,9 @@ class DQNOptions(LearnerOptions):
     layer_norm: bool = option(False, "LayerNorm before each hidden activation.", Option(bool))
     board_channels: int = option(BOARD_CHANNELS, "Filters of the board convolution, where the torso has one.",
                                  Option(int, ge=1))
+    by_hand: bool = option(True, "On the CPU, compute the default network's forward and backward by hand "
+                                 "(learners/by_hand.py: the same values, faster); False: through the modules and "
+                                 "autograd.", Option(bool))
 
     def check_together(self, agent: str, learner: str) -> None:
         if self.prioritized and self.n_step != 1:
@@ -319,7 +324,6 @@ class DQNLearner(Learner):
         self.device = torch.device(ctx.device)
         self.q = self.build_policy(ctx.layout, self.config).to(self.device)
         self.target = copy.deepcopy(self.q)
-        self.optimizer = torch.optim.Adam(self.q.parameters(), lr=self.config.lr, fused=True)
         self.optimizer = torch.optim.Adam(self.q.parameters(), lr=self.config.lr)
         self.updates = 0
         #: The online and target networks by hand (learners/by_hand.py), where `update` takes its fast path.
@@ -426,8 +430,9 @@ class DQNLearner(Learner):
 
     def _by_hand_nets(self) -> tuple[ManualNet, ManualNet] | None:
         """The online and target networks by hand, where `update` may use them: on the CPU, for a network
-        `ManualNet.supports`, and unless a subclass changed how the network or the targets are computed."""
-        if (self.device.type != "cpu" or type(self.q).forward is not QNetwork.forward
+        `ManualNet.supports`, unless `by_hand` is off or a subclass changed how the network or the targets are
+        computed."""
+        if (not self.config.by_hand or self.device.type != "cpu" or type(self.q).forward is not QNetwork.forward
                 or type(self).compute_targets is not DQNLearner.compute_targets
                 or type(self)._bootstrap is not DQNLearner._bootstrap
                 or not ManualNet.supports(self.q.encoder, self.q.head)):

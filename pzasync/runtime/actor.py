@@ -249,7 +249,7 @@ class Actor:
         agents = self.agents
         first = agents[decisions[0].agent]
         if opponent is None:
-            seats = list({d.agent: agents[d.agent] for d in decisions}.values())
+            seats = [first] if len(decisions) == 1 else list({d.agent: agents[d.agent] for d in decisions}.values())
             before = self.context.before_decision
             for a in seats:
                 if before is not None:
@@ -267,7 +267,8 @@ class Actor:
         for d in decisions:
             agents[d.agent].count.steps += 1
         sharing = self._sharing[id(first.local)]
-        first.policy.on_actor_steps(round(sum(m.count.steps for m in sharing) / len(sharing)))
+        first.policy.on_actor_steps(first.count.steps if len(sharing) == 1 else
+                                    round(sum(m.count.steps for m in sharing) / len(sharing)))
         record, total = self.stats.record_steps, self.total_steps
         for a in seats:
             record(a.agent, a.count.steps - a.count.offset, total)
