@@ -178,7 +178,3 @@ def evaluate(run_dir_or_policies: str | Path | dict[str, tuple[Any, Any]], env: 
     report.seconds = time.monotonic() - started
     return report
 
-
-def evaluations_planned(scoring: str, vs: str, learners: bool = True) -> int:
-    """How many evaluations of every unit `evaluate` plays with baselines (for a time budget)."""
-    return 1 + int(learners) + int(not (scoring == "seats" and vs == "random"))

@@ -9,7 +9,7 @@ leaf order is `layout.obs_leaves`. Inputs are keyed like the buffer's columns: "
 
 from __future__ import annotations
 
-from typing import Any, Iterable, Sequence, cast
+from typing import Any, Iterable, Sequence
 
 import numpy as np
 import torch
@@ -143,10 +143,9 @@ class BoardEncoder(nn.Module):
     are flattened, without pooling (position matters), and the raw cells are appended so nothing the MLP
     trunk could use is lost.
 
-    `forward` computes the convolution as one matrix product over the gathered kernel placements: on a board
-    this small, `Conv2d`'s per-call set-up costs more than its arithmetic, and the product takes half the time of
-    acting and learning alike (docs/benchmarks.md#the-cleanup-pass). `forward_conv` is the plain form, through
-    the `Conv2d` module whose parameters both use (tests/test_learners.py compares them).
+    `cells` lists each kernel placement's cells in the flattened board, in the order of the conv weight: DQN's
+    path by hand (learners/by_hand.py) gathers them to compute the convolution as one matrix product, which on a
+    board this small costs less than `Conv2d`'s per-call set-up (tests/test_learners.py checks the two agree).
     """
 
     def __init__(self, space: spaces.Box, channels: int | None = None) -> None:
@@ -164,17 +163,6 @@ class BoardEncoder(nn.Module):
         self.places = (h - kh + 1) * (w - kw + 1)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        flat = x.reshape(x.shape[0], -1).float()
-        if self.scale != 1.0:
-            flat = flat * self.scale
-        conv = cast(nn.Conv2d, self.conv[0])
-        cells = cast(torch.Tensor, self.cells)
-        patches = flat.index_select(1, cells).view(x.shape[0], self.places, -1)
-        lines = nn.functional.linear(patches, conv.weight.flatten(1), conv.bias)  # (rows, placements, filters)
-        return torch.cat([torch.relu(lines).transpose(1, 2).flatten(1), flat], dim=1)
-
-    def forward_conv(self, x: torch.Tensor) -> torch.Tensor:
-        """`forward` through the `Conv2d` module: the plain form."""
         x = x.float() * self.scale if self.scale != 1.0 else x.float()
         lines = self.conv(x.permute(0, 3, 1, 2))
         return torch.cat([lines, x.reshape(x.shape[0], -1)], dim=1)

@@ -170,37 +170,37 @@ class Trainer:
 
     def final_episodes_for(self, result: Any) -> int:
         """Games per scored unit of the final evaluation: `final_episodes`, or FINAL_EPISODES unless one round of
-        games against the yardstick (`eval_copies` games, timed) says its evaluations would take more than
-        FINAL_SHARE of the run: then as many as fit in what the round left of that share, with a note; where not
-        even one more game of each evaluation fits (a 162-agent battle after a short run), the timed round is the
-        final evaluation, without baselines (`final_evaluation` returns it)."""
+        every evaluation it plays (`eval_copies` games each of the trained policies and of the baselines, timed)
+        says the whole would take more than FINAL_SHARE of the run: then as many as fit in what the round left of
+        that share, with a note. The baselines are timed too because their games can last far longer than the
+        trained policies' (on battle, random teams fight to the step limit where a trained team wins early).
+        Where not one more game of each fits (a 162-agent battle after a short run), the timed round is the final
+        evaluation (`final_evaluation` returns it)."""
         self._timed_round = None
         if self.final_episodes is not None:
             return self.final_episodes
         if not result.run_dir or not self.learned:
             return 0
         from pzasync.evaluation.episodes import eval_copies
-        from pzasync.evaluation.report import evaluate, evaluations_planned
+        from pzasync.evaluation.report import evaluate
 
         plan = self.runner.plan
         round_games = eval_copies(len(plan.agents), plan.env_api)  # what a game costs when copies play side by side
         start = time.monotonic()
         measured = evaluate(result.run_dir, env=plan.env_spec, vs=self.choices.yardstick, episodes=round_games,
-                            seed=self._final_seed, scoring=self.config.eval_scoring, baselines=False)
+                            seed=self._final_seed, scoring=self.config.eval_scoring, learners=self.learners)
         spent = time.monotonic() - start
-        per_game = spent / round_games  # every unit, one opponent
-        evaluations = evaluations_planned(measured.scoring, measured.vs)
-        full, budget = per_game * evaluations * FINAL_EPISODES, FINAL_SHARE * result.wall_seconds
+        per_game = spent / round_games  # every unit, every evaluation, baselines included
+        full, budget = per_game * FINAL_EPISODES, FINAL_SHARE * result.wall_seconds
         if full + spent <= budget:
             return FINAL_EPISODES
-        episodes = int((budget - spent) / (per_game * evaluations))
+        episodes = int((budget - spent) / per_game)
         per = "seat and opponent" if measured.scoring == "seats" else f"{measured.scoring[:-1]} and policy"
         why = (f"{FINAL_EPISODES} would take about {full:.0f} s, more than a quarter of the {result.wall_seconds:.0f} "
                f"s run; --final-episodes N chooses")
         if episodes < 1:
             self._timed_round = measured
-            self._note(f"final evaluation: the {round_games} game(s) per {per} that timed it, trained policies only "
-                       f"({why})")
+            self._note(f"final evaluation: the {round_games} game(s) per {per} that timed it ({why})")
             return round_games
         self._note(f"final evaluation: {episodes} games per {per} ({why})")
         return episodes
@@ -218,7 +218,7 @@ class Trainer:
         timed = self._timed_round
         if timed is not None and timed.episodes == episodes:
             if progress is not None:
-                progress("trained")
+                progress("the timed round")
             return timed
         return evaluate(result.run_dir, env=self.runner.plan.env_spec, vs=self.choices.yardstick, episodes=episodes,
                         seed=self._final_seed, scoring=self.config.eval_scoring, learners=self.learners,
