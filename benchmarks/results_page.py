@@ -476,10 +476,11 @@ def vector_rows(data: dict, configs: list[str] | None = None, prefix: str = "", 
 
 
 def vector_table(name: str, single: str = "async_idle", plots: list[str] = (), also: list[str] = (),
-                 configs: list[str] | None = None, more: list[list[str]] = ()) -> str:
+                 configs: list[str] | None = None, more: list[list[str]] = (),
+                 command: list[str] | None = None) -> str:
     rows = vector_rows(report(name), configs, single=single) + list(more)
     return md_table(["configuration", "agent-steps/s", "/ bare loop with the same policies", "/ env alone",
-                     "/ single-env actor"], rows) + "\n\n" + footer([name, *also], None, plots)
+                     "/ single-env actor"], rows) + "\n\n" + footer([name, *also], command, plots)
 
 
 def vector_yardstick() -> str:
@@ -562,15 +563,15 @@ def ray_tables() -> str:
         rows.append([label, transport, f"{r['agent_steps_per_s']:,.0f}", f"{r['agent_steps_per_s'] / shm:.2f}",
                      f"{r['startup_s']:.1f} s", f"{r['policy_lag_mean']:.0f} / {r['policy_lag_p95']:.0f}",
                      f"{r['actor_rss_mb']:,.0f} / {r['learner_rss_mb']:,.0f} MB"])
-    cluster = []
-    for label, c in data["cluster"].items():
-        cluster.append([label, f"{c['local']['agent_steps_per_s']:,.0f}", f"{c['remote']['agent_steps_per_s']:,.0f}",
-                        f"{c['extra_us_per_transition']:,.0f} µs", c["remote"]["dropped"]])
+    cluster = "; ".join(
+        f"{label}: {c['remote']['agent_steps_per_s']:,.0f} against {c['local']['agent_steps_per_s']:,.0f} "
+        f"(+{c['extra_us_per_transition']:,.0f} µs of actor time per transition, {c['remote']['dropped']} dropped)"
+        for label, c in data["cluster"].items())
     return (md_table(["backend, one machine", "learner transport", "agent-steps/s", "/ shm", "start-up",
                       "policy lag mean / p95", "actor / learner peak RSS"], rows) + "\n\n"
-            + md_table(["simulated cluster (nodes on one machine)", "learners local (shm), agent-steps/s",
-                        "on worker nodes (object store)", "more actor time per transition", "dropped"], cluster)
-            + "\n\n" + footer(["ray_backend"], None, ["ray_backend.png"]))
+            + "A simulated cluster (its nodes on the same machine), agent-steps/s with the learners on worker nodes "
+            "through the object store against learners local over shared memory: " + cluster + ".\n\n"
+            + footer(["ray_backend"], None, ["ray_backend.png"]))
 
 
 #: The peers' throughput rows: (setting, report, its entries shown); ratios are to the group's first entry.
@@ -639,7 +640,8 @@ def parallel_table() -> str:
         peers = [peer_best(name, peer) for peer in ("sb3", "pufferlib", "pufferlib-loop")]
         names += [n for n in (f"parallel_{name}_sb3", f"parallel_{name}_pufferlib") if (BENCH / f"{n}.json").exists()
                   and n not in names]
-        rows.append([label, num(bare, 0), f"{num(best_rate, 0)} ({describe(best).split(', ', 1)[1]})",
+        where = describe(best).split(", ", 1)[1] if best != "async_idle" else "1 copy"
+        rows.append([label, num(bare, 0), f"{num(best_rate, 0)} ({where.replace('idle learners, ', '')})",
                      ratio(best_rate, bare), f"{num(one, 0)} ({ratio(one, bare)})",
                      num(rate(data, "bare_policy"), 0),
                      *[f"{num(r, 0)} ({k})" if r else "-" for k, r in peers],
@@ -653,21 +655,13 @@ def parallel_table() -> str:
 
 
 def battle_table() -> str:
-    """Issue 55's table on battle_v4, re-run: the loops, the bench figures, a 3-minute `pzasync train`."""
+    """Issue 55's table on battle_v4, re-run, less what the parallel table has (the bench, the peers): the loops
+    over the env's parallel API and a 3-minute `pzasync train`."""
     run, data = report("battle_run"), report("parallel_battle")
     loops, train = run["loops_agent_steps_per_s"], run["train"]
     rows = [["the env's parallel API, random actions", num(loops["random"], 0)],
             ["the parallel API, one batched forward per team and cycle", num(loops["batched"], 0)],
-            ["the parallel API, one forward per agent", num(loops["per_agent"], 0)],
-            ["`pzasync bench`: bare_policy (the AEC API, a forward per decision)", num(rate(data, "bare_policy"), 0)]]
-    best, best_rate = best_actor(data)
-    rows.append(["pzasync actor, idle learners, 1 copy", num(rate(data, "async_idle"), 0)])
-    rows.append([f"pzasync actor, idle learners, best: {describe(best).split(', ', 1)[1]}", num(best_rate, 0)])
-    for name, peer, label in (("battle", "sb3", "SB3 + SuperSuit, `collect_rollouts`"),
-                              ("battle", "pufferlib", "PufferLib 3.0, `PuffeRL.evaluate`"),
-                              ("battle", "pufferlib-loop", "PufferLib 3.0, a minimal recv / forward / send loop")):
-        copies, value = peer_best(name, peer)
-        rows.append([f"{label} ({copies})", num(value, 0)])
+            ["the parallel API, one forward per agent", num(loops["per_agent"], 0)]]
     rows.append([f"`pzasync train` ({train['minutes']:g} min, learners training): agent-steps/s of the run",
                  num(train["agent_steps_per_s"], 0)])
     rows.append(["evaluation rows written while training (rounds; games per row)",
@@ -727,17 +721,12 @@ TABLES: dict[str, Callable[[], str]] = {
                                             plots=["suite_leduc_10min_exploitability_1seed.png"]),
     "async_vs_sequential": async_vs_sequential,
     "cleanup": cleanup_table,
-    "vector_c4": lambda: vector_table("vector_c4", plots=["vector_c4.png"],
-                                      also=["vector_c4_n16_shm", "vector_c4_n16", "vector_c4_n16_repeat"]),
-    "actors_c4": lambda: vector_table("actors_c4", plots=["actors_c4.png"], configs=[
-        "bare_random", "async_idle", "async_idle@16", "async_idle@64", "async_idle@1a2", "async_idle@16a2",
-        "async_idle@64a2"]),
-    "vector_pistonball": lambda: vector_table(
-        "vector_pistonball", plots=["vector_pistonball.png"], configs=[
-            "bare_random", "bare_policy", "async_idle", "async_idle@16", "async_idle@16w1", "async_idle@16w2"],
-        also=["pistonball_raw_workers_shm", "vector_pistonball_shm", "pistonball_raw_workers_pipe"],
-        more=vector_rows(report("pistonball_raw_workers_shm"), ["bare_random", "async_idle@8", "async_idle@8w2"],
-                         prefix="raw frames, random: ")),
+    "vector_c4": lambda: vector_table(
+        "vector_c4", plots=["vector_c4.png", "actors_c4.png"],
+        also=["actors_c4", "vector_c4_n16_shm", "vector_c4_n16", "vector_c4_n16_repeat"],
+        more=vector_rows(report("actors_c4"), ["async_idle@1a2", "async_idle@16a2", "async_idle@64a2"],
+                         prefix="(a slower session, its own ratios) "),
+        command=[report("vector_c4")["command"], report("actors_c4")["command"]]),
     "vector_yardstick": vector_yardstick,
     "hosts": hosts_table,
     "agent_memory": agent_memory_table,

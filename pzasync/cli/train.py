@@ -74,7 +74,7 @@ TRAIN_NOTES = {
 @click.option("--final-episodes", "final_episodes", type=int, default=None,
               help="Games per scored unit (seat, side or team) at the end against the yardstick and random, and "
                    "for the untrained baseline (0 to skip). Default: 400, or as many as fit where 400 would take "
-                   "more than a quarter of the training time, as measured on one round of games first.")
+                   "more than a quarter of the training time, as measured on one round of every evaluation first.")
 def train(env_id: str, config_file: str | None, print_config: bool, learner: str | None,
           learner_for: tuple[str, ...], env_args: tuple[str, ...], wrappers: tuple[str, ...], runner: str,
           steps: int | None,
