@@ -51,6 +51,7 @@ def test_pistonball_shared():
     assert updates >= 1
 
 
+@pytest.mark.slow
 def test_custom_learner():
     out = run_example("custom_learner.py", "--steps", "3000")
     assert "updates" in out and "player_0 mean episode return" in out

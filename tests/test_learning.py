@@ -66,7 +66,8 @@ def test_dqn_self_play_holds_the_perfect_tictactoe_player(tmp_path):
 
 
 @pytest.mark.timeout(240)
-@pytest.mark.parametrize("runner", [pytest.param(SequentialRunner, marks=pytest.mark.slow), AsyncRunner],
+@pytest.mark.parametrize("runner", [pytest.param(SequentialRunner, marks=pytest.mark.slow),
+                                    pytest.param(AsyncRunner, marks=pytest.mark.slow)],
                          ids=lambda r: r.__name__)
 def test_ppo_improves_mpe_simple_over_random(runner, tmp_path):
     """17k agent steps in batches of 500 (34 updates): on a loaded 2-core machine (2026-11-25) 16k steps reached

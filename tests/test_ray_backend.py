@@ -55,7 +55,7 @@ def _check_exactly_once(result, record_dir, expected):
 
 @needs_ray
 @pytest.mark.timeout(180)
-@pytest.mark.parametrize("transport", ["auto", "object_store"])
+@pytest.mark.parametrize("transport", ["auto", pytest.param("object_store", marks=pytest.mark.slow)])
 def test_ray_learners_get_the_actors_transitions_exactly_once_in_order(transport, local_ray, tmp_path):
     steps, seed = 600, 11
     config = RunConfig(seed=seed, backend="ray", ray_transport=transport, backpressure=True)

@@ -44,6 +44,7 @@ def test_env_crash_reaches_the_user_with_context_and_everything_is_released(runn
     assert (run_dir / "result.json").exists()
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(60)
 def test_a_stuck_env_step_is_reported(capfd):
     config = RunConfig(seed=0, heartbeat_timeout_s=1.0)

@@ -57,6 +57,7 @@ def test_the_async_runner_trains_on_a_remote_env_id(kind, request):
     assert all(result.agents[a].transitions_written > 0 for a in ("player_0", "player_1")), result.agents
 
 
+@pytest.mark.slow
 def test_each_of_two_actors_launches_its_own_servers_and_all_are_stopped(tmp_path):
     pids = tmp_path / "pids"
     pids.mkdir()

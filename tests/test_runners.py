@@ -68,6 +68,7 @@ def test_actor_transitions_equal_rollout(runner, tmp_path):
         assert (np.diff(got["policy_version"]) >= 0).all() and got["policy_version"].min() >= 1
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(120)
 def test_actor_keeps_stepping_while_a_learner_sleeps(tmp_path):
     """Invariant 5 (docs/reliability.md): a learner stuck in update() for seconds does not slow the actor down.
