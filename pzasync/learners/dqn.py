@@ -324,6 +324,7 @@ class DQNLearner(Learner):
         self.device = torch.device(ctx.device)
         self.q = self.build_policy(ctx.layout, self.config).to(self.device)
         self.target = copy.deepcopy(self.q)
+        self.target.requires_grad_(False)
         self.optimizer = torch.optim.Adam(self.q.parameters(), lr=self.config.lr)
         self.updates = 0
         #: The online and target networks by hand (learners/by_hand.py), where `update` takes its fast path.
