@@ -75,3 +75,12 @@ def test_bad_input_is_refused_before_anything_runs(kwargs, error, message, tmp_p
         trainer = Trainer(TTT, options=options, **kwargs)
         trainer.build()  # the learner's options are checked when the run is planned
     assert not (tmp_path / "runs").exists()
+
+
+def test_the_final_evaluations_note_names_the_unit_of_every_scoring_mode():
+    from pzasync.evaluation.scoring import SCORING_MODES
+    from pzasync.training.trainer import GAMES_PER
+
+    assert set(GAMES_PER) == set(SCORING_MODES)
+    assert GAMES_PER["team"] == "team and policy", "not 'tea and policy' (the mode's name cut by one letter)"
+    assert GAMES_PER["sides"] == "side and policy"

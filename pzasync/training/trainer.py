@@ -25,6 +25,8 @@ FINAL_EPISODES, FINAL_SHARE = 400, 0.25
 #: The final evaluation's seed, after the run's own.
 FINAL_SEED_OFFSET = 777
 RUNNERS = {"async": AsyncRunner, "sequential": SequentialRunner}
+#: What the final evaluation's games are counted per, by scoring mode (its note: "40 games per team and policy").
+GAMES_PER = {"seats": "seat and opponent", "team": "team and policy", "sides": "side and policy"}
 
 
 @dataclass
@@ -195,7 +197,7 @@ class Trainer:
         if full + spent <= budget:
             return FINAL_EPISODES
         episodes = int((budget - spent) / per_game)
-        per = "seat and opponent" if measured.scoring == "seats" else f"{measured.scoring[:-1]} and policy"
+        per = GAMES_PER[measured.scoring]
         why = (f"{FINAL_EPISODES} would take about {full:.0f} s, more than a quarter of the {result.wall_seconds:.0f} "
                f"s run; --final-episodes N chooses")
         if episodes < 1:
