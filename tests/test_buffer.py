@@ -11,9 +11,9 @@ from gymnasium import spaces
 from proc_helpers import write_numbered_transitions
 
 from pzasync import SharedRingBuffer
-from pzasync.errors import ConfigError, InsufficientSharedMemoryError, PzasyncError
 from pzasync.core.spaces import agent_layout
 from pzasync.core.transitions import Transition
+from pzasync.errors import ConfigError, InsufficientSharedMemoryError, PzasyncError
 
 OBS = 4096  # large rows make a concurrent overwrite during a copy likely
 
@@ -293,6 +293,55 @@ def test_transitions_written_in_batches_read_back_as_written_one_by_one(layout, 
         for buf in (single, batched):
             buf.close()
             buf.unlink()
+
+
+@pytest.mark.parametrize("copies_every", [0, 7])
+def test_frames_chained_by_identity_are_those_found_by_comparing_values(layout, monkeypatch, copies_every):
+    """`write_batch`'s frames chained by identity (`_chained_refs`: a row whose obs is the array its track's
+    previous row had as next_obs) leave the buffer byte for byte as the reference, which compares values: the
+    same rows, frames, sequence words and track tails. With `copies_every`, some rows carry an equal copy instead
+    of the array itself: those batches are compared by value, and the result is still the same."""
+    stream = _recorded_stream(seed=5, count=2500)
+    if copies_every:
+        stream = [replace_obs(t, t.obs.copy()) if i % copies_every == 0 else t for i, t in enumerate(stream)]
+    extras = {"track": "int32"}
+    reference = SharedRingBuffer.create(layout, 2000, extras, obs_storage="once", tracks=6)
+    chained = SharedRingBuffer.create(layout, 2000, extras, obs_storage="once", tracks=6)
+    reference.chain_by_identity = False
+    taken = []
+    write_chained = SharedRingBuffer._write_chained
+    monkeypatch.setattr(SharedRingBuffer, "_write_chained",
+                        lambda self, *args: taken.append(len(args[0])) or write_chained(self, *args))
+    try:
+        rng = np.random.default_rng(6)
+        i = 0
+        while i < len(stream):
+            size = int(rng.integers(2, 13))
+            reference.write_batch(stream[i:i + size])
+            chained.write_batch(stream[i:i + size])
+            i += size
+            assert reference._frames_written == chained._frames_written
+            assert reference._track_tail == chained._track_tail
+        for name in reference._columns:
+            assert np.array_equal(reference._columns[name], chained._columns[name]), name
+        assert np.array_equal(reference._frame_columns["obs"], chained._frame_columns["obs"])
+        assert np.array_equal(reference._frame_seq, chained._frame_seq)
+        assert np.array_equal(reference._seq, chained._seq)
+        assert _same(reference.read_new(), chained.read_new())
+        chained_share = sum(taken) / len(stream)
+        if copies_every:
+            assert 0 < chained_share < 0.6, "batches with a copied observation are compared by value"
+        else:
+            assert chained_share > 0.95, "the steppers' chained observations take the path by identity"
+    finally:
+        for buf in (reference, chained):
+            buf.close()
+            buf.unlink()
+
+
+def replace_obs(t: Transition, obs: np.ndarray) -> Transition:
+    return Transition(t.agent, obs, t.action, t.reward, t.next_obs, t.terminated, t.truncated, t.action_mask,
+                      t.next_action_mask, t.extras)
 
 
 def test_rows_appended_in_chunks_share_frames_and_read_back_unchanged(layout):

@@ -138,6 +138,12 @@ class SharedRingBuffer:
         self._frame_seq: np.ndarray | None = views.pop("frame_seq", None)
         self._frames_written = 0
         self._track_tail: dict[Any, int] = {}
+        #: (writer only) per track, its newest `next_obs` frame and the observation object stored there, as
+        #: `write_batch` chained it (`_chained_refs`).
+        self._tail_object: dict[Any, tuple[int, Any]] = {}
+        #: Whether `write_batch` may chain frames by identity (`_chained_refs`); False: always by value, the
+        #: reference it is tested against (tests/test_buffer.py).
+        self.chain_by_identity = True
         self._columns: dict[str, np.ndarray] = views
         self._extra_names = [f.name for f in fields[self._first_extra():]]
         self._has_mask = "action_mask" in views
@@ -235,8 +241,10 @@ class SharedRingBuffer:
         row = n % self.capacity
         cols = self._columns
         if self.frames:
-            refs = self._store_observations(t.extras.get("track", t.agent), self._leaves(t.obs),
-                                            self._leaves(t.next_obs), t.terminated or t.truncated)
+            track = t.extras.get("track", t.agent)
+            refs = self._store_observations(track, self._leaves(t.obs), self._leaves(t.next_obs),
+                                            t.terminated or t.truncated)
+            self._remember_tails([t], [track])
         self._seq[row] = 2 * n + 1
         ordering.full_fence()  # the odd word before any of the row
         if self.frames:
@@ -304,12 +312,20 @@ class SharedRingBuffer:
     def write_batch(self, transitions: Sequence[Transition]) -> int:
         """Append transitions in order (actor only), as `write` would one by one, in one pass: each column written
         by one numpy assignment, observations stored once framed together (`_frame_refs`), one sequence-word
-        phase for all the rows. What the actor writes after each round. Returns how many were appended."""
+        phase for all the rows. What the actor writes after each round. Returns how many were appended.
+
+        With observations stored once, a row whose `obs` is the very array its track's previous row had as
+        `next_obs` (as the steppers write them) shares that frame without its values being compared
+        (`_chained_refs`): arrays given here must not change afterwards (the steppers' are private copies)."""
         n = len(transitions)
         if n <= 1:
             for t in transitions:
                 self.write(t)
             return n
+        if self.frames and self.chain_by_identity and not self.obs_paths and 2 * n < self.frames // 2:
+            chained = self._chained_refs(transitions)
+            if chained is not None:
+                return self._write_chained(transitions, *chained)
         batch: dict[str, Any] = {}
         for prefix, which in (("obs", "obs"), ("next_obs", "next_obs")):
             if self.obs_paths:
@@ -328,7 +344,107 @@ class SharedRingBuffer:
         for name in self._extra_names:
             batch[name] = np.asarray([t.extras.get(name, 0) for t in transitions])
         tracks = [t.extras.get("track", t.agent) for t in transitions]
-        return self._write_columns(batch, n, tracks)
+        written = self._write_columns(batch, n, tracks)
+        if self.frames:
+            self._remember_tails(transitions, tracks)
+        return written
+
+    def _remember_tails(self, transitions: Sequence[Transition], tracks: list[Any]) -> None:
+        """After rows written from transitions: each track's newest `next_obs` array beside the frame that holds
+        it, for `_chained_refs` (a track whose last row ended its episode has none)."""
+        for track, t in dict(zip(tracks, transitions)).items():
+            frame = self._track_tail.get(track)
+            if frame is None:
+                self._tail_object.pop(track, None)
+            else:
+                self._tail_object[track] = (frame, t.next_obs)
+
+    def _chained_refs(self, transitions: Sequence[Transition]) -> tuple[list[Any], list[Any], list[int], list[int]] \
+            | None:
+        """Frames for a batch whose observations chain by identity, as the steppers write them (a decision's
+        observation completes one transition as `next_obs` and opens the next as `obs`: the same array): each row
+        whose `obs` is the very array its track's previous row (in this batch, or the newest written before, if
+        recent) had as `next_obs` shares that frame, and a row whose track starts afresh (a new episode, or no row
+        before) gets a frame for its `obs`; every `next_obs` gets a frame. The same references `_frame_refs` finds
+        by comparing values, without reading them twice. Returns (tracks, the new frames' arrays in order, obs
+        references, next_obs references), or None where a row is neither (then values are compared)."""
+        tails, tail_frames, written = self._tail_object, self._track_tail, self._frames_written
+        n = len(transitions)
+        window = 2 * len(tail_frames) + self.capacity // 64 + 2  # which frames before `_frame_refs` shares
+        tracks: list[Any] = []
+        frames: list[Any] = []
+        obs_refs: list[int] = []
+        next_refs: list[int] = []
+        chain: dict[Any, tuple[int, Any] | None] = {}  # per track, its newest frame and array in this batch
+        number = written
+        for t in transitions:
+            track = t.extras.get("track", t.agent)
+            tracks.append(track)
+            if track in chain:
+                before = chain[track]
+            else:
+                frame = tail_frames.get(track)
+                tail = tails.get(track)
+                if frame is None:
+                    before = None
+                elif tail is None or tail[0] != frame or written - frame > window or written + 2 * n - frame >= \
+                        self.frames:
+                    return None
+                else:
+                    before = tail
+            if before is None:  # the track starts afresh: its obs gets a frame
+                obs_refs.append(number)
+                frames.append(t.obs)
+                number += 1
+            elif t.obs is before[1]:
+                obs_refs.append(before[0])
+            else:
+                return None
+            next_refs.append(number)
+            frames.append(t.next_obs)
+            chain[track] = None if t.terminated or t.truncated else (number, t.next_obs)
+            number += 1
+        return tracks, frames, obs_refs, next_refs
+
+    def _write_chained(self, transitions: Sequence[Transition], tracks: list[Any], frames: list[Any],
+                       obs_refs: list[int], next_refs: list[int]) -> int:
+        """`write_batch` with the frames `_chained_refs` chose: the new frames stacked straight into the frame
+        ring (one copy of each observation), then the rows, each phase under its sequence words."""
+        n, frames_before, total = len(transitions), self._frames_written, len(frames)
+        frame_seq = self._frame_seq
+        assert frame_seq is not None, "frames are stored only by a buffer that has them"
+        numbers = frames_before + np.arange(total)
+        slots = numbers % self.frames
+        frame_seq[slots] = 2 * numbers + 1
+        ordering.full_fence()
+        column = self._frame_columns["obs"]
+        first = frames_before % self.frames
+        fits = min(total, self.frames - first)  # the ring's end: the rest goes to its start
+        np.stack(frames[:fits], out=column[first:first + fits])
+        if fits < total:
+            np.stack(frames[fits:], out=column[:total - fits])
+        ordering.full_fence()
+        frame_seq[slots] = 2 * numbers + 2
+        self._frames_written = frames_before + total
+        for track, i in {track: i for i, track in enumerate(tracks)}.items():
+            t = transitions[i]
+            if t.terminated or t.truncated:
+                self._track_tail.pop(track, None)
+            else:
+                self._track_tail[track] = next_refs[i]
+        self._remember_tails(transitions, tracks)
+        batch: dict[str, Any] = {"obs_ref": np.asarray(obs_refs, np.int64),
+                                 "next_obs_ref": np.asarray(next_refs, np.int64)}
+        batch["action"] = np.asarray([t.action for t in transitions])
+        batch["reward"] = np.fromiter((t.reward for t in transitions), np.float32, n)
+        batch["terminated"] = np.fromiter((t.terminated for t in transitions), bool, n)
+        batch["truncated"] = np.fromiter((t.truncated for t in transitions), bool, n)
+        if self._has_mask:
+            batch["action_mask"] = stack_masks([t.action_mask for t in transitions])
+            batch["next_action_mask"] = stack_masks([t.next_action_mask for t in transitions])
+        for name in self._extra_names:
+            batch[name] = np.asarray([t.extras.get(name, 0) for t in transitions])
+        return self._write_row_columns(batch, n)
 
     def write_rows(self, batch: dict[str, np.ndarray]) -> int:
         """Append rows given column by column (what `read_new` returns), in order; returns how many were
@@ -343,13 +459,18 @@ class SharedRingBuffer:
     def _write_columns(self, batch: dict[str, Any], n: int, tracks: list[Any]) -> int:
         """`write_rows`' and `write_batch`'s rows, column by column; `tracks` (each row's trajectory) decide which
         observation frames rows share where observations are stored once."""
-        start, skip = self._written, max(0, n - self.capacity)
         if self.frames:
             if 2 * n >= self.frames // 2:  # more frames than the ring keeps safely at once: row by row
                 return self._write_rows_framed_one_by_one(batch, n, tracks)
             ended = np.asarray(batch["terminated"]) | np.asarray(batch["truncated"])
             obs_ref, next_ref = self._frame_refs(batch, tracks, ended)
             batch = {**batch, "obs_ref": obs_ref, "next_obs_ref": next_ref}
+        return self._write_row_columns(batch, n)
+
+    def _write_row_columns(self, batch: dict[str, Any], n: int) -> int:
+        """The rows' own columns (frame references where observations are stored once), under their sequence
+        words; rows beyond the capacity overwrite earlier ones of the same call."""
+        start, skip = self._written, max(0, n - self.capacity)
         logical = np.arange(start + skip, start + n)
         rows = logical % self.capacity
         self._seq[rows] = 2 * logical + 1
