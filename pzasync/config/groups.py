@@ -137,7 +137,7 @@ class ActingOptions(OptionGroup):
               "and spaces. In a file or from Python, the [envset] table itself may be given.",
         Check((str, os.PathLike, dict), optional=True, what="a TOML file of an env set, or its table"),
         metavar="FILE", validator=lambda v: None if isinstance(v, dict) or os.path.isfile(v) else
-        "an existing TOML file (docs/running.md, \"Env sets\")")
+        "must be an existing TOML file (docs/running.md, \"Env sets\")")
     envs_per_actor: int | str = option(
         1, "Env copies the actor steps side by side (docs/running.md, Vectorised acting). Each copy's pending "
            "decisions are grouped by acting agent and answered with one batched forward per agent; copy k gets "

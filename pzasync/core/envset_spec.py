@@ -203,7 +203,13 @@ class EnvSet:
     @property
     def members(self) -> list[Member]:
         """Every env of the set: the splits' and the steps'."""
-        return [*self.train, *self.test, *(s.member for s in self.curriculum if s.member is not None)]
+        return [m for _, m in self.positions()]
+
+    def positions(self) -> list[tuple[str, Member]]:
+        """Every env of the set with where the spec puts it ("train[1]", "test[0]", "curriculum[2]")."""
+        return [*((f"train[{i}]", m) for i, m in enumerate(self.train)),
+                *((f"test[{i}]", m) for i, m in enumerate(self.test)),
+                *((f"curriculum[{i}]", s.member) for i, s in enumerate(self.curriculum) if s.member is not None)]
 
     def split(self, name: str) -> tuple[Member, ...]:
         """The members of split `name` ("train" or "test"); ConfigError where the set has none."""
@@ -251,7 +257,7 @@ def check_spaces(envset: EnvSet, make: Any) -> None:
     """Every env of the set (each `Draw` at its corners) has the first env's agents and spaces: the learners'
     networks are built once. `make(member, args)` builds one AEC env. ConfigError naming the env, agent and space."""
     reference: tuple[str, list[str], dict[str, Any]] | None = None
-    for member in envset.members:
+    for position, member in envset.positions():
         for args in member.checked_args():
             env = make(member, args)
             try:
@@ -259,7 +265,7 @@ def check_spaces(envset: EnvSet, make: Any) -> None:
                 spaces = {a: (env.observation_space(a), env.action_space(a)) for a in agents}
             finally:
                 env.close()
-            what = f"{member.label} ({_args_text(member.env, args)})"
+            what = f"{position} ({_args_text(member.env, args)})"
             if reference is None:
                 reference = (what, agents, spaces)
                 continue
