@@ -45,7 +45,7 @@ def _episodes(spec: EnvSpec, agent_steps: int, seed: int) -> list:
     ({"curriculum": [{"env": FORAGE, "args": {"max_cycles": 5}}, {"env": FORAGE}]},
      "curriculum[0] needs until = SCORE"),
     ({"curriculum": [{"opponent": "random", "until": 0.5}, {"env": FORAGE}]}, "curriculum[0] names no env"),
-    ({"train": [{"env": FORAGE}], "curriculum": [{"until": 0.5}]}, "a step needs env"),
+    ({"curriculum": [{"until": 0.5}]}, "no env to train on"),
     ({"train": [{"env": FORAGE}], "curriculum": [{"opponent": "random", "figure": "elo"}]}, "figure='elo'"),
     ({"train": [{"env": FORAGE}], "other": 1}, "unknown key(s) ['other']"),
 ])
@@ -66,6 +66,17 @@ def test_a_toml_file_reads_back_to_the_same_set(tmp_path: Path) -> None:
     (tmp_path / "bad.toml").write_text("[envset\n")
     with pytest.raises(ConfigError, match="bad.toml.*not valid TOML"):
         EnvSet.load(tmp_path / "bad.toml")
+
+
+def test_the_docs_examples_are_valid_env_sets() -> None:
+    text = (Path(__file__).parent.parent / "docs" / "running.md").read_text()
+    section = text[text.index("### Env sets"):text.index("### Preprocessed and wrapped envs")]
+    blocks = [block.split("```")[0] for block in section.split("```toml\n")[1:]]
+    import tomllib
+
+    lengths, ladder = (EnvSet.from_dict(tomllib.loads(block)["envset"], "docs") for block in blocks)
+    assert len(lengths.train) == 2 and lengths.train[1].drawn and lengths.curriculum[1].member is None
+    assert ladder.opponents == ["random", "one_ply", "snapshot"]
 
 
 def test_envs_whose_agents_or_spaces_differ_are_refused_naming_env_agent_and_space() -> None:
@@ -107,7 +118,7 @@ def test_the_parallel_api_plays_the_same_set() -> None:
             env.reset(seed=episode)
             cycles = 0
             while env.agents:
-                env.step({a: 0 for a in env.agents})
+                env.step(dict.fromkeys(env.agents, 0))
                 cycles += 1
             lengths.add(cycles)
         assert lengths == {3, 5}

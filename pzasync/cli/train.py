@@ -20,7 +20,7 @@ from pzasync.cli.options import SectionedCommand, declared_params, given
 from pzasync.config import GROUPS
 from pzasync.core.groups import members_label, units_in_order
 from pzasync.extras import require
-from pzasync.recipes import DEFAULT_RECIPE, SELF_PLAY, TRAIN_ENV
+from pzasync.recipes import DEFAULT_RECIPE, SELF_PLAY
 from pzasync.runtime.stop_signals import StopSignals
 from pzasync.runtime.stop_signals import exit_code as signal_exit_code
 from pzasync.runtime.stop_signals import reason as signal_reason

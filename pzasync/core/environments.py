@@ -273,14 +273,15 @@ class EnvSpec:
     def name(self) -> str:
         if isinstance(self.source, str):
             return self.source
-        return getattr(self.source, "env_name", None) or getattr(self.source, "__qualname__",
-                                                                 type(self.source).__name__)
+        named = getattr(self.source, "env_name", None)  # an env set's factory names its set
+        return named if isinstance(named, str) else getattr(self.source, "__qualname__", type(self.source).__name__)
 
     @property
     def base_name(self) -> str:
         """The env id that recipes, scoring modes and env APIs go by: `name`, or for an env set the id of its first
         env (a factory's `base_env`)."""
-        return getattr(self.source, "base_env", None) or self.name
+        base = getattr(self.source, "base_env", None)
+        return base if isinstance(base, str) else self.name
 
     @property
     def env_set(self) -> Any:

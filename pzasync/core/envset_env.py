@@ -22,8 +22,8 @@ from typing import Any
 import numpy as np
 from pettingzoo import AECEnv, ParallelEnv
 
-from pzasync.core.envset_spec import EnvSet, Member, check_spaces
 from pzasync.core.environments import EnvSpec
+from pzasync.core.envset_spec import EnvSet, Member, check_spaces
 from pzasync.core.global_state import StateRequest
 from pzasync.errors import EnvSpecError
 
@@ -112,7 +112,8 @@ class _Chooser:
         member = source.envset.members_at(source.split, source.current_stage())[0]
         #: The env the episode plays, its member's label and its arguments (the first member's until a reset).
         self.active, _fresh = self._env(member, member.checked_args()[0])
-        self.label, self.args = member.label, {}
+        self.label: str = member.label
+        self.args: dict[str, Any] = {}
 
     def _env(self, member: Member, args: dict[str, Any]) -> tuple[Any, bool]:
         key = (member.env, member.wrappers, repr(sorted(args.items())))
@@ -193,13 +194,13 @@ class EnvSetEnv(AECEnv):
         self._set.close()
 
     # Whatever the stepper reads of the env's state is the active env's.
-    agents = property(lambda self: self._set.active.agents)  # type: ignore[assignment]
-    rewards = property(lambda self: self._set.active.rewards)  # type: ignore[assignment]
-    terminations = property(lambda self: self._set.active.terminations)  # type: ignore[assignment]
-    truncations = property(lambda self: self._set.active.truncations)  # type: ignore[assignment]
-    infos = property(lambda self: self._set.active.infos)  # type: ignore[assignment]
-    agent_selection = property(lambda self: self._set.active.agent_selection)  # type: ignore[assignment]
-    _cumulative_rewards = property(lambda self: self._set.active._cumulative_rewards)  # type: ignore[assignment]
+    agents = property(lambda self: self._set.active.agents)
+    rewards = property(lambda self: self._set.active.rewards)
+    terminations = property(lambda self: self._set.active.terminations)
+    truncations = property(lambda self: self._set.active.truncations)
+    infos = property(lambda self: self._set.active.infos)
+    agent_selection = property(lambda self: self._set.active.agent_selection)
+    _cumulative_rewards = property(lambda self: self._set.active._cumulative_rewards)
 
     @property
     def state_space(self) -> Any:
@@ -246,7 +247,7 @@ class EnvSetParallelEnv(ParallelEnv):
     def close(self) -> None:
         self._set.close()
 
-    agents = property(lambda self: self._set.active.agents)  # type: ignore[assignment]
+    agents = property(lambda self: self._set.active.agents)
 
     @property
     def state_space(self) -> Any:

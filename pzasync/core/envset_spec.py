@@ -102,7 +102,7 @@ class Member:
 
 @dataclass(frozen=True)
 class Step:
-    """One step of a curriculum: the env it plays (`member`; None: the set's train split or prior), the league
+    """One step of a curriculum: the env it plays (`member`; None: the set's train split and prior), the league
     opponent every learning unit faces in it (`opponent`; None: the run's own league, if any), and the
     evaluator's figure that moves the run on to the next step (`until`; None for the last step: it stays)."""
 
@@ -326,7 +326,8 @@ class Curriculum:
             self._rounds.clear()
             if value >= step.until:
                 change = {"from": self.stage, "to": self.stage + 1, "value": round(value, 4), "until": step.until,
-                          "figure": figure_name(row, step.figure), "round": row["round"], "agent_steps": row.get("agent_steps"),
+                          "figure": figure_name(row, step.figure), "round": row["round"],
+                          "agent_steps": row.get("agent_steps"),
                           "step": self.envset.curriculum[self.stage + 1].label}
                 self.stage += 1
         return change
@@ -398,8 +399,6 @@ def _step(data: dict[str, Any], where: str, default_label: str) -> Step:
     if opponent is not None and (not isinstance(opponent, str) or not opponent):
         raise ConfigError(f"{where}: opponent must be a player spec (\"random\", \"one_ply\", \"negamax,depth=2\", "
                           f"\"snapshot\", \"module:callable\"), got {opponent!r}")
-    if member is None and opponent is None:
-        raise ConfigError(f"{where}: a step needs env = \"ID\" (with args) or opponent = \"PLAYER\"")
     until = data.get("until")
     if until is not None and (isinstance(until, bool) or not isinstance(until, (int, float))
                               or not math.isfinite(until)):
@@ -410,7 +409,7 @@ def _step(data: dict[str, Any], where: str, default_label: str) -> Step:
     parts = [member.label] if member is not None else []
     if opponent is not None:
         parts.append(f"vs {opponent}")
-    label = data.get("name") or " ".join(parts)
+    label = data.get("name") or " ".join(parts) or "the train split"
     return Step(member, opponent, None if until is None else float(until), figure, label)
 
 

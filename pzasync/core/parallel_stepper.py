@@ -20,8 +20,8 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Any, Callable
 
-from pzasync.core.stepper import PendingDecision
 from pzasync.core.envset_env import episode_env
+from pzasync.core.stepper import PendingDecision
 from pzasync.core.transitions import EpisodeSummary, LayoutBook, Transition, TransitionAssembler
 from pzasync.errors import RewardConservationError
 

@@ -184,8 +184,9 @@ def evaluate(run_dir_or_policies: str | Path | dict[str, tuple[Any, Any]], env: 
     opponents, name = _opponents(vs)
     if split is not None and spec.env_set is None:
         raise ConfigError(f"split {split!r}: the env evaluated is not an env set (pzasync train --env-set FILE)")
+    played: str | None = getattr(spec.source, "split", None) if spec.env_set is not None else None
     report = Evaluation(spec.name, mode, why, name, episodes, seed, copies, units, run_dir=run_dir, acting=acting,
-                        split=spec.source.split if spec.env_set is not None else None)  # type: ignore[union-attr]
+                        split=played)
 
     def add(results: list[EvalResult], label: str) -> None:
         report.results += results

@@ -245,7 +245,7 @@ class RunMonitor:
                 change = {"wall_s": round(time.monotonic() - self.start, 3), **change}
                 self.stage_changes.append(change)
                 logger.info(f"curriculum: {change['figure']} {change['value']:g} >= {change['until']:g} at stage "
-                            f"{change['from']}: moving on to {self.plan.env_set.stage_label(change['to'])}")
+                            f"{change['from']}: moving on to {self.curriculum.envset.stage_label(change['to'])}")
                 if self.run_dir is not None:
                     self.run_dir.append("curriculum.jsonl", change)
 
