@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import re
-
 from dataclasses import fields
 from pathlib import Path
 
