@@ -338,6 +338,13 @@ def evaluate_cmd(run_dir: str, versus: str, episodes: int, seed: int, scoring: s
         table.add_row(r.agent, r.policy, r.opponent, f"{r.mean:+.3f} ± {r.mean_ci95:.3f}",
                       f"{r.win_rate:.1%} [{lo:.1%}, {hi:.1%}]", f"{r.wins}/{r.draws}/{r.episodes - r.wins - r.draws}")
     out.print(table)
+    played: dict[str, int] = defaultdict(int)
+    for r in report.results:
+        for label, n in r.envs.items():
+            played[label] += n
+    if played:
+        out.print("episodes per env of the set: " + ", ".join(f"{label} {n}" for label, n in sorted(played.items())),
+                  highlight=False, soft_wrap=True)
 
 
 @main.command()
