@@ -181,6 +181,11 @@ class League:
         self.rng = np.random.default_rng(seed + 4242)
         self.mixes = {unit: parse_mix(unit, mix) for unit, mix in plan.league.items()}
         self._draw_tables = {unit: (list(mix), np.cumsum(list(mix.values()))) for unit, mix in self.mixes.items()}
+        envset = getattr(plan, "env_set", None)
+        #: Per step of an env set's curriculum: the draw tables of the opponent it sets for every unit of the
+        #: league (None: the league's own mixes), chosen by the run's curriculum stage at each episode start.
+        self._stage_tables = [None if opponent is None else {unit: ([opponent], np.ones(1)) for unit in self.mixes}
+                              for opponent in (envset.opponents if envset is not None else [])]
         self.snapshot_every = int(config.league_snapshot_every)
         self.run_dir = run_dir
         self.pool = SnapshotPool(int(config.league_pool_size),
@@ -215,8 +220,9 @@ class League:
         self._maybe_snapshot(agent_steps)
         units = list(self.mixes)
         self.rng.shuffle(units)
+        tables = self._tables()
         for unit in units:
-            kinds, cumulative = self._draw_tables[unit]
+            kinds, cumulative = tables[unit]
             kind = kinds[min(int(np.searchsorted(cumulative, self.rng.random(), side="right")), len(kinds) - 1)]
             if kind == LATEST:
                 continue
@@ -224,6 +230,16 @@ class League:
             if match is not None:
                 return match
         return Match(None, LATEST)
+
+    def _tables(self) -> dict[str, tuple[list[str], np.ndarray]]:
+        """The draw tables of this episode: the curriculum step's opponent where it sets one, else the mixes."""
+        if self._stage_tables:
+            stats = self.plan.stats
+            stage = stats.curriculum_stage if stats is not None and not stats.closed else 0
+            step = self._stage_tables[min(stage, len(self._stage_tables) - 1)]
+            if step is not None:
+                return step
+        return self._draw_tables
 
     def _draw(self, unit: str, kind: str) -> Match | None:
         members = self.members[unit]

@@ -109,9 +109,12 @@ class _Runner:
 
         rd = RunDirectory(run_dir, create=False)
         info = rd.read_json("run.json")
+        learners = {a: (spec["learner"], spec["options"]) for a, spec in info["learners"].items()}
+        if info.get("env_set") is not None:  # the set as run.json recorded it, whatever became of its file
+            config = RunConfig.from_dict({**info["config"], "env_set": info["env_set"], **config_overrides})
+            return cls(None, learners, config).resume_from(run_dir)
         if info.get("env") is None:
             raise ConfigError(f"{run_dir}: the env was a factory; build the runner yourself and call resume_from()")
-        learners = {a: (spec["learner"], spec["options"]) for a, spec in info["learners"].items()}
         config = RunConfig.from_dict({**info["config"], **config_overrides})
         runner = cls(EnvSpec.of(info["env"], tuple(info.get("env_wrappers", ())), **info.get("env_kwargs", {})),
                      learners, config)
@@ -178,7 +181,7 @@ class _Runner:
         cfg = self.config
         self.actor = build_actor(self.plan, acting, self.plan.counters(), paced=host.paces_actor,
                                  before_decision=host.before_decision)
-        if cfg.league:
+        if self.plan.league:
             self.actor.league = League(self.plan, acting, cfg.seed, run_dir)
         return self.actor
 
@@ -193,6 +196,8 @@ class _Runner:
             "env_kwargs": self.plan.env_spec.kwargs, "env_wrappers": list(self.plan.env_spec.wrappers),
             "runner": self.kind,
             "env_state": self.plan.env_spec.state.as_dict() if self.plan.env_spec.state else None,
+            # An env set's spec, whole: `pzasync eval` and `resume` rebuild the set from it, wherever its file went.
+            "env_set": self.plan.env_set.as_dict() if self.plan.env_set is not None else None,
             "learners": {a: {"learner": p.learner_path, "name": p.learner_name, "options": dict(p.options)}
                          for a, p in self.plan.agents.items()},
             "config": self.config.as_dict(),
@@ -244,6 +249,7 @@ class _Runner:
             actor_processes=pool.figures() if pool else [],
             evaluations=list(monitor.evaluations),
             league=actor.league.summary() if actor is not None and actor.league is not None else None,
+            env_set=monitor.env_set_summary(),
         )
         if run_dir is not None:
             run_dir.write_json("result.json", result.to_dict())

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import re
-
 from dataclasses import fields
 from pathlib import Path
 
@@ -44,7 +43,7 @@ def config_of(text: str) -> RunConfig:
 def test_every_field_is_declared_once_in_exactly_one_group():
     names = [f.name for group in GROUPS for f in fields(group)]
     assert len(names) == len(set(names)), "a field declared in two groups"
-    assert sorted(names) == sorted(f.name for f in fields(RunConfig)) and len(names) == 49
+    assert sorted(names) == sorted(f.name for f in fields(RunConfig)) and len(names) == 50
     for f in [*fields(RunConfig), *fields(BenchSettings)]:
         spec = spec_of(f)
         assert spec.doc and spec.doc.endswith((".", ")")), f.name
@@ -246,7 +245,7 @@ def test_every_run_option_has_a_row_in_the_docs_table():
 
 def test_the_docs_example_file_is_a_valid_configuration():
     text = (ROOT / "docs" / "running.md").read_text()
-    example = text[text.index("```toml\n") + 8:]
+    example = text[text.index("```toml\n# connect_four.toml") + 8:]
     values = RunConfig.toml_values(example[:example.index("```")], "docs example")
     config = RunConfig(**values, agent_groups={"players": ["*"]}).validate()
     assert config.envs_per_actor == 16 and config.league["players"].endswith("negamax,depth=2=0.1")

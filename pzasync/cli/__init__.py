@@ -140,7 +140,7 @@ def serve(env_id: str, socket_path: str | None, address: str | None, instances: 
     spec = EnvSpec.of(env_id, **parse_options(env_args, "--env-arg"))
     if workers < 0:
         raise UserInputError(f"pzasync serve: --workers must be >= 0, got {workers}")
-    parallel = env_api == "auto" and choose_env_api(spec, declared=env_api_for(spec.name))[0] == "parallel"
+    parallel = env_api == "auto" and choose_env_api(spec, declared=env_api_for(spec.base_name))[0] == "parallel"
     serve_env(spec.make, address or f"unix://{socket_path}", instances, name=spec.name, workers=workers,
               parallel_fn=spec.make_parallel if parallel else None)
 
@@ -287,12 +287,17 @@ def parse_versus(versus: str) -> Any:
 @click.option("--env-api", type=click.Choice(list(ENV_APIS)), default=None,
               help="Step the env through its AEC or parallel API (auto: parallel where the env has one). "
                    "Default: the run's.")
+@click.option("--split", type=click.Choice(["train", "test"]), default=None,
+              help="For a run on an env set (--env-set): play its train or its test split (docs/running.md, \"Env "
+                   "sets\"). Default: the test split where the set has one, else the train split at the curriculum "
+                   "stage the run reached.")
 @click.option("--json", "json_out", default=None, is_flag=False, flag_value="-", metavar="[FILE|-]",
               help="Also write the figures as JSON (docs/eval-schema.json) to FILE, or to stdout (the table "
                    "then goes to stderr) with '-' or no value (give it last, or as '--json -', so that RUN_DIR "
                    "is not read as FILE).")
 def evaluate_cmd(run_dir: str, versus: str, episodes: int, seed: int, scoring: str | None, baselines: bool,
-                 acting: str, copies: int | None, env_api: str | None, json_out: str | None) -> None:
+                 acting: str, copies: int | None, env_api: str | None, split: str | None,
+                 json_out: str | None) -> None:
     """Score the trained agents of RUN_DIR (greedy, or sampling with --acting sampled) in the mode that fits
     the game: each seat against a yardstick (random or scripted players, another run's agents), the whole team,
     or each side; beside untrained networks and random play."""
@@ -312,7 +317,7 @@ def evaluate_cmd(run_dir: str, versus: str, episodes: int, seed: int, scoring: s
         task = progress.add_task(f"evaluating {run_dir}", total=None)
         report = evaluate(run_dir, vs=versus, episodes=episodes,
                           seed=seed, scoring=scoring, baselines=baselines, copies=copies, acting=acting,
-                          env_api=env_api,
+                          env_api=env_api, split=split,
                           progress=lambda label: progress.advance(task))
     document = report.to_json()
     if json_out == "-":
@@ -321,8 +326,8 @@ def evaluate_cmd(run_dir: str, versus: str, episodes: int, seed: int, scoring: s
         with open(json_out, "w") as f:
             json.dump(document, f, indent=1)
     unit = {"seats": "agent", "team": "evaluation", "sides": "side and evaluation"}[report.scoring]
-    out.print(f"{report.env}: {run_dir} vs {versus}, {episodes} episodes per {unit}, {acting}", highlight=False,
-              soft_wrap=True)
+    out.print(f"{report.env}: {run_dir} vs {versus}, {episodes} episodes per {unit}, {acting}"
+              + (f", the env set's {report.split} split" if report.split else ""), highlight=False, soft_wrap=True)
     out.print(scoring_line(report), highlight=False, soft_wrap=True)
     table = Table()
     for column in ("unit", "policy", "against", "mean return [95% CI]", "win rate [95% CI]", "wins/draws/losses"):
@@ -333,6 +338,13 @@ def evaluate_cmd(run_dir: str, versus: str, episodes: int, seed: int, scoring: s
         table.add_row(r.agent, r.policy, r.opponent, f"{r.mean:+.3f} ± {r.mean_ci95:.3f}",
                       f"{r.win_rate:.1%} [{lo:.1%}, {hi:.1%}]", f"{r.wins}/{r.draws}/{r.episodes - r.wins - r.draws}")
     out.print(table)
+    played: dict[str, int] = defaultdict(int)
+    for r in report.results:
+        for label, n in r.envs.items():
+            played[label] += n
+    if played:
+        out.print("episodes per env of the set: " + ", ".join(f"{label} {n}" for label, n in sorted(played.items())),
+                  highlight=False, soft_wrap=True)
 
 
 @main.command()

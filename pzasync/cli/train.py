@@ -20,7 +20,7 @@ from pzasync.cli.options import SectionedCommand, declared_params, given
 from pzasync.config import GROUPS
 from pzasync.core.groups import members_label, units_in_order
 from pzasync.extras import require
-from pzasync.recipes import DEFAULT_RECIPE, SELF_PLAY, TRAIN_ENV
+from pzasync.recipes import DEFAULT_RECIPE, SELF_PLAY
 from pzasync.runtime.stop_signals import StopSignals
 from pzasync.runtime.stop_signals import exit_code as signal_exit_code
 from pzasync.runtime.stop_signals import reason as signal_reason
@@ -42,7 +42,7 @@ TRAIN_NOTES = {
 
 
 @click.command(cls=SectionedCommand)
-@click.argument("env_id", default=TRAIN_ENV)
+@click.argument("env_id", default=None, required=False)
 @click.option("--config", "config_file", type=click.Path(exists=True, dir_okay=False), metavar="FILE",
               help="Read run options from this TOML file: one table per group below ([run], [acting], [learning], "
                    "[league], [evaluation], [reliability], [ray]), or flat keys (docs/running.md). Flags override "
@@ -75,7 +75,7 @@ TRAIN_NOTES = {
               help="Games per scored unit (seat, side or team) at the end against the yardstick and random, and "
                    "for the untrained baseline (0 to skip). Default: 400, or as many as fit where 400 would take "
                    "more than a quarter of the training time, as measured on one round of every evaluation first.")
-def train(env_id: str, config_file: str | None, print_config: bool, learner: str | None,
+def train(env_id: str | None, config_file: str | None, print_config: bool, learner: str | None,
           learner_for: tuple[str, ...], env_args: tuple[str, ...], wrappers: tuple[str, ...], runner: str,
           steps: int | None,
           minutes: float | None, self_play: bool | None, final_episodes: int | None, **_run_options: Any) -> None:
@@ -122,7 +122,7 @@ def _exit_on_stop_signals() -> Iterator[None]:
 
 
 
-def _train(env_id: str, *, config_file: str | None, print_config: bool, learner: str | None,
+def _train(env_id: str | None, *, config_file: str | None, print_config: bool, learner: str | None,
            learner_for: tuple[str, ...], env_args: tuple[str, ...], wrappers: tuple[str, ...], runner: str,
            steps: int | None,
            minutes: float | None, self_play: bool | None, final_episodes: int | None, flags: dict[str, Any]) -> None:
@@ -203,6 +203,8 @@ def _print_summary(result: Any, report: Any = None, yardstick: str = "random") -
     console.print(f"[bold]{result.env}[/]: {result.runner} runner, {result.agent_steps:,} agent steps in "
                   f"{result.wall_seconds:.0f}s ({result.actor_steps_per_second:,.0f}/s), {result.episodes:,} "
                   f"episodes; stopped: {result.stopped_because}", highlight=False)
+    if result.env_set:
+        console.print(env_set_line(result.env_set), highlight=False, soft_wrap=True)
     table = Table(title="training", title_justify="left")
     for column in ("agent", "learner", "updates", "version", "lag mean/p95", "dropped"):
         table.add_column(column, justify="left" if column in ("agent", "learner") else "right",
@@ -244,3 +246,10 @@ def _print_summary(result: Any, report: Any = None, yardstick: str = "random") -
                       highlight=False, overflow="fold")
 
 
+def env_set_line(summary: dict[str, Any]) -> str:
+    """A run's env set in one line: the curriculum step reached and its changes, episodes per env."""
+    played = ", ".join(f"{label} {n:,}" for label, n in sorted(summary["episodes_per_env"].items()))
+    changes = summary["stage_changes"]
+    reached = (f"; curriculum at {summary['step']} after {len(changes)} stage change(s) (curriculum.jsonl)"
+               if summary.get("step") else "")
+    return f"env set {summary['name']}{reached}; episodes per env: {played or '-'}"

@@ -129,6 +129,15 @@ class ActingOptions(OptionGroup):
               "that is simultaneous-move underneath (a ParallelEnv, a module with parallel_env(), an AEC env made "
               "by parallel_to_aec), \"aec\" for every other env and for remote envs.",
         Check(str, choices=ENV_APIS, why="'auto', 'aec' or 'parallel'"), metavar="auto|aec|parallel")
+    env_set: str | dict | None = option(
+        None, "An env set (docs/running.md, \"Env sets\"): a TOML file whose [envset] table names several envs and "
+              "their structure: a train split (weighted), a test split (what `pzasync eval` scores), a prior (env "
+              "args drawn per episode) and a curriculum (steps held until the evaluator's figure passes a "
+              "threshold). The run plays it instead of an env id; every env of the set must have the same agents "
+              "and spaces. In a file or from Python, the [envset] table itself may be given.",
+        Check((str, os.PathLike, dict), optional=True, what="a TOML file of an env set, or its table"),
+        metavar="FILE", validator=lambda v: None if isinstance(v, dict) or os.path.isfile(v) else
+        "must be an existing TOML file (docs/running.md, \"Env sets\")")
     envs_per_actor: int | str = option(
         1, "Env copies the actor steps side by side (docs/running.md, Vectorised acting). Each copy's pending "
            "decisions are grouped by acting agent and answered with one batched forward per agent; copy k gets "

@@ -170,7 +170,9 @@ def _made(spec: Any, kwargs: dict, parallel: bool) -> Any:
             raise EnvSpecError(f"kwargs {sorted(kwargs)} cannot be applied to an env instance")
         return spec
     if callable(spec):
-        return spec(**kwargs)
+        # A factory with a `make_parallel` (an env set's, core/envset_env.py) gives its parallel API itself.
+        maker = getattr(spec, "make_parallel", None) if parallel else None
+        return (maker or spec)(**kwargs)
     raise EnvSpecError(f"cannot make an env from {spec!r} ({type(spec).__name__}); expected {ACCEPTED}")
 
 
@@ -271,7 +273,28 @@ class EnvSpec:
     def name(self) -> str:
         if isinstance(self.source, str):
             return self.source
-        return getattr(self.source, "__qualname__", type(self.source).__name__)
+        named = getattr(self.source, "env_name", None)  # an env set's factory names its set
+        return named if isinstance(named, str) else getattr(self.source, "__qualname__", type(self.source).__name__)
+
+    @property
+    def base_name(self) -> str:
+        """The env id that recipes, scoring modes and env APIs go by: `name`, or for an env set the id of its first
+        env (a factory's `base_env`)."""
+        base = getattr(self.source, "base_env", None)
+        return base if isinstance(base, str) else self.name
+
+    @property
+    def env_set(self) -> Any:
+        """The `EnvSet` this spec plays (core/envset_env.py's `EnvSetSource`), or None."""
+        return getattr(self.source, "envset", None)
+
+    def with_stage(self, stage: Any) -> EnvSpec:
+        """For an env set: the same spec with its curriculum stage read from `stage` (a number, or an object with
+        `curriculum_stage`: the run's counters); any other env is returned as it is."""
+        if self.env_set is None:
+            return self
+        return EnvSpec(self.source.with_stage(stage), dict(self.kwargs), self.state,  # type: ignore[union-attr]
+                       self.wrappers)
 
     def make(self, **overrides: Any) -> AECEnv:
         return self.wrap(make_env(self.source, **{**self.kwargs, **overrides}))

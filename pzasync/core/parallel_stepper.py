@@ -20,6 +20,7 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Any, Callable
 
+from pzasync.core.envset_env import episode_env
 from pzasync.core.stepper import PendingDecision
 from pzasync.core.transitions import EpisodeSummary, LayoutBook, Transition, TransitionAssembler
 from pzasync.errors import RewardConservationError
@@ -224,5 +225,8 @@ class ParallelStepper:
         except RewardConservationError as exc:
             raise RewardConservationError(f"env copy {self.copy}, {exc}") from None
         summary.copy = self.copy
+        played = episode_env(self.env)
+        if played is not None:
+            summary.env, summary.env_args = played
         if self.on_episode is not None:
             self.on_episode(summary)

@@ -15,6 +15,7 @@ from typing import Any, Callable, Iterator, Protocol
 
 import numpy as np
 
+from pzasync.core.envset_env import episode_env
 from pzasync.core.transitions import EpisodeSummary, LayoutBook, RewardLedger, Transition, TransitionAssembler
 from pzasync.errors import RewardConservationError
 
@@ -213,5 +214,8 @@ class EpisodeStepper:
         except RewardConservationError as exc:
             raise RewardConservationError(f"env copy {self.copy}, {exc}") from None
         summary.copy = self.copy
+        played = episode_env(self.env)
+        if played is not None:
+            summary.env, summary.env_args = played
         if self.on_episode is not None:
             self.on_episode(summary)

@@ -55,6 +55,9 @@ class EpisodeSummary:
     match: dict | None = None
     #: Which of the actor's env copies played it (RunConfig.envs_per_actor).
     copy: int = 0
+    #: On an env set (core/envset_env.py): the label of the env that played it, and the arguments it was made with.
+    env: str | None = None
+    env_args: dict | None = None
 
 
 class LayoutBook:

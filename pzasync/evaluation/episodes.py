@@ -230,7 +230,7 @@ def play_parallel(env_spec: Any, players: dict[str, Player], episodes: int, seed
     spec = env_spec if isinstance(env_spec, EnvSpec) else EnvSpec.of(env_spec)
     if episodes < 1:
         return []
-    api, _why = choose_env_api(spec, env_api, declared=env_api_for(spec.name))
+    api, _why = choose_env_api(spec, env_api, declared=env_api_for(spec.base_name))
     make = spec.make_parallel if api == "parallel" else spec.make
     first = make()
     envs = [first]

@@ -18,7 +18,8 @@ from __future__ import annotations
 import copy
 import math
 import time
-from dataclasses import dataclass, replace
+from collections import Counter
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable
 
@@ -27,6 +28,7 @@ from gymnasium import spaces
 
 from pzasync.core.collect import run_episodes
 from pzasync.core.environments import EnvSpec
+from pzasync.core.envset_env import run_env_spec
 from pzasync.core.global_state import OBSERVATION_KEY, STATE_KEY
 from pzasync.core.groups import resolve_groups
 from pzasync.core.spaces import AgentLayout, env_action_converter, env_layouts, probe_info_masks, uniform_legal
@@ -56,6 +58,8 @@ class EvalResult:
     members: tuple[str, ...] = ()
     #: Who played the unit's seats: "trained", "untrained" (fresh networks) or "random".
     policy: str = "trained"
+    #: On an env set: episodes per env of the set played (its label: core/envset_spec.py); else empty.
+    envs: dict[str, int] = field(default_factory=dict)
 
     @property
     def episodes(self) -> int:
@@ -197,9 +201,9 @@ def load_run_policies(run_dir: str | Path) -> dict[str, tuple[Any, AgentLayout]]
 
     rd = RunDirectory(run_dir, create=False)
     info = rd.read_json("run.json")
-    if info.get("env") is None:
+    if info.get("env") is None and info.get("env_set") is None:
         raise ConfigError(f"{run_dir}: the env was given as a factory; evaluate it from Python with `play`")
-    env = EnvSpec.of_run(info).make()
+    env = run_env_spec(info).make()
     try:
         layouts = env_layouts(env, probe_info_masks(env))
     finally:
@@ -360,8 +364,9 @@ def score_units(env_spec: Any, seated: dict[str, tuple[Any, AgentLayout]] | str,
         deadline = None if seconds is None else started + seconds * number / len(units)
         summaries = play_parallel(spec, players, episodes, seed, copies, max_episode_steps, env_api, deadline)
         against = opponent_name if any(a not in members or a not in own for a in agents) else NO_OPPONENT
+        played = Counter(s.env for s in summaries if s.env is not None)
         results.append(EvalResult(unit, against, [sum(s.returns.get(a, 0.0) for a in members)
-                                                  for s in summaries], tuple(members), policy))
+                                                  for s in summaries], tuple(members), policy, dict(played)))
     return results
 
 

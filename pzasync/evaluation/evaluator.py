@@ -100,7 +100,7 @@ def evaluator_main(setup: EvaluatorSetup, rows: Any, stop: Any) -> None:
         probe.close()
         units = units_for(scoring, agents, list(policies))
         # leduc: each round also computes the policies' exact exploitability, while they give it
-        exact = applies_to(setup.env_spec.name)
+        exact = applies_to(setup.env_spec.base_name)
         round_index = 0
         while not _should_stop(setup, stop):
             started = time.monotonic()
@@ -117,8 +117,13 @@ def evaluator_main(setup: EvaluatorSetup, rows: Any, stop: Any) -> None:
                 continue
             agent_steps = setup.stats.total_steps
             wall = started - setup.run_start
+            # On an env set, a round plays the curriculum step the run is at when it starts, and its rows say which.
+            spec, on_set = setup.env_spec, {}
+            if spec.env_set is not None:
+                stage = setup.stats.curriculum_stage
+                spec, on_set = spec.with_stage(stage), {"split": "train", "stage": stage}
             # Within `every_s`: a round of long games (a battle of 162 agents) writes rows with fewer games.
-            results = score_units(setup.env_spec, policies, units, opponents, setup.episodes, seed=setup.seed,
+            results = score_units(spec, policies, units, opponents, setup.episodes, seed=setup.seed,
                                   max_episode_steps=setup.max_episode_steps, env_api=setup.env_api,
                                   seconds=setup.every_s)
             extra = {}
@@ -133,7 +138,8 @@ def evaluator_main(setup: EvaluatorSetup, rows: Any, stop: Any) -> None:
                           "agent_steps": agent_steps, "agent": r.agent, "members": list(r.members),
                           "scoring": scoring, "unit": ",".join(learning),
                           "version": min(versions[u] for u in learning), "opponent": r.opponent,
-                          **r.summary(), **extra, "eval_seconds": round(time.monotonic() - started, 3)})
+                          **r.summary(), **extra, **on_set, "round_rows": len(results),
+                          "eval_seconds": round(time.monotonic() - started, 3)})
             round_index += 1
             deadline = started + setup.every_s
             while time.monotonic() < deadline and not _should_stop(setup, stop):

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from pzasync.core.environments import EnvSpec, choose_env_api
+from pzasync.core.envset_env import run_env_spec
 from pzasync.core.groups import resolve_groups
 from pzasync.errors import ConfigError
 from pzasync.evaluation.episodes import ACTING_MODES, eval_copies
@@ -55,6 +56,8 @@ class Evaluation:
     seconds: float = 0.0
     #: How the trained and untrained policies picked their actions (`ACTING_MODES`).
     acting: str = "greedy"
+    #: On an env set: which of its splits was played ("train" or "test"); else None.
+    split: str | None = None
 
     def result(self, unit: str, policy: str = "trained", against: str | None = None) -> EvalResult | None:
         """The result of `unit` played by `policy` ("trained", "untrained", "random") against `against`
@@ -82,12 +85,33 @@ class Evaluation:
                          "against": r.opponent, "episodes": r.episodes, "mean_return": number(r.mean),
                          "mean_return_ci95": number(r.mean_ci95), "outcomes": r.outcomes, "wins": r.wins,
                          "draws": r.draws, "losses": r.episodes - r.wins - r.draws, "win_rate": r.win_rate,
-                         "win_rate_ci95": [lo, hi], "returns": [float(x) for x in r.returns]})
+                         "win_rate_ci95": [lo, hi], "returns": [float(x) for x in r.returns],
+                         **({"envs": dict(r.envs)} if r.envs else {})})
         return {"schema_version": SCHEMA_VERSION, "pzasync_version": pzasync_version, "env": self.env,
                 "run_dir": self.run_dir, "scoring": self.scoring, "scoring_reason": self.scoring_reason,
                 "vs": self.vs, "acting": self.acting, "episodes": self.episodes, "seed": self.seed,
                 "copies": self.copies, "seconds": round(self.seconds, 3),
-                "units": {u: list(m) for u, m in self.units.items()}, "results": rows}
+                "units": {u: list(m) for u, m in self.units.items()}, "results": rows,
+                **({"split": self.split} if self.split is not None else {})}
+
+
+def _split_of(info: dict[str, Any], split: str | None) -> str | None:
+    """The split `evaluate` plays of a run's env set: `split`, else its test split where it has one."""
+    table = info.get("env_set")
+    if split is not None or table is None:
+        return split
+    return "test" if table.get("test") else "train"
+
+
+def _stage_reached(run_dir: str) -> int | None:
+    """The curriculum stage a finished run reached (its result.json), or None."""
+    path = Path(run_dir) / "result.json"
+    if not path.exists():
+        return None
+    import json
+
+    summary = json.loads(path.read_text()).get("env_set") or {}
+    return summary.get("stage")
 
 
 def _opponents(vs: Any) -> tuple[Any, str]:
@@ -103,7 +127,7 @@ def evaluate(run_dir_or_policies: str | Path | dict[str, tuple[Any, Any]], env: 
              episodes: int = 400, seed: int = 12345, scoring: str | None = None, *, learners: Any = None,
              baselines: bool = True, copies: int | None = None, max_episode_steps: int | None = None,
              progress: Callable[[str], None] | None = None, acting: str = "greedy",
-             env_api: str | None = None) -> Evaluation:
+             env_api: str | None = None, split: str | None = None) -> Evaluation:
     """Score trained policies in the mode that fits the game, with baselines (module docstring).
 
     `run_dir_or_policies`: a run directory (its checkpoints; its env, learners and episode limit
@@ -116,7 +140,9 @@ def evaluate(run_dir_or_policies: str | Path | dict[str, tuple[Any, Any]], env: 
     same figures whatever the copies. `env_api`: "auto", "aec" or "parallel" (`choose_env_api`; a run directory's
     own by default, else "auto"): on the parallel path a round answers a whole cycle. `acting`: "greedy" or
     "sampled" (the trained and the untrained policies draw from their own distributions, seeded per episode and
-    turn; yardsticks and random play are unchanged). `progress(label)` is called after each evaluation.
+    turn; yardsticks and random play are unchanged). `progress(label)` is called after each evaluation. `split`:
+    for a run on an env set (docs/running.md, "Env sets"), which of its splits to play, "train" or "test" (None:
+    its test split where it has one, else its train split at the curriculum stage the run reached).
     """
     started = time.monotonic()
     run_dir = None
@@ -125,7 +151,7 @@ def evaluate(run_dir_or_policies: str | Path | dict[str, tuple[Any, Any]], env: 
         info = RunDirectory(run_dir, create=False).read_json("run.json")
         policies = load_run_policies(run_dir)
         if env is None:
-            env = EnvSpec.of_run(info)
+            env = run_env_spec(info, _split_of(info, split), _stage_reached(run_dir))
         if learners is None:
             learners = info.get("learners")
         config = info.get("config", {})
@@ -150,13 +176,17 @@ def evaluate(run_dir_or_policies: str | Path | dict[str, tuple[Any, Any]], env: 
     probe = spec.make()
     try:
         agents = list(probe.possible_agents)
-        api, _why = choose_env_api(spec, env_api or "auto", probe, env_api_for(spec.name))
+        api, _why = choose_env_api(spec, env_api or "auto", probe, env_api_for(spec.base_name))
     finally:
         probe.close()
     copies = eval_copies(len(agents), api) if copies is None else copies
     units = units_for(mode, agents, list(policies))
     opponents, name = _opponents(vs)
-    report = Evaluation(spec.name, mode, why, name, episodes, seed, copies, units, run_dir=run_dir, acting=acting)
+    if split is not None and spec.env_set is None:
+        raise ConfigError(f"split {split!r}: the env evaluated is not an env set (pzasync train --env-set FILE)")
+    played: str | None = getattr(spec.source, "split", None) if spec.env_set is not None else None
+    report = Evaluation(spec.name, mode, why, name, episodes, seed, copies, units, run_dir=run_dir, acting=acting,
+                        split=played)
 
     def add(results: list[EvalResult], label: str) -> None:
         report.results += results

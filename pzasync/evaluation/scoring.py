@@ -101,7 +101,7 @@ def choose_scoring(env_spec: Any, scoring: str | None = None) -> tuple[str, str]
         if scoring not in SCORING_MODES:
             raise ConfigError(f"scoring {scoring!r}: must be one of {', '.join(SCORING_MODES)}")
         return scoring, "it was asked for"
-    known = scoring_for(spec.name)
+    known = scoring_for(spec.base_name)
     if known is not None:
         return known, f"the recipes say so for {spec.name.rsplit('.', 1)[-1]}"
     mode, why = default_scoring(spec)

@@ -102,6 +102,8 @@ def allocate(plan: Any) -> None:
     try:
         names = list(plan.agents) + list(plan.groups)
         plan.stats = RunStats.create(plan.run_id, names, plan.actors)
+        # An env set's copies (and the evaluator's) read the curriculum stage from the counters at each reset.
+        plan.env_spec = plan.env_spec.with_stage(plan.stats)
         for unit in plan.units.values():
             if not unit.learns:
                 plan.stats.set(unit.agent, STATUS, NOT_LEARNING)
@@ -150,6 +152,8 @@ def release(plan: Any) -> None:
     for p in [*plan.units.values(), *plan.agents.values()]:
         p.buffer = p.slot = None
     if plan.stats is not None:
+        # What is made of the env afterwards (the final evaluation) plays the stage the run reached.
+        plan.env_spec = plan.env_spec.with_stage(plan.stats.curriculum_stage if not plan.stats.closed else None)
         plan.stats.close()
         plan.stats.unlink()
         plan.stats = None

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
 
+from pzasync.core.envset_spec import Curriculum
 from pzasync.core.groups import members_label, units_in_order
 from pzasync.logs import logger
 from pzasync.runtime.results import PolicySnapshot, process_usage
@@ -71,6 +72,12 @@ class RunMonitor:
         #: The evaluation process (RunConfig.eval_vs), if any, and the rows it sent so far.
         self.evaluator: Any = None
         self.evaluations: list[dict] = []
+        #: On an env set (RunPlan.env_set): episodes per env played, and its curriculum (when it has one), moved on
+        #: here as the evaluator's rows come in; every stage change is in `stage_changes` and curriculum.jsonl.
+        self.env_episodes: dict[str, int] = defaultdict(int)
+        envset = plan.env_set
+        self.curriculum = Curriculum(envset) if envset is not None and len(envset.curriculum) > 1 else None
+        self.stage_changes: list[dict] = []
 
     # -------------------------------------------------------------------------------------- events
     def started(self, actor: Actor, heartbeat_timeout_s: float | None = None) -> None:
@@ -145,6 +152,8 @@ class RunMonitor:
         for agent, value in summary.returns.items():
             self.returns[agent].append(value)
             self.unit_returns[self._unit_of.get(agent, agent)].append(value)
+        if summary.env is not None:
+            self.env_episodes[summary.env] += 1
         steps = self.total_steps()
         if actor == 0 and self.snapshot_every is not None and steps >= self._next_snapshot:
             self.take_snapshot()
@@ -153,6 +162,8 @@ class RunMonitor:
                                        "agent_steps": steps,
                                        **({"actor": actor} if self.plan.actors > 1 else {}),
                                        "returns": summary.returns, "cut_by_actor": summary.cut_by_actor,
+                                       **({"env": summary.env, "env_args": summary.env_args}
+                                          if summary.env is not None else {}),
                                        **({"match": summary.match} if summary.match is not None else {})})
 
     def take_snapshot(self) -> None:
@@ -226,6 +237,27 @@ class RunMonitor:
             for row in rows:
                 self.run_dir.append("metrics.jsonl", row)
                 self.run_dir.tensorboard_eval(row)
+        if self.curriculum is not None:
+            change = self.curriculum.observe(rows)
+            stats = self._live_stats()
+            if change is not None and stats is not None:
+                stats.set_curriculum_stage(self.curriculum.stage)  # every copy plays the new step from its next reset
+                change = {"wall_s": round(time.monotonic() - self.start, 3), **change}
+                self.stage_changes.append(change)
+                logger.info(f"curriculum: {change['figure']} {change['value']:g} >= {change['until']:g} at stage "
+                            f"{change['from']}: moving on to {self.curriculum.envset.stage_label(change['to'])}")
+                if self.run_dir is not None:
+                    self.run_dir.append("curriculum.jsonl", change)
+
+    def env_set_summary(self) -> dict[str, Any] | None:
+        """On an env set: its name, the curriculum stage reached and its changes, episodes per env (RunResult)."""
+        envset = self.plan.env_set
+        if envset is None:
+            return None
+        stage = self.curriculum.stage if self.curriculum is not None else 0
+        return {"name": envset.name, "stage": stage, "stages": len(envset.curriculum),
+                "step": envset.stage_label(stage) or None, "stage_changes": list(self.stage_changes),
+                "episodes_per_env": dict(self.env_episodes)}
 
     def stop_evaluator(self) -> None:
         """Stop the evaluation process and keep what it sent last; it never holds the run up for long."""
@@ -261,7 +293,7 @@ class RunMonitor:
         live = self._live_stats()
         episodes = live.total_episodes if live is not None else 0
         table = Table(title=f"{steps:,} agent steps · {steps / elapsed:,.0f}/s · {episodes:,} episodes · "
-                            f"{time.monotonic() - self.start:,.0f}s")
+                            f"{time.monotonic() - self.start:,.0f}s", caption=self._env_set_caption())
         # A team's or side's row is every member's latest.
         latest_eval = {m: r for r in self.evaluations for m in r.get("members") or [r["agent"]]}
         columns = ["agent", "learner", f"return (last {self.TABLE_RETURNS})", "updates", "version", "lag mean/p95",
@@ -287,6 +319,16 @@ class RunMonitor:
                           ("[red]" + status + "[/]") if unit in self.errors else status,
                           *([_eval_cell(latest_eval.get(members[0]))] if len(columns) > 7 else []))
         return table
+
+
+    def _env_set_caption(self) -> str | None:
+        """Under the live table, on an env set: its curriculum step, and episodes per env so far."""
+        summary = self.env_set_summary()
+        if summary is None:
+            return None
+        played = ", ".join(f"{label} {n:,}" for label, n in sorted(summary["episodes_per_env"].items()))
+        return (f"env set {summary['name']}" + (f" · {summary['step']}" if summary["step"] else "")
+                + f" · episodes per env: {played or '-'}")
 
 
 def _eval_cell(row: dict | None) -> str:

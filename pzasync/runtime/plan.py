@@ -20,6 +20,8 @@ from typing import Any
 from pzasync.config import RunConfig
 from pzasync.config.groups import AUTO, chosen
 from pzasync.core.environments import EnvSpec, choose_env_api
+from pzasync.core.envset_env import EnvSetSource
+from pzasync.core.envset_spec import EnvSet
 from pzasync.core.groups import resolve_groups
 from pzasync.core.spaces import AgentLayout, env_layouts, probe_info_masks
 from pzasync.errors import ConfigError, UserInputError
@@ -129,7 +131,11 @@ class RunPlan:
     def __init__(self, env: Any, learners: Any, config: RunConfig | None = None, *, run_id: str | None = None,
                  placement: Placement = Placement()) -> None:  # noqa: B008 - a frozen dataclass, never changed
         self.config = (config or RunConfig()).validate()
-        self.env_spec = EnvSpec.of(env)
+        self.env_spec = EnvSpec.of(self._env_or_set(env))
+        #: The env set the run plays (RunConfig.env_set, core/envset_spec.py), or None.
+        self.env_set: EnvSet | None = self.env_spec.env_set
+        if self.env_set is not None:
+            self.env_spec.source.check()  # type: ignore[union-attr]  # same agents and spaces, named where not
         if is_remote_id(self.env_spec.source) and self.config.env_workers:
             if self.config.env_workers != AUTO:
                 logger.info(f"env_workers={self.config.env_workers} is ignored: env {self.env_spec.name!r} is served "
@@ -221,10 +227,22 @@ class RunPlan:
         allocation.check_budget(self)
         self.stats: RunStats | None = None
 
+    def _env_or_set(self, env: Any) -> Any:
+        """The env the run plays: `env`, or the env set of RunConfig.env_set (or an `EnvSet` given as the env)."""
+        if isinstance(env, EnvSet):
+            return EnvSpec(EnvSetSource(env))
+        value = self.config.env_set
+        if value is None:
+            return env
+        if env is not None and not (isinstance(env, EnvSpec) and env.env_set is not None):
+            raise ConfigError(f"option env_set={value!r}: the run plays the env set; give no env beside it (got "
+                              f"{getattr(env, 'name', env)!r})")
+        return env if env is not None else EnvSpec(EnvSetSource(EnvSet.of(value)))
+
     def _env_api(self, probe: Any) -> tuple[str, str | None]:
         """RunConfig.env_api resolved ("aec" or "parallel"), and where "auto" chose the parallel path, why
         (`choose_env_api`; `probe`, the env made to read its spaces, says what a remote env's server offers)."""
-        return choose_env_api(self.env_spec, self.config.env_api, probe, env_api_for(self.env_spec.name))
+        return choose_env_api(self.env_spec, self.config.env_api, probe, env_api_for(self.env_spec.base_name))
 
     def _group_unit(self, group: str, members: list[str]) -> AgentPlan:
         """One learner unit for the group's members, which must agree on spaces (what one policy needs)."""
@@ -252,7 +270,9 @@ class RunPlan:
         if "*" in league:  # every learning unit without a mix of its own
             default = league.pop("*")
             league = {**{p.agent: default for p in self.learning}, **league}
-        #: RunConfig.league with '*' expanded: learning unit -> opponent mix.
+        league = self._curriculum_league(league)
+        #: RunConfig.league with '*' expanded: learning unit -> opponent mix (with an env set's opponent steps,
+        #: every learning unit; `League` plays each step's opponent while the curriculum is at it).
         self.league = league
         for unit, mix in league.items():
             if unit not in self.units:
@@ -267,6 +287,30 @@ class RunPlan:
                 if kind not in (LATEST, SNAPSHOT):
                     self.check_player(kind, seats, f"option league for {unit!r}")
         self._check_trainee_weights()
+
+    def _curriculum_league(self, league: dict[str, Any]) -> dict[str, Any]:
+        """The league with an env set's opponent steps (docs/running.md, "Env sets"): each step's opponent can
+        play every learning unit's other seats, and every learning unit is in the league (plain self-play,
+        `latest`, outside those steps unless RunConfig.league says otherwise)."""
+        opponents = self.env_set.opponents if self.env_set is not None else []
+        if not any(o is not None for o in opponents):
+            return league
+        assert self.env_set is not None
+        where = f"env set {self.env_set.name!r} ({self.env_set.source})"
+        if not self.learning:
+            raise ConfigError(f"{where}: its curriculum sets league opponents, but no agent learns")
+        if self.actors > 1:
+            raise ConfigError(f"{where}: its curriculum sets league opponents, and a league keeps its snapshot pool "
+                              f"and ratings in one actor: use actors=1 (or more envs_per_actor)")
+        league = {**{p.agent: {LATEST: 1.0} for p in self.learning}, **league}
+        for i, opponent in enumerate(opponents):
+            if opponent is None or opponent in (LATEST, SNAPSHOT):
+                continue
+            for unit in league:
+                members = self.units[unit].seats
+                seats = [a for a in self.agents if a not in members] or members
+                self.check_player(opponent, seats, f"{where}: curriculum[{i}] opponent")
+        return league
 
     def _check_trainee_weights(self) -> None:
         """RunConfig.league_trainee_weights names seats of league units, and leaves each unit a seat to train."""

@@ -97,6 +97,9 @@ class RunResult:
     evaluations: list[dict[str, Any]] = field(default_factory=list)
     #: Self-play league (RunConfig.league): games per opponent kind, snapshot pool and ratings.
     league: dict[str, Any] | None = None
+    #: On an env set (RunConfig.env_set): its name, the curriculum stage reached (`stage` of `stages`, `step`),
+    #: each stage change, and episodes per env played.
+    env_set: dict[str, Any] | None = None
     #: Policy copies taken during the run (not part of the JSON form).
     snapshots: list[PolicySnapshot] = field(default_factory=list, repr=False)
 

@@ -10,6 +10,8 @@ from typing import Any, Callable, Mapping, Sequence
 
 from pzasync.config import RunConfig
 from pzasync.core.environments import EnvSpec
+from pzasync.core.envset_env import EnvSetSource
+from pzasync.core.envset_spec import EnvSet
 from pzasync.core.groups import members_label, units_in_order
 from pzasync.errors import ConfigError, UserInputError
 from pzasync.extras import install_line, missing
@@ -60,7 +62,7 @@ class Trainer:
     one. `say` gets each note (what was chosen and why) as it is made.
     """
 
-    def __init__(self, env: str = TRAIN_ENV, *, learner: str | None = None,
+    def __init__(self, env: str | None = None, *, learner: str | None = None,
                  learner_for: Mapping[str, str] | Sequence[str] = (), env_args: Mapping[str, Any] | None = None,
                  wrappers: Sequence[str] | None = None, runner: str = "async", steps: int | None = None,
                  minutes: float | None = None, self_play: bool | None = None, final_episodes: int | None = None,
@@ -78,17 +80,21 @@ class Trainer:
             learner_for = [f"{name}={spec}" for name, spec in learner_for.items()]
         self.learner_for = learner_for = tuple(learner_for)
         self.runner_kind, self.steps, self.final_episodes = runner, steps, final_episodes
+        #: The env set the run plays (RunConfig.env_set, docs/running.md "Env sets"), or None; its first env's
+        #: recipe stands for the set's.
+        self.env_set = _env_set({**file_options, **options}.get("env_set"), env, env_args)
+        env = self.env_set.first.env if self.env_set is not None else env or TRAIN_ENV
         base = None
         if recipe_for(env) is None:  # no recipe: one chosen from the env's spaces, said at the start
             from pzasync.learners.space_defaults import recipe_from_spaces
 
-            base, notes = recipe_from_spaces(EnvSpec.of(env, tuple(wrappers or ()), **dict(env_args or {})))
+            base, notes = recipe_from_spaces(self._env_spec(env, wrappers or (), env_args or {}))
             self._note(*notes)
         self.choices: TrainChoices = train_choices(
             env, learner=learner, learner_for=learner_for, steps=steps, minutes=minutes, self_play=self_play,
             options=options, file_options=file_options, env_args=env_args,
             wrappers=None if wrappers is None else tuple(wrappers), base=base, file_learners=file_learners)
-        self.env = EnvSpec.of(env, self.choices.wrappers, **self.choices.env_kwargs)
+        self.env = self._env_spec(env, self.choices.wrappers, self.choices.env_kwargs)
         self.minutes = self.choices.minutes
         self.learners = self.choices.learners
         #: Whether the learners are the recipe's (fitted to the spaces), not the user's.
@@ -113,6 +119,12 @@ class Trainer:
             self._note(f"the run's plots (eval.png, returns.png) are not drawn: the 'plot' extra is not installed "
                        f"({install_line('plot')})")
         self.runner: Any = None
+
+    def _env_spec(self, env: str, wrappers: Sequence[str], env_args: Mapping[str, Any]) -> EnvSpec:
+        """The env the run plays: `env` with its arguments, or the env set (its envs' arguments are its own)."""
+        if self.env_set is not None:
+            return EnvSpec(EnvSetSource(self.env_set), {}, None, tuple(wrappers))
+        return EnvSpec.of(env, tuple(wrappers), **dict(env_args))
 
     def _note(self, *notes: str) -> None:
         for note in notes:
@@ -156,6 +168,7 @@ class Trainer:
             + (f" per actor, {plan.actors} actor processes" if plan.actors > 1 else "")
             + (f", {config.env_workers} env workers" if config.env_workers else "")
             + (f"; env wrappers {' | '.join(self.env.wrappers)}" if self.env.wrappers else "")
+            + (f"; {_set_text(self.env_set)}" if self.env_set is not None else "")
             + f"; scored against {chosen.yardstick}")
         return [line] + [f"  {option}=auto: {choice}" for option, choice in plan.auto.items()]
 
@@ -189,7 +202,7 @@ class Trainer:
         plan = self.runner.plan
         round_games = eval_copies(len(plan.agents), plan.env_api)  # what a game costs when copies play side by side
         start = time.monotonic()
-        measured = evaluate(result.run_dir, env=plan.env_spec, vs=self.choices.yardstick, episodes=round_games,
+        measured = evaluate(result.run_dir, env=self._final_env(), vs=self.choices.yardstick, episodes=round_games,
                             seed=self._final_seed, scoring=self.config.eval_scoring, learners=self.learners)
         spent = time.monotonic() - start
         per_game = spent / round_games  # every unit, every evaluation, baselines included
@@ -222,16 +235,22 @@ class Trainer:
             if progress is not None:
                 progress("the timed round")
             return timed
-        return evaluate(result.run_dir, env=self.runner.plan.env_spec, vs=self.choices.yardstick, episodes=episodes,
+        return evaluate(result.run_dir, env=self._final_env(), vs=self.choices.yardstick, episodes=episodes,
                         seed=self._final_seed, scoring=self.config.eval_scoring, learners=self.learners,
                         progress=progress)
+
+    def _final_env(self) -> Any:
+        """The env the final evaluation plays: the run's; on an env set, read from run.json as `pzasync eval`
+        does (its test split where it has one, else the curriculum stage the run reached)."""
+        plan = self.runner.plan
+        return None if plan.env_set is not None else plan.env_spec
 
     def exploitability(self, result: Any) -> dict[str, Any] | None:
         """On leduc, exact exploitability reports (docs/league.md, "Exploitability"); None elsewhere. Where a policy
         gives no action probabilities (DQN), a note says why there are none."""
         from pzasync.evaluation.exploitability import applies_to, exploitability
 
-        if not applies_to(self.env.name) or not result.run_dir:
+        if not applies_to(self.env.base_name) or not result.run_dir:
             return None
         try:
             return exploitability(result.run_dir, acting="sampled", seed=self._final_seed)
@@ -253,9 +272,34 @@ class Trainer:
         return out
 
 
-def train(env: str = TRAIN_ENV, **options: Any) -> TrainResult:
+def train(env: str | None = None, **options: Any) -> TrainResult:
     """`pzasync train ENV` from Python: `Trainer(env, **options).run()` (see `Trainer` for the options)."""
     return Trainer(env, **options).run()
+
+
+def _env_set(value: Any, env: str | None, env_args: Mapping[str, Any] | None) -> EnvSet | None:
+    """The env set of RunConfig.env_set (a TOML file, or its table), checked against the other arguments: the set
+    names the envs and their arguments, so ENV and --env-arg are refused beside it."""
+    if value is None:
+        return None
+    if env is not None:
+        raise UserInputError(f"--env-set {value if isinstance(value, str) else '(a table)'}: the env set names the "
+                             f"envs; give no ENV ({env!r}) beside it")
+    if env_args:
+        raise UserInputError(f"--env-arg {', '.join(env_args)}: an env set's arguments are in its file (args = "
+                             f"{{...}} of each env)")
+    return EnvSet.of(value)
+
+
+def _set_text(envset: EnvSet) -> str:
+    """The env set on the start line: its name and structure."""
+    drawn = " with args drawn per episode" if any(m.drawn for m in envset.train) else ""
+    parts = [f"{len(envset.train)} train env(s){drawn}"] if envset.train else []
+    if envset.test:
+        parts.append(f"{len(envset.test)} test")
+    if envset.curriculum:
+        parts.append(f"a curriculum of {len(envset.curriculum)} steps, from {envset.stage_label(0)}")
+    return f"env set {envset.name}: " + ", ".join(parts)
 
 
 def _check_arguments(runner: str, steps: int | None, minutes: float | None, final_episodes: int | None,

@@ -14,8 +14,9 @@ import numpy as np
 
 from pzasync.transport.shm import DETACHED, ArraySpec, Segment, carve, packed_size
 
-# Run-wide words, written by the main process: the stop flag, and the go that starts every actor at once.
-STOP, GO = 2, 4
+# Run-wide words, written by the main process: the stop flag, the go that starts every actor at once, and an env
+# set's curriculum stage (core/envset_spec.py), which every env copy reads at its reset.
+STOP, GO, STAGE = 2, 4, 5
 # Each actor's own words (`actor_words`): its agent steps, finished episodes and heartbeat.
 AGENT_STEPS, EPISODES, ACTOR_BEAT = 0, 1, 3
 _RUN_WORDS = 8
@@ -108,6 +109,15 @@ class RunStats:
     @property
     def go(self) -> bool:
         return bool(self.run[GO])
+
+    @property
+    def curriculum_stage(self) -> int:
+        """The env set's curriculum step the run is at (0: the first), read by env copies at each reset."""
+        return int(self.run[STAGE])
+
+    def set_curriculum_stage(self, stage: int) -> None:
+        """Move the run's curriculum to `stage` (the runner's process only: one writer)."""
+        self.run[STAGE] = stage
 
     def beat(self, agent: str | None = None) -> None:
         """Record that a process is alive (this actor when agent is None)."""
