@@ -37,7 +37,7 @@ def test_written_rows_read_back_exactly(tmp_path):
     env = make_env(TICTACTOE)
     layouts = env_layouts(env)
     arrays = pzasync.rollout(TICTACTOE, _first_legal, agent_steps=200, seed=5)
-    for agent, columns in arrays.items():
+    for columns in arrays.values():
         columns[EPISODE] = np.arange(len(columns["reward"]), dtype=np.int32) // 3
     dataset = write_dataset(tmp_path / "data", arrays, layouts, env=TICTACTOE, seed=5, players={"*": "first"})
     again = open_dataset(tmp_path / "data" / HEADER)  # the header's path works as well as the directory's
@@ -133,9 +133,10 @@ def test_unit_rows_of_a_group_carry_members_and_dqn_samples_them_beside_its_buff
 @pytest.mark.slow
 def test_bc_clones_the_one_ply_player_up_to_its_strength(tmp_path):
     """Record 8,000 decisions of tictactoe with the one-ply player as player_1 against random play (about 4,600 of
-    them its own), train `bc` on them (sequential runner, three updates per decision of its seat: about 2,700), then score both with pzasync's
-    evaluator over the same 1,000 seeded games against random play: the clone's win rate is at least the teacher's
-    less 5 points. (Measured here: teacher 0.876, clone 0.874; an untrained network of the same shape 0.655.)"""
+    them its own), train `bc` on them (sequential runner, three updates per decision of its seat: about 2,700),
+    then score both with pzasync's evaluator over the same 1,000 seeded games against random play: the clone's win
+    rate is at least the teacher's less 5 points. (Measured here: teacher 0.876, clone 0.874; an untrained network
+    of the same shape 0.655.)"""
     from pzasync.evaluation.evaluate import evaluate_against
     from pzasync.learners.scripted import OnePlyPlayer
 
