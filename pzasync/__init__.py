@@ -8,11 +8,13 @@ Data flows env copies -> actor (runtime/actor.py: each copy an `EpisodeStepper`,
 
 from pzasync.config import RunConfig
 from pzasync.core.collect import rollout, run_episodes
+from pzasync.core.dataset import Dataset, open_dataset
 from pzasync.core.environments import EnvSpec, make_env
 from pzasync.core.spaces import AgentLayout, agent_layout, env_layouts
 from pzasync.core.transitions import EpisodeSummary, Transition, TransitionAssembler
 from pzasync.errors import (
     ConfigError,
+    DatasetError,
     EnvSpecError,
     InsufficientSharedMemoryError,
     PzasyncError,
@@ -48,6 +50,10 @@ def __getattr__(name: str):
         from pzasync.evaluation import report
 
         return getattr(report, name)
+    if name == "record":
+        from pzasync.evaluation.record import record
+
+        return record
     if name == "exploitability":
         from pzasync.evaluation.exploitability import exploitability
 
@@ -80,6 +86,8 @@ __all__ = [
     "TrainResult",
     "Trainer",
     "ConfigError",
+    "Dataset",
+    "DatasetError",
     "EnvSpec",
     "EnvSpecError",
     "EpisodeSummary",
@@ -106,7 +114,9 @@ __all__ = [
     "evaluate",
     "exploitability",
     "make_env",
+    "open_dataset",
     "option",
+    "record",
     "rollout",
     "run_episodes",
     "train",

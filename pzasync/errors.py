@@ -34,6 +34,11 @@ class ConfigError(UserInputError):
     """An option out of range or of the wrong kind, named with the option."""
 
 
+class DatasetError(UserInputError):
+    """Recorded transitions (a dataset directory, core/dataset.py) that cannot be read, or do not fit the run's
+    agents: the message names the dataset, the agent and the field."""
+
+
 class InsufficientSharedMemoryError(UserInputError):
     """A shared-memory allocation that does not fit in free /dev/shm (bytes needed and available)."""
 

@@ -155,6 +155,7 @@ class _Runner:
             checkpoint_path=run_dir.checkpoint_path(plan.agent) if run_dir else None,
             resume_state_path=self.resume_dir.checkpoint_path(plan.agent) if self.resume_dir else None,
             parent_pid=os.getpid(), members=list(plan.members), tracks=self.plan.tracks(plan.agent),
+            dataset=str(self.plan.dataset.path.resolve()) if self.plan.dataset is not None else None,
         )
 
     def _acting_agents(self) -> dict[str, ActingAgent]:
@@ -221,6 +222,7 @@ class _Runner:
                 episode_returns=monitor.returns.get(agent, []),
                 agent_steps=stats.get(agent, S.STEPS) + self._resumed_steps.get(agent, 0),
                 transitions_written=(acting.count.written if acting else 0) + (pool.written(agent) if pool else 0),
+                dataset_transitions=self.plan.dataset_rows.get(agent, 0),
                 transitions_dropped=(host.transitions_dropped(unit) if host is not None
                                      else p.buffer.dropped if p.buffer is not None else 0),
                 policy_lag_mean=report.get("lag_mean", 0.0), policy_lag_p95=report.get("lag_p95", 0.0),

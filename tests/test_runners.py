@@ -178,7 +178,7 @@ def test_a_hung_learner_is_killed_and_restarted(tmp_path, capfd):
 @pytest.mark.parametrize(
     "learners, message",
     [
-        ("dqm", r"agent 'player_0': unknown learner 'dqm'; known learners: dqn, fixed, mappo, negamax, one_ply, perfect, ppo, random.*Did you mean 'dqn'"),
+        ("dqm", r"agent 'player_0': unknown learner 'dqm'; known learners: bc, dqn, fixed, mappo, negamax, one_ply, perfect, ppo, random.*Did you mean 'dqn'"),
         ({"player_9": "random", "*": "random"}, r"learners given for unknown agent\(s\) \['player_9'\]"),
         ({"player_0": "random"}, r"no learner for agent\(s\) \['player_1'\]"),
         ("custom_learners:Nope", r"agent 'player_0': module 'custom_learners' has no learner class 'Nope'"),

@@ -8,6 +8,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 from collections import defaultdict
@@ -59,16 +60,47 @@ main.add_command(bench)
 main.add_command(suite)
 
 
+def parse_players(items: tuple[str, ...]) -> dict[str, str]:
+    """Repeated `--player AGENT=SPEC` (AGENT `*`: every agent not named) -> {agent: spec}."""
+    players: dict[str, str] = {}
+    for item in items:
+        agent, sep, spec = item.partition("=")
+        agent, spec = agent.strip(), spec.strip()
+        if not sep or not agent or not spec:
+            raise UserInputError(f"--player {item!r}: expected AGENT=SPEC, e.g. player_1=one_ply or "
+                                 f"'*=negamax,depth=2'")
+        if agent in players:
+            raise UserInputError(f"--player {agent!r} is given twice")
+        players[agent] = spec
+    return players
+
+
 @main.command()
 @click.argument("env_id", default=DEFAULT_ENV)
 @click.option("--steps", default=20_000, show_default=True, help="Agent steps (decisions) to play.")
-@click.option("--seed", default=0, show_default=True, help="Seed of the first reset and of the random players.")
+@click.option("--seed", default=0, show_default=True, help="Seed of the first reset and of the players.")
 @click.option("--max-episode-steps", type=int, default=None, help="Cut episodes after this many decisions.")
-def rollout(env_id: str, steps: int, seed: int, max_episode_steps: int | None) -> None:
-    """Play ENV_ID with random legal players and summarise the transitions per agent.
+@click.option("--player", "players", multiple=True, metavar="AGENT=SPEC",
+              help="Who plays AGENT (repeatable; AGENT '*' for every agent not named): random (the default), a "
+                   "scripted player (one_ply, negamax,depth=N, perfect), fixed,checkpoint=FILE, module:callable, or "
+                   "a RUN_DIR (that run's greedy policy of the agent).")
+@click.option("--record", "record_path", default=None, metavar="PATH",
+              help="Write every agent's transitions to PATH, a new directory, as a dataset that `pzasync train "
+                   "--dataset PATH` loads (docs/running.md, \"Recorded data\").")
+def rollout(env_id: str, steps: int, seed: int, max_episode_steps: int | None, players: tuple[str, ...],
+            record_path: str | None) -> None:
+    """Play ENV_ID (random legal players, or those of --player) and summarise the transitions per agent; with
+    --record, write them as a dataset.
 
     Every episode is checked for reward conservation (docs/transitions.md, invariant 8) as it is played.
     """
+    if steps < 1:
+        raise UserInputError(f"--steps {steps}: must be >= 1 agent steps")
+    chosen = parse_players(players)
+    if record_path is not None or chosen:
+        require("torch", "pzasync rollout --record/--player")
+        _record(env_id, steps, seed, max_episode_steps, chosen, record_path)
+        return
     from pzasync.core.collect import run_episodes
     from pzasync.core.environments import make_env
     from pzasync.core.transitions import EpisodeSummary, LayoutBook
@@ -111,6 +143,42 @@ def rollout(env_id: str, steps: int, seed: int, max_episode_steps: int | None) -
         returns = [e.returns[agent] for e in episodes if agent in e.returns]
         table.add_row(agent, f"{counts[agent]:,}", str(terminated[agent]), str(truncated[agent]),
                       f"{np.mean(returns):.3f}" if returns else "-", f"{rewards[agent]:.3f}")
+    console.print(table)
+
+
+def _record(env_id: str, steps: int, seed: int, max_episode_steps: int | None, players: dict[str, str],
+            path: str | None) -> None:
+    """`pzasync rollout` with players (`--player`), recorded as a dataset at `path` (`--record`), or played into a
+    temporary directory that is removed afterwards when only players are given."""
+    import shutil
+    import tempfile
+
+    from pzasync.evaluation.record import record
+
+    scratch = tempfile.mkdtemp(prefix="pzasync-rollout-") if path is None else None
+    target = path if path is not None else os.path.join(str(scratch), "dataset")
+    try:
+        with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
+                      console=console, transient=True) as progress:
+            task = progress.add_task(f"rollout {env_id}", total=steps)
+            start = time.perf_counter()
+            dataset = record(env_id, target, players, agent_steps=steps, seed=seed, max_episode_steps=max_episode_steps,
+                             on_steps=lambda n: progress.update(task, completed=n))
+            elapsed = time.perf_counter() - start
+    finally:
+        if scratch is not None:
+            shutil.rmtree(scratch, ignore_errors=True)
+    info = dataset.info
+    title = (f"{env_id}: {info['agent_steps']:,} agent steps, {info['episodes']} episodes, "
+             f"{info['agent_steps'] / elapsed:,.0f} agent-steps/s, rewards conserved in every episode"
+             + (f"; recorded in {path}" if path is not None else ""))
+    table = Table(title=title)
+    for column in ("agent", "player", "transitions", "terminal", "truncated", "mean episode return"):
+        table.add_column(column, justify="left" if column in ("agent", "player") else "right", overflow="fold")
+    for agent, row in info["summary"].items():
+        mean = row["mean_return"]
+        table.add_row(agent, escape(row["player"]), f"{row['rows']:,}", str(row["terminated"]), str(row["truncated"]),
+                      "-" if mean is None else f"{mean:.3f}")
     console.print(table)
 
 

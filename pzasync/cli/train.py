@@ -206,7 +206,8 @@ def _print_summary(result: Any, report: Any = None, yardstick: str = "random") -
     if result.env_set:
         console.print(env_set_line(result.env_set), highlight=False, soft_wrap=True)
     table = Table(title="training", title_justify="left")
-    for column in ("agent", "learner", "updates", "version", "lag mean/p95", "dropped"):
+    recorded = any(r.dataset_transitions for r in result.agents.values())  # RunConfig.dataset: rows loaded
+    for column in ("agent", "learner", "updates", "version", "lag mean/p95", "dropped", *(["recorded"] * recorded)):
         table.add_column(column, justify="left" if column in ("agent", "learner") else "right",
                          overflow="fold")
     # One row per learning unit: a group's learner figures (dropped transitions included) are its own, which
@@ -216,7 +217,8 @@ def _print_summary(result: Any, report: Any = None, yardstick: str = "random") -
         learner = r.learner + (f" ({r.group})" if r.group else "") + (" [red]crashed[/]" if r.error else "")
         table.add_row(members_label(members) if r.group else unit, learner, f"{r.updates:,}",
                       str(r.published_version), f"{r.policy_lag_mean:.0f}/{r.policy_lag_p95:.0f}",
-                      f"{r.transitions_dropped:,}")
+                      f"{r.transitions_dropped:,}",
+                      *([f"{sum(result.agents[m].dataset_transitions for m in members):,}"] * recorded))
     console.print(table)
     if report is not None and report.results:
         console.print(scoring_line(report), highlight=False)

@@ -226,6 +226,12 @@ class LearningOptions(OptionGroup):
               ">= the learning units gives each its own process.",
         Check(int, ge=1, optional=True,
               why="an integer >= 1, or None for one per usable core beyond the actor's"), metavar="N")
+    dataset: str | None = option(
+        None, "Recorded transitions (a directory written by `pzasync rollout ENV --record PATH`; docs/running.md, "
+              "\"Recorded data\") loaded by every learning unit's learner, for its agents, before the actor starts: "
+              "`bc` learns only from them, `dqn` samples them beside its buffer's rows; a learner that cannot use "
+              "them (on-policy `ppo`, `mappo`) is refused. None: no recorded data.",
+        Check((str, os.PathLike), optional=True, what="a dataset directory"), metavar="PATH")
     agent_groups: dict[str, list[str]] = option(
         {}, "Parameter sharing: group name -> member agents (names or fnmatch patterns such as \"piston_*\"). Each "
             "group gets one learner, one buffer and one slot; its members act with copies of the one policy and "

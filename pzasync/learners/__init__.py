@@ -1,6 +1,6 @@
 """Learners: the plug-in base classes, the built-in ones, and resolution of user learner specs.
 
-A learner spec is a built-in name (`"dqn"`, `"ppo"`, `"mappo"`, `"random"`, `"fixed"`, and the scripted players
+A learner spec is a built-in name (`"dqn"`, `"ppo"`, `"mappo"`, `"bc"`, `"random"`, `"fixed"`, and the scripted players
 `"one_ply"`, `"negamax"`, `"perfect"`), a `"module:Class"` path, a name registered under the `pzasync.learners`
 entry-point group, or a Learner subclass; optionally paired with an options dict: `("ppo", {"lr": 3e-4})`.
 A `"module:callable"` (or object) that is a plain function `fn(obs, mask) -> action` or a `Policy` subclass is a
@@ -33,6 +33,7 @@ BUILTIN: dict[str, str] = {
     "dqn": "pzasync.learners.dqn:DQNLearner",
     "ppo": "pzasync.learners.ppo:PPOLearner",
     "mappo": "pzasync.learners.mappo:MAPPOLearner",
+    "bc": "pzasync.learners.bc:BCLearner",
     "random": "pzasync.learners.players:RandomPlayer",
     "fixed": "pzasync.learners.players:FixedPlayer",
     "one_ply": "pzasync.learners.scripted:OnePlyPlayer",

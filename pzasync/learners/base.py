@@ -133,6 +133,9 @@ class Learner(ABC):
 
     on_policy: ClassVar[bool] = False
     learns: ClassVar[bool] = True
+    #: Whether the learner learns only from recorded transitions (`RunConfig.dataset`), so that a run without
+    #: any for its agents is refused (`bc`).
+    needs_dataset: ClassVar[bool] = False
     extras: ClassVar[dict[str, str]] = {}
     #: The options this learner accepts (a `LearnerOptions` dataclass); anything else is refused up front.
     Options: ClassVar[type[LearnerOptions]] = LearnerOptions
@@ -158,6 +161,9 @@ class Learner(ABC):
         self.config = self.validate_config(ctx.agent, ctx.config)
         self.batch_size: int = self.config.get("batch_size", 64)
         self.learning_starts: int = self.config.get("learning_starts", self.batch_size)
+        #: Recorded transitions given to `load_dataset` (RunConfig.dataset); the driver counts them towards
+        #: `learning_starts`.
+        self.dataset_rows = 0
 
     @classmethod
     def option_rules(cls) -> dict[str, Check]:
@@ -186,6 +192,20 @@ class Learner(ABC):
     @classmethod  # noqa: B027 - optional: a learner that takes any space keeps it empty
     def check_spaces(cls, layout: AgentLayout) -> None:
         """Raise UnsupportedSpaceError naming the agent if this learner cannot handle its spaces."""
+
+    @classmethod
+    def dataset_refusal(cls, config: Mapping[str, Any]) -> str | None:
+        """Why this learner, with these options, cannot learn from recorded transitions (`RunConfig.dataset`), or
+        None where it can (it implements `load_dataset`). The plan refuses a dataset for a learning unit whose
+        learner gives a reason, naming the agent and the reason."""
+        return f"{cls.__name__} does not learn from recorded transitions (no load_dataset)"
+
+    def load_dataset(self, batch: Batch) -> None:
+        """Take recorded transitions (a dataset's rows for this learner's agents, keyed like a buffer's batch,
+        without `policy_version` or extras; with `member` for an agent group) before the first update; a learner
+        that can keeps them beside its buffer and sets `dataset_rows`. Called once per learner (again after a
+        restart), only where `dataset_refusal` gives None."""
+        raise NotImplementedError(f"{type(self).__name__} does not learn from recorded transitions")
 
     @classmethod
     def extra_fields(cls, config: Mapping[str, Any]) -> dict[str, str]:

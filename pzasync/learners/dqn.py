@@ -41,6 +41,7 @@ from pzasync.learners.networks import (
 )
 from pzasync.learners.options import LearnerOptions, Option
 from pzasync.learners.prioritized import PrioritizedReplay
+from pzasync.learners.recorded import RecordedRows, mixed_sample
 
 
 def check_mirror(layout: AgentLayout) -> None:
@@ -333,6 +334,8 @@ class DQNLearner(Learner):
         self.window = nstep_window(self.config.n_step, ctx.tracks)
         #: With `prioritized`: the rows' priorities (built at the first sample, when the buffer is known).
         self.replay: PrioritizedReplay | None = None
+        #: Recorded transitions (RunConfig.dataset), sampled beside the buffer's rows.
+        self.recorded: RecordedRows | None = None
 
     @classmethod
     def check_spaces(cls, layout: AgentLayout) -> None:
@@ -346,6 +349,24 @@ class DQNLearner(Learner):
     def build_policy(cls, layout: AgentLayout, config: Mapping[str, Any]) -> QNetwork:
         return QNetwork(layout, cls.checked(layout.agent, config))
 
+    @classmethod
+    def dataset_refusal(cls, config: Mapping[str, Any]) -> str | None:
+        """Recorded transitions are sampled as one-step rows beside the buffer's: not with n-step windows or
+        prioritized replay, which read the buffer's own rows."""
+        options = cls.checked("?", config)
+        if options.n_step != 1:
+            return f"DQN option n_step={options.n_step} reads windows of the buffer's rows; recorded transitions " \
+                   f"are sampled with n_step=1 only"
+        if options.prioritized:
+            return "DQN option prioritized=True keeps priorities of the buffer's rows only; recorded transitions " \
+                   "are sampled with prioritized=False"
+        return None
+
+    def load_dataset(self, batch: Batch) -> None:
+        """Keep recorded transitions; each batch then draws from them and the buffer uniformly (`mixed_sample`)."""
+        self.recorded = RecordedRows(self.ctx.agent, batch, self.q.start)
+        self.dataset_rows = self.recorded.rows
+
     @property
     def policy(self) -> QNetwork:
         return self.q
@@ -357,7 +378,9 @@ class DQNLearner(Learner):
         if config.prioritized:
             batch = self._sample_prioritized(buffer, rng)
         elif config.n_step == 1:
-            batch = buffer.sample(self.batch_size, rng)
+            recorded = self.recorded
+            batch = (buffer.sample(self.batch_size, rng) if recorded is None
+                     else mixed_sample(buffer, recorded, self.batch_size, rng))
         else:
             window, valid = buffer.sample_windows(self.batch_size, min(self.window, buffer.capacity - 1), rng)
             keys = [name for name in window if name == "obs" or name.startswith("obs/")]

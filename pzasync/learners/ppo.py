@@ -255,6 +255,13 @@ class PPOLearner(Learner):
         return ActorCritic(layout, cls.checked(layout.agent, config))
 
     @classmethod
+    def dataset_refusal(cls, config: Mapping[str, Any]) -> str | None:
+        """On-policy: its objective is over transitions of the policy it is updating, so recorded play (another
+        player's actions, without their probabilities) cannot train it directly."""
+        return (f"{cls.__name__} is on-policy: it learns only from its current policy's own transitions, so "
+                f"recorded ones cannot train it; clone them with 'bc', or learn from them with 'dqn'")
+
+    @classmethod
     def extra_fields(cls, config: Mapping[str, Any]) -> dict[str, str]:
         """With memory="gru", the memory each decision started from (what a training sequence starts from)."""
         extras, options = dict(cls.extras), cls.checked("?", config)

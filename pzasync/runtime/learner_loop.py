@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from pzasync.core.dataset import open_dataset, unit_rows
 from pzasync.core.spaces import AgentLayout
 from pzasync.errors import LearnerCrashedError, error_type_path
 from pzasync.learners import Learner, LearnerContext, policy_to_vector, resolve_learner, vector_to_policy
@@ -108,6 +109,9 @@ class LearnerSetup:
     members: list[str] = dataclasses.field(default_factory=list)
     #: Trajectories interleaved in the buffer (LearnerContext.tracks).
     tracks: int = 1
+    #: Recorded transitions to load before the first update (RunConfig.dataset: a dataset directory, read where
+    #: the learner runs); None: none.
+    dataset: str | None = None
 
     def transport(self) -> tuple[TransitionSource, PolicyStore, RunControl]:
         """The buffer, slot and counters a learner runs with (every setup a learner is started from has them)."""
@@ -121,6 +125,11 @@ def build_learner(setup: LearnerSetup) -> Learner:
     cls, _ = resolve_learner(setup.learner_path, setup.agent)
     learner = cls(LearnerContext(setup.agent, setup.layout, setup.config, setup.device, setup.seed,
                                      members=list(setup.members), tracks=setup.tracks))
+    if setup.dataset is not None:
+        rows = unit_rows(open_dataset(setup.dataset), list(setup.members) or [setup.agent], setup.layout,
+                         grouped=bool(setup.members))
+        if len(rows["reward"]):
+            learner.load_dataset(rows)
     if setup.resume_state_path and os.path.exists(setup.resume_state_path):
         import torch
 
@@ -180,7 +189,7 @@ class LearnerDriver:
         learner = self.learner
         if not self.on_policy:
             written = self.buffer.written
-            if written < max(1, learner.learning_starts):
+            if written + learner.dataset_rows < max(1, learner.learning_starts):  # recorded rows count
                 return None
             ratio = self.setup.replay_ratio
             if ratio is not None and self.updates >= target_updates(ratio, written, learner.learning_starts):
@@ -202,7 +211,8 @@ class LearnerDriver:
         if batch is None:
             return False
         version = self.slot.version
-        lag = version - batch["policy_version"]
+        made = batch["policy_version"]
+        lag = version - made[made > 0]  # version 0: recorded rows (RunConfig.dataset), made by no policy of the run
         self.lags.extend(lag[:: max(1, len(lag) // 16)].tolist())
         self.last_metrics = {k: float(v) for k, v in self.learner.update(batch).items()}
         self.updates += 1

@@ -19,12 +19,13 @@ from typing import Any
 
 from pzasync.config import RunConfig
 from pzasync.config.groups import AUTO, chosen
+from pzasync.core.dataset import Dataset, open_dataset
 from pzasync.core.environments import EnvSpec, choose_env_api
 from pzasync.core.envset_env import EnvSetSource
 from pzasync.core.envset_spec import EnvSet
 from pzasync.core.groups import resolve_groups
 from pzasync.core.spaces import AgentLayout, env_layouts, probe_info_masks
-from pzasync.errors import ConfigError, UserInputError
+from pzasync.errors import ConfigError, DatasetError, UserInputError
 from pzasync.learners import Learner, Policy, policy_size, resolve_learner, state_request
 from pzasync.logs import logger
 from pzasync.recipes import env_api_for
@@ -198,6 +199,9 @@ class RunPlan:
         self._check_backend()
         #: The learner units that learn: one learner each (in a learner host, a Ray actor, or inline).
         self.learning = [p for p in self.units.values() if p.learns]
+        #: Recorded transitions (RunConfig.dataset): the dataset's header (None without one), and per agent the
+        #: transitions its learning unit's learner loads (agents of units that do not learn load none).
+        self.dataset, self.dataset_rows = self._check_dataset()
         tuning = autotune(self.config, learner_cores=self._learner_cores(placement), cores=usable_cores(),
                           placement=placement, step_seconds=lambda: env_step_seconds(
                               self.env_spec, layouts, self.config.seed))
@@ -262,6 +266,32 @@ class RunPlan:
         for i, agent in enumerate(members):
             self.agents[agent].unit, self.agents[agent].member = group, i
         return unit
+
+    def _check_dataset(self) -> tuple[Dataset | None, dict[str, int]]:
+        """RunConfig.dataset read and checked against every learning unit: its learner must be able to learn from
+        recorded transitions (`Learner.dataset_refusal`), and each of its seats' recorded fields must be those of
+        the seat's layout (a mismatch names the agent, the field and both shapes); a learner that learns only
+        from them (`bc`) must find some."""
+        path = self.config.dataset
+        if path is None:
+            return None, {}
+        dataset = open_dataset(path)
+        rows: dict[str, int] = {}
+        for unit in self.learning:
+            why = unit.learner_cls.dataset_refusal(unit.options)
+            if why is not None:
+                who = f"agent group {unit.agent!r}" if unit.members else f"agent {unit.agent!r}"
+                raise ConfigError(f"{who}: option dataset={str(path)!r}: {why}")
+            for seat in unit.seats:
+                dataset.check(seat, self.agents[seat].layout)
+                rows[seat] = dataset.rows_of(seat)
+        for unit in self.learning:  # after every layout check: a dataset of another env is named as such first
+            who = f"agent group {unit.agent!r}" if unit.members else f"agent {unit.agent!r}"
+            if unit.learner_cls.needs_dataset and not any(rows[seat] for seat in unit.seats):
+                raise DatasetError(f"{who}: {unit.learner_name} learns only from recorded transitions, "
+                                   f"and dataset {str(path)!r} has none of {unit.seats}; it holds "
+                                   f"{sorted(dataset.agents)}")
+        return dataset, rows
 
     def _check_league(self) -> None:
         """Every league entry names a learning unit, and every scripted opponent can play the seats it takes."""

@@ -26,6 +26,9 @@ class AgentResult:
     episode_returns: list[float] = field(default_factory=list)
     agent_steps: int = 0
     transitions_written: int = 0
+    #: Recorded transitions of this agent its learner loaded before acting started (RunConfig.dataset): counted
+    #: here, never in `agent_steps` or `transitions_written`.
+    dataset_transitions: int = 0
     transitions_dropped: int = 0
     policy_lag_mean: float = 0.0
     policy_lag_p95: float = 0.0

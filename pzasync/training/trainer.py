@@ -4,6 +4,7 @@ its exact exploitability). The command line is a thin layer over it (pzasync/cli
 
 from __future__ import annotations
 
+import os
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Sequence
@@ -57,7 +58,8 @@ class Trainer:
     ({agent or group: spec}, or "AGENT=SPEC" texts) choose the learners; `env_args` and `wrappers` go over the
     recipe's; `steps` or `minutes` bound the run (default: the recipe's minutes); `self_play` forces self-play on
     or off; `final_episodes` sets the final evaluation's games (default: up to FINAL_EPISODES within a quarter of
-    the training time; 0 skips it); `options` are run options by RunConfig field name (over `file_options`, those
+    the training time; 0 skips it); `dataset` is RunConfig.dataset, recorded transitions the learners load
+    (docs/running.md, "Recorded data"); `options` are run options by RunConfig field name (over `file_options`, those
     of a TOML file, which may also name learners); `run_defaults` are the run options taken where neither gives
     one. `say` gets each note (what was chosen and why) as it is made.
     """
@@ -67,7 +69,7 @@ class Trainer:
                  wrappers: Sequence[str] | None = None, runner: str = "async", steps: int | None = None,
                  minutes: float | None = None, self_play: bool | None = None, final_episodes: int | None = None,
                  options: Mapping[str, Any] | None = None, file_options: Mapping[str, Any] | None = None,
-                 file_learners: Mapping[str, Any] | None = None,
+                 file_learners: Mapping[str, Any] | None = None, dataset: str | os.PathLike | None = None,
                  run_defaults: Mapping[str, Any] = {"out_dir": "runs"},  # noqa: B006 - read, never changed
                  say: Callable[[str], None] | None = None) -> None:
         self.say = say or logger.info
@@ -75,6 +77,8 @@ class Trainer:
         #: The timed round of the final evaluation, where it is all that fits (`final_episodes_for`).
         self._timed_round: Any = None
         options, file_options = dict(options or {}), dict(file_options or {})
+        if dataset is not None:
+            options["dataset"] = str(dataset)
         _check_arguments(runner, steps, minutes, final_episodes, options)
         if isinstance(learner_for, Mapping):
             learner_for = [f"{name}={spec}" for name, spec in learner_for.items()]
@@ -169,7 +173,10 @@ class Trainer:
             + (f", {config.env_workers} env workers" if config.env_workers else "")
             + (f"; env wrappers {' | '.join(self.env.wrappers)}" if self.env.wrappers else "")
             + (f"; {_set_text(self.env_set)}" if self.env_set is not None else "")
-            + f"; scored against {chosen.yardstick}")
+            + f"; scored against {chosen.yardstick}"
+            + (f"; recorded data {plan.dataset.path}: " + ", ".join(
+                f"{rows:,} transitions of {agent}" for agent, rows in plan.dataset_rows.items())
+               if plan.dataset is not None else ""))
         return [line] + [f"  {option}=auto: {choice}" for option, choice in plan.auto.items()]
 
     def train(self) -> Any:
