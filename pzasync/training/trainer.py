@@ -5,7 +5,7 @@ its exact exploitability). The command line is a thin layer over it (pzasync/cli
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any, Callable, Mapping, Sequence
 
 from pzasync.config import RunConfig
@@ -25,6 +25,8 @@ FINAL_EPISODES, FINAL_SHARE = 400, 0.25
 #: The final evaluation's seed, after the run's own.
 FINAL_SEED_OFFSET = 777
 RUNNERS = {"async": AsyncRunner, "sequential": SequentialRunner}
+#: The run options `train` takes as keywords (RunConfig's fields; none is also an argument of `Trainer`).
+RUN_OPTIONS = frozenset(f.name for f in fields(RunConfig))
 
 
 @dataclass
@@ -251,9 +253,14 @@ class Trainer:
         return out
 
 
-def train(env: str = TRAIN_ENV, **options: Any) -> TrainResult:
-    """`pzasync train ENV` from Python: `Trainer(env, **options).run()` (see `Trainer` for the options)."""
-    return Trainer(env, **options).run()
+def train(env: str = TRAIN_ENV, **arguments: Any) -> TrainResult:
+    """`pzasync train ENV` from Python: `Trainer(env, **arguments).run()` (see `Trainer` for its arguments). A
+    keyword naming a run option (a RunConfig field: `tracker="mlflow"`, `seed=1`) is taken as one, as if it were
+    in `options`."""
+    run_options = {name: arguments.pop(name) for name in list(arguments) if name in RUN_OPTIONS}
+    if run_options:
+        arguments["options"] = {**dict(arguments.get("options") or {}), **run_options}
+    return Trainer(env, **arguments).run()
 
 
 def _check_arguments(runner: str, steps: int | None, minutes: float | None, final_episodes: int | None,
