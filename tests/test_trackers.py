@@ -11,6 +11,7 @@ import struct
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 from click.testing import CliRunner
 
@@ -70,6 +71,11 @@ class BrokenTracker(RecordingTracker):
 @pytest.fixture(autouse=True)
 def _fresh_recordings():
     RecordingTracker.opened = []
+
+
+def as_float32(scalars: set[tuple[str, int, float]]) -> set[tuple[str, int, float]]:
+    """Scalars at the precision TensorBoard keeps them (float32)."""
+    return {(tag, step, float(np.float32(value))) for tag, step, value in scalars}
 
 
 def _tensorboard_scalars(path: Path) -> set[tuple[str, int, float]]:
@@ -198,7 +204,7 @@ def test_a_run_hands_the_seam_the_reports_and_evaluation_rows_it_writes(tmp_path
     evals = [r for r in rows if r.get("kind") == "eval"]
     assert evals and evals == recording.evals
     if (rd.path / "tb").exists():  # the `tensorboard` extra: the same scalars there
-        assert _tensorboard_scalars(rd.path / "tb") == recording.scalars()
+        assert _tensorboard_scalars(rd.path / "tb") == as_float32(recording.scalars())
     plots = {"returns.png", "eval.png"} if (rd.path / "returns.png").exists() else set()  # the `plot` extra
     assert {p.name for p in recording.files} == {"result.json", *plots} and recording.closed == [FINISHED]
 
