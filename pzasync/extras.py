@@ -12,6 +12,8 @@ EXTRAS: dict[str, tuple[str, ...]] = {
     "torch": ("torch",),
     "plot": ("matplotlib",),
     "tensorboard": ("tensorboard",),
+    "wandb": ("wandb",),
+    "mlflow": ("mlflow",),
     "ray": ("ray",),
     "envs": ("supersuit", "mpe2"),
 }

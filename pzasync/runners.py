@@ -19,6 +19,7 @@ import numbers
 import os
 import signal
 import time
+from pathlib import Path
 from typing import Any
 
 from pzasync.config import RunConfig
@@ -37,6 +38,7 @@ from pzasync.runtime.results import AgentResult, RunResult, process_usage
 from pzasync.runtime.rundir import RunDirectory, plot_returns
 from pzasync.runtime.stop_signals import StopSignals
 from pzasync.runtime.stop_signals import reason as signal_reason
+from pzasync.runtime.trackers import FAILED, FINISHED, KILLED, check_trackers
 from pzasync.transport import stats as S
 from pzasync.transport.shm import remove_stale_segments
 
@@ -86,6 +88,7 @@ class _Runner:
         self.env = env
         self.learners = learners
         self.config = (config or RunConfig()).validate()
+        check_trackers(self.config.tracker)  # their extras, before anything starts
         self.plan = RunPlan(env, learners, self.config, placement=self.placement)
         self.config = self.plan.config  # with any "auto" option resolved (autotune.autotune)
         self.resume_dir: RunDirectory | None = None
@@ -255,14 +258,17 @@ class _Runner:
         )
         if run_dir is not None:
             run_dir.write_json("result.json", result.to_dict())
-            plot_returns(run_dir, f"{result.env}: {self.kind} runner")
+            files = [run_dir.path / "result.json", plot_returns(run_dir, f"{result.env}: {self.kind} runner")]
             if result.evaluations:
-                plot_evaluations(run_dir, result.evaluations, f"{result.env}: {self.kind} runner, greedy policies "
-                                                              f"against {result.evaluations[0]['opponent']}")
+                files.append(plot_evaluations(run_dir, result.evaluations,
+                                              f"{result.env}: {self.kind} runner, greedy policies against "
+                                              f"{result.evaluations[0]['opponent']}"))
             if result.league is not None and actor is not None:  # the actor's league made the summary
                 actor.league.flush()
-                plot_league(run_dir, result.league)
-            run_dir.close()
+                files.append(plot_league(run_dir, result.league))
+            for file in files:
+                if file is not None:
+                    run_dir.tracker.log_file(Path(file))
         return result
 
     def _act(self, actor: Actor, monitor: RunMonitor, agent_steps: int | None) -> str | None:
@@ -324,10 +330,28 @@ class _Runner:
             self.monitor.request_stop(signal_reason(signum))
 
     def _run(self, agent_steps: int | None, seconds: float | None) -> RunResult:
-        """Assemble the parts, act until the budget, then stop the learners and release everything."""
-        cfg, plan = self.config, self.plan
+        """Make the run directory and open its trackers, run, and close the trackers however the run ends:
+        FINISHED, KILLED (a stop signal, Ctrl-C) or FAILED (an exception)."""
         start = time.monotonic()
         run_dir = self._run_dir()
+        if run_dir is None:
+            return self._run_parts(run_dir, start, agent_steps, seconds)
+        status = FAILED
+        try:
+            run_dir.open_trackers(self.config.tracker)
+            result = self._run_parts(run_dir, start, agent_steps, seconds)
+            status = KILLED if self._signals is not None and self._signals.received is not None else FINISHED
+            return result
+        except KeyboardInterrupt:
+            status = KILLED
+            raise
+        finally:
+            run_dir.close(status)
+
+    def _run_parts(self, run_dir: RunDirectory | None, start: float, agent_steps: int | None,
+                   seconds: float | None) -> RunResult:
+        """Assemble the parts, act until the budget, then stop the learners and release everything."""
+        cfg, plan = self.config, self.plan
         remove_stale_segments()  # other runs' leftovers, before this run allocates its own
         plan.allocate()
         monitor = self.monitor = RunMonitor(plan, run_dir, cfg.progress, seconds, start)

@@ -120,11 +120,12 @@ except ImportError:  # the `tensorboard` extra is not installed
 def test_evaluation_rows_go_to_tensorboard_with_the_extra(tmp_path):
     pytest.importorskip("tensorboard", reason="the `tensorboard` extra (pip install 'pzasync[tensorboard]')")
     rd = RunDirectory(tmp_path / "run")
-    rd.tensorboard(5, "team", {"loss": 0.5})
+    rd.open_trackers([])  # TensorBoard, named or not, wherever the extra is installed
+    rd.tracker.log_metrics("team", 5, {"loss": 0.5})
     for steps, value in ((100, -80.0), (200, -60.0)):
-        rd.tensorboard_eval({"agent": "agent_0", "opponent": "random", "outcomes": False, "mean_return": value,
+        rd.tracker.log_eval({"agent": "agent_0", "opponent": "random", "outcomes": False, "mean_return": value,
                              "win_rate": 0.0, "agent_steps": steps})
-    rd.tensorboard_eval({"agent": "player_0", "opponent": "one_ply", "outcomes": True, "mean_return": 0.2,
+    rd.tracker.log_eval({"agent": "player_0", "opponent": "one_ply", "outcomes": True, "mean_return": 0.2,
                          "win_rate": 0.6, "agent_steps": 100})
     rd.close()
     accumulator = EventAccumulator(str(tmp_path / "run" / "tb"))

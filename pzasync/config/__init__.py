@@ -14,6 +14,7 @@ from pzasync.config.groups import (
                                    GROUPS,
                                    RAY_TRANSPORTS,
                                    SCORING_MODES,
+                                   TRACKERS,
                                    ActingOptions,
                                    EvaluationOptions,
                                    LeagueOptions,
@@ -25,6 +26,6 @@ from pzasync.config.groups import (
 from pzasync.config.run import RunConfig
 
 __all__ = ["AUTO", "AUTO_ENVS_PER_ACTOR", "BACKENDS", "GROUPS", "NONE", "RAY_TRANSPORTS", "SCORING_MODES",
-           "ActingOptions", "Check",
+           "TRACKERS", "ActingOptions", "Check",
            "EvaluationOptions", "LeagueOptions", "LearningOptions", "OptionGroup", "OptionSpec", "RayOptions",
            "ReliabilityOptions", "RunConfig", "RunOptions", "declared", "option", "spec_of"]

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Sequence
 
 from pzasync.config.declare import NONE, Check, OptionGroup, key_values, option
 from pzasync.core.environments import ENV_APIS
@@ -32,6 +32,10 @@ SCORING_MODES: tuple[str, ...] = ("seats", "team", "sides")
 BACKENDS: tuple[str, ...] = ("shm", "ray")
 #: RunConfig.ray_transport values.
 RAY_TRANSPORTS: tuple[str, ...] = ("auto", "object_store")
+
+#: RunConfig.tracker's names (pzasync/runtime/trackers: each name's module, imported only when a run names it);
+#: "module:Class" names a tracker of the user's own.
+TRACKERS: tuple[str, ...] = ("tensorboard", "wandb", "mlflow")
 
 COUNT = Check(int, ge=1)
 SECONDS = Check(float, gt=0)
@@ -76,6 +80,31 @@ def _league(league: dict[str, Any]) -> None:
         parse_mix(unit, mix)
 
 
+def tracker_names(value: str | Sequence[str]) -> tuple[str, ...]:
+    """RunConfig.tracker as a tuple of names: one text may hold several, comma-separated ("wandb,mlflow");
+    each name once, in the order given."""
+    names: list[Any] = []
+    for part in value.split(",") if isinstance(value, str) else value:
+        name = part.strip() if isinstance(part, str) else part
+        if name != "" and name not in names:
+            names.append(name)
+    return tuple(names)
+
+
+def _tracker_refusal(value: str | Sequence[str]) -> str | None:
+    """Why a tracker name is refused: neither a known tracker nor "module:Class"."""
+    for name in tracker_names(value):
+        if not isinstance(name, str) or not (name in TRACKERS or (":" in name and all(name.partition(":")[::2]))):
+            return (f"must name trackers among {', '.join(map(repr, TRACKERS))} or 'module:Class', got "
+                    f"{name!r}")
+    return None
+
+
+def parse_trackers(text: str) -> tuple[str, ...]:
+    """--tracker NAME[,NAME]: the names; `none` -> () (TensorBoard alone, where it is installed)."""
+    return () if text.strip() == NONE else tracker_names(text)
+
+
 def parse_groups(items: tuple[str, ...]) -> dict[str, list[str]]:
     """Repeated NAME=PATTERN[,PATTERN...] texts -> agent_groups (patterns as fnmatch, e.g. piston_*)."""
     groups: dict[str, list[str]] = {}
@@ -113,6 +142,21 @@ class RunOptions(OptionGroup):
         None, "Every this many agent steps (at the next episode end), keep a copy of each learning agent's acting "
               "policy in `RunResult.snapshots`, so learning curves can be evaluated after the run, outside its "
               "timing.", Check(int, ge=1, optional=True), metavar="N")
+    tracker: Sequence[str] = option(
+        (), "Experiment trackers that get the run's learner metrics, evaluation rows, parameters and plots, beside "
+            "its run directory (docs/running.md, \"Trackers\"): \"wandb\" (Weights & Biases: offline, in the run "
+            "directory, unless WANDB_MODE or an API key says otherwise), \"mlflow\" (a file store in the run "
+            "directory unless MLFLOW_TRACKING_URI is set), \"tensorboard\", or \"module:Class\" (your own); "
+            "several as a list or comma-separated. TensorBoard is written whenever its extra is installed; naming "
+            "it makes that extra required. Each needs its extra (pip install \"pzasync[wandb]\"), checked before "
+            "the run starts; a tracker that fails later is one warning, and the run goes on. Needs `out_dir`.",
+        Check((str, list, tuple), why="tracker names ('wandb', 'mlflow', 'tensorboard' or 'module:Class'), as a "
+                                      "list or one comma-separated text"),
+        metavar="NAME[,NAME]", parse=parse_trackers, validator=_tracker_refusal)
+
+    def __post_init__(self) -> None:
+        if isinstance(self.tracker, (str, list, tuple)):  # anything else is refused by `validate`
+            self.tracker = tracker_names(self.tracker)
 
 
 @dataclass(kw_only=True)

@@ -37,6 +37,8 @@ class RunConfig(RunOptions, ActingOptions, LearningOptions, LeagueOptions, Evalu
         def bad(name: str, why: str) -> None:
             raise ConfigError(f"option {name}={getattr(self, name)!r}: {why}")
 
+        if self.tracker and self.out_dir is None:
+            bad("tracker", "trackers are opened with the run directory: give out_dir too")
         if self.ray_address is not None and self.backend != "ray":
             bad("ray_address", "connects to a Ray cluster: it needs backend='ray'")
         if self.ray_actor_resources is not None and self.backend != "ray":

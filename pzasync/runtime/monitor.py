@@ -222,21 +222,22 @@ class RunMonitor:
         return self.stop_reason is None
 
     def record_report(self, unit: str, report: dict[str, Any], log: bool = True) -> None:
-        """Keep a learner's latest report; with a run directory, append it to metrics.jsonl and TensorBoard."""
+        """Keep a learner's latest report; with a run directory, append it to metrics.jsonl and hand its metrics to
+        the run's trackers (TensorBoard, W&B, MLflow: runtime/trackers)."""
         self.reports[unit] = report
         if log and self.run_dir is not None:
             row = {"wall_s": round(time.monotonic() - self.start, 4), "agent": unit,
                    "agent_steps": self.total_steps(),
                    "version": self.plan.counters().get(unit, S.VERSION), **report}
             self.run_dir.append("metrics.jsonl", row)
-            self.run_dir.tensorboard(report["updates"], unit, report.get("metrics", {}))
+            self.run_dir.tracker.log_metrics(unit, report["updates"], report.get("metrics", {}))
 
     def _record_evaluations(self, rows: list[dict]) -> None:
         self.evaluations += rows
         if self.run_dir is not None:
             for row in rows:
                 self.run_dir.append("metrics.jsonl", row)
-                self.run_dir.tensorboard_eval(row)
+                self.run_dir.tracker.log_eval(row)
         if self.curriculum is not None:
             change = self.curriculum.observe(rows)
             stats = self._live_stats()

@@ -5,7 +5,8 @@ Layout:
     episodes.jsonl      one line per episode: wall time, agent steps, per-agent returns (and the league match)
     metrics.jsonl       one line per agent report: wall time, agent steps, updates, version, learner metrics;
                         and one per evaluation ("kind": "eval")
-    tb/                 the same learner metrics and evaluation scores as TensorBoard scalars (the extra)
+    tb/                 the same learner metrics and evaluation scores as TensorBoard scalars (the extra), the plots
+    wandb/, mlruns/     with RunConfig.tracker: Weights & Biases' offline run, MLflow's file store (runtime/trackers)
     checkpoints/AGENT.pt learner + optimiser state (see learners.players.save_checkpoint)
     result.json         the RunResult
     returns.png         episode returns against wall time, per agent
@@ -22,13 +23,11 @@ import os
 import tempfile
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Sequence
 
 from pzasync.core.groups import members_label, resolve_groups, units_in_order
 from pzasync.errors import ConfigError
-
-if TYPE_CHECKING:
-    from torch.utils.tensorboard import SummaryWriter
+from pzasync.runtime.trackers import FINISHED, TrackedRun, Trackers, open_trackers
 
 
 def safe_name(agent: str) -> str:
@@ -57,8 +56,9 @@ class RunDirectory:
             (self.path / "checkpoints").mkdir(parents=True, exist_ok=True)
         elif not (self.path / "run.json").exists():
             raise ConfigError(f"{self.path} is not a pzasync run directory (no run.json)")
-        #: The TensorBoard writer: None before its first use, False where tensorboard is not installed.
-        self._tb: SummaryWriter | Literal[False] | None = None
+        #: The run's experiment trackers (`open_trackers`): the learner metrics, evaluation rows and plots mirrored
+        #: there (none until they are opened).
+        self.tracker = Trackers()
 
     @classmethod
     def new(cls, root: str | os.PathLike, env_name: str) -> RunDirectory:
@@ -92,40 +92,16 @@ class RunDirectory:
             return []
         return [json.loads(line) for line in file.read_text().splitlines() if line.strip()]
 
-    def tensorboard(self, step: int, agent: str, metrics: dict[str, float]) -> None:
-        """Mirror metrics to TensorBoard (tb/, tags AGENT/METRIC) when the `tensorboard` extra is installed;
-        silently skipped otherwise."""
-        writer = self._writer()
-        if writer:
-            for key, value in metrics.items():
-                writer.add_scalar(f"{agent}/{key}", value, step)
+    def open_trackers(self, names: Sequence[str]) -> None:
+        """Open the run's experiment trackers (runtime/trackers: TensorBoard wherever it is installed, and those
+        of RunConfig.tracker), the run named as this directory, run.json their parameters."""
+        self.tracker.close()
+        params = self.read_json("run.json") if (self.path / "run.json").exists() else {}
+        self.tracker = open_trackers(names, TrackedRun(self.path, self.path.name, params))
 
-    def tensorboard_eval(self, row: dict[str, Any]) -> None:
-        """Mirror one evaluation row (metrics.jsonl's "kind": "eval") to TensorBoard against agent steps: the tag
-        eval/AGENT/win_rate for game results, else eval/AGENT/mean_return, with the opponent in the tag's name
-        when it is not random, and on leduc eval/AGENT/exploitability. Skipped without the extra."""
-        writer = self._writer()
-        if writer:
-            score = "win_rate" if row.get("outcomes") else "mean_return"
-            against = "" if row.get("opponent", "random") == "random" else f"_vs_{safe_name(row['opponent'])}"
-            writer.add_scalar(f"eval/{row['agent']}/{score}{against}", row[score], row["agent_steps"])
-            if "exploitability" in row:  # leduc: the round's exact exploitability (evaluation/exploitability.py)
-                writer.add_scalar(f"eval/{row['agent']}/exploitability", row["exploitability"], row["agent_steps"])
-
-    def _writer(self) -> SummaryWriter | Literal[False]:
-        """The TensorBoard writer, made on first use; False where tensorboard is not installed."""
-        if self._tb is None:
-            try:
-                from torch.utils.tensorboard import SummaryWriter
-            except Exception:  # noqa: BLE001 - tensorboard is optional
-                self._tb = False
-                return False
-            self._tb = SummaryWriter(str(self.path / "tb"))
-        return self._tb
-
-    def close(self) -> None:
-        if self._tb:
-            self._tb.close()
+    def close(self, status: str = FINISHED) -> None:
+        """Close the trackers (`status`: how the run ended, runtime/trackers FINISHED, FAILED or KILLED)."""
+        self.tracker.close(status)
 
 
 def pyplot() -> Any:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import os
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any, Callable, Mapping, Sequence
 
 from pzasync.config import RunConfig
@@ -30,6 +30,9 @@ FINAL_SEED_OFFSET = 777
 RUNNERS = {"async": AsyncRunner, "sequential": SequentialRunner}
 #: What the final evaluation's games are counted per, by scoring mode (its note: "40 games per team and policy").
 GAMES_PER = {"seats": "seat and opponent", "team": "team and policy", "sides": "side and policy"}
+#: The run options `train` takes as keywords (RunConfig's fields; `dataset` is also an argument of `Trainer`, to
+#: the same effect).
+RUN_OPTIONS = frozenset(f.name for f in fields(RunConfig))
 
 
 @dataclass
@@ -279,9 +282,14 @@ class Trainer:
         return out
 
 
-def train(env: str | None = None, **options: Any) -> TrainResult:
-    """`pzasync train ENV` from Python: `Trainer(env, **options).run()` (see `Trainer` for the options)."""
-    return Trainer(env, **options).run()
+def train(env: str | None = None, **arguments: Any) -> TrainResult:
+    """`pzasync train ENV` from Python: `Trainer(env, **arguments).run()` (see `Trainer` for its arguments). A
+    keyword naming a run option (a RunConfig field: `tracker="mlflow"`, `seed=1`) is taken as one, as if it were
+    in `options`."""
+    run_options = {name: arguments.pop(name) for name in list(arguments) if name in RUN_OPTIONS}
+    if run_options:
+        arguments["options"] = {**dict(arguments.get("options") or {}), **run_options}
+    return Trainer(env, **arguments).run()
 
 
 def _env_set(value: Any, env: str | None, env_args: Mapping[str, Any] | None) -> EnvSet | None:
