@@ -90,6 +90,15 @@ def test_the_sweep_command_says_what_is_wrong_in_one_line_and_exits_2(tmp_path):
     assert "error:" in result.output and "'learners.dqn.lr'" in result.output and "Traceback" not in result.output
 
 
+def test_the_baseline_trial_takes_each_searched_option_at_its_unsearched_value(tmp_path):
+    """The fixed file's value, else the env's recipe's, else the default; none where the space cannot draw it."""
+    text = HEAD + SPACE + '"run.envs_per_actor" = { choice = [4, 8] }\n"run.publish_every" = { int_uniform = [5, 20] }\n'
+    assert SweepFile.read(_file(tmp_path, text)).baseline_params() == (
+        {"learners.dqn.lr": 0.0005, "run.envs_per_actor": 8, "run.publish_every": 10}, "")
+    params, why = SweepFile.read(_file(tmp_path, text + "[acting]\nenvs_per_actor = 2\n")).baseline_params()
+    assert params is None and why == "run.envs_per_actor = 2 is outside its choice [4, 8]"
+
+
 def test_each_slot_runs_on_its_own_share_of_the_cores():
     assert core_slices(2, [0, 1, 2, 3]) == [[0, 1], [2, 3]]
     assert core_slices(3, [0, 1, 2, 3]) == [[0], [1], [2]]
@@ -114,15 +123,16 @@ def test_a_round_counts_once_it_is_complete(tmp_path):
 @pytest.mark.slow
 @pytest.mark.timeout(600)
 def test_a_tiny_sweep_prunes_a_trial_and_writes_its_report_and_a_best_toml_that_train_reads(tmp_path):
-    """Three trials of tictactoe, two side by side: the first is pruned at its first evaluation round (a pruner
-    forced to) and stops as a run stops on Ctrl-C; the others complete and are scored by their final evaluation.
+    """Three trials of tictactoe, two side by side: the first is the baseline (the options unsearched), the second
+    is pruned at its first evaluation round (a pruner forced to) and stops as a run stops on Ctrl-C; the others
+    complete and are scored by their final evaluation.
     best.toml is read by `pzasync train --config`'s loader and holds the best trial's sampled values."""
     optuna = pytest.importorskip("optuna", reason="the `sweep` extra (pip install 'pzasync[sweep]')")
     from pzasync.sweep import run_sweep
 
-    class PruneTrialZero(optuna.pruners.BasePruner):
+    class PruneTrialOne(optuna.pruners.BasePruner):
         def prune(self, study, trial) -> bool:
-            return trial.number == 0
+            return trial.number == 1
 
     text = f"""
 [sweep]
@@ -135,7 +145,7 @@ final_episodes = 10
 
 [space]
 "learners.dqn.lr" = {{ log_uniform = [1e-4, 3e-3] }}
-"run.envs_per_actor" = {{ choice = [2, 4] }}
+"run.envs_per_actor" = {{ choice = [4, 8] }}
 
 [evaluation]
 eval_every_s = 1.0
@@ -143,16 +153,20 @@ eval_episodes = 4
 """
     out = tmp_path / "out"
     seen: list[int] = []
-    report = run_sweep(SweepFile.read(_file(tmp_path, text)), out, pruner=PruneTrialZero(),
+    report = run_sweep(SweepFile.read(_file(tmp_path, text)), out, pruner=PruneTrialOne(),
                        on_change=lambda r: seen.append(sum(t.state == "running" for t in r.trials)))
     assert max(seen) == 2  # two trials side by side
     states = {t.number: t.state for t in report.trials}
-    assert states == {0: "pruned", 1: "complete", 2: "complete"}, [(t.state, t.error) for t in report.trials]
-    pruned = report.trials[0]
+    assert states == {0: "complete", 1: "pruned", 2: "complete"}, [(t.state, t.error) for t in report.trials]
+    # trial 0 is the baseline: the recipe's envs_per_actor (8) and DQN's default learning rate, unsearched
+    assert report.trials[0].baseline and report.trials[0].params == {"learners.dqn.lr": 0.0005,
+                                                                      "run.envs_per_actor": 8}
+    pruned = report.trials[1]
     assert pruned.rounds and pruned.score is None
     data = json.loads((out / "sweep.json").read_text())
-    assert data["schema"] == "pzasync-sweep/1" and [t["state"] for t in data["trials"]] == ["pruned", "complete",
+    assert data["schema"] == "pzasync-sweep/1" and [t["state"] for t in data["trials"]] == ["complete", "pruned",
                                                                                            "complete"]
+    assert data["baseline"] == {"number": 0, "state": "complete", "score": report.trials[0].score}
     best = report.best
     assert best is not None and data["best"]["number"] == best.number
     assert best.score == max(t.score for t in report.trials if t.state == "complete")

@@ -91,7 +91,8 @@ def _run(sweep_file: Any, out: str) -> None:
         title = "trials" + ("" if best is None else f" (best: trial {best.number}, {best.score:.4g})")
         shown = Table(title=title, title_justify="left")
         for column in columns:
-            shown.add_column(column, justify="left" if column in ("trial", "state") else "right", overflow="fold")
+            shown.add_column(column, justify="left" if column in ("trial", "state") else "right", overflow="fold",
+                             no_wrap=column in ("trial", "state"))
         for row in rows[-last:] if last else rows:
             shown.add_row(*row)
         return shown
@@ -112,6 +113,20 @@ def _run(sweep_file: Any, out: str) -> None:
                   f"{sum(t.state == 'pruned' for t in report.trials)} pruned, "
                   f"{sum(t.state in ('failed', 'interrupted') for t in report.trials)} failed or interrupted, in "
                   f"{report.seconds:.0f} s", highlight=False)
+    base = report.baseline
+    if base is not None:
+        line = f"baseline (trial {base.number}, the options unsearched): "
+        if base.score is None:
+            line += base.state
+        else:
+            line += f"{settings.metric} {base.score:.4g}"
+            if best is not None and best.score is not None and best.number != base.number:
+                line += f"; the best trial differs from it by {best.score - base.score:+.4g}"
+            elif best is not None:
+                line += "; it is the best trial"
+        console.print(line, highlight=False)
+    elif report.baseline_skipped:
+        console.print(f"no baseline trial: {report.baseline_skipped}", highlight=False, soft_wrap=True)
     if best is not None:
         console.print(f"best: trial {best.number}, {settings.metric} {best.score:.4g}: "
                       + ", ".join(f"{k} = {v!r}" for k, v in best.params.items()), highlight=False, soft_wrap=True)

@@ -100,6 +100,27 @@ class SweepFile:
             self._base = dict(base.learners) if isinstance(base.learners, dict) else {"*": base.learners}
         return self._base
 
+    def baseline_params(self) -> tuple[dict[str, Any] | None, str]:
+        """Each searched option at the value a trial would have without the search (the fixed options', else the
+        recipe's, else the default): the params of the baseline trial, or None and why not (a value the space
+        cannot draw)."""
+        trainer = self.trainer({}, None)
+        learners = {unit: (learner_name(spec), dict(resolve_learner(spec, unit)[1]))
+                    for unit, spec in self.base_learners().items()}
+        params: dict[str, Any] = {}
+        for param in self.space:
+            kind, _, name = param.target
+            if kind == RUN:
+                value = getattr(trainer.config, name)
+            else:
+                unit = self._units(param, learners)[0]
+                cls, options = resolve_learner(learners[unit], unit)
+                value = cls.validate_config(unit, options)[name]
+            if not param.can_draw(value):
+                return None, f"{param.key} = {value!r} is outside its {param.describe()}"
+            params[param.key] = value
+        return params, ""
+
     def _split(self, params: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
         """Sampled values -> (run options, learners with the learner options set over each unit's)."""
         run: dict[str, Any] = {}

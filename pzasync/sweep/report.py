@@ -33,7 +33,11 @@ def to_json(report: Any) -> dict[str, Any]:
         "interrupted": report.interrupted, "notes": list(file.notes),
         "trials": [{"number": t.number, "state": t.state, "params": t.params, "score": t.score, "rounds": t.rounds,
                     "seconds": t.seconds, "folder": t.folder, "run_dir": t.run_dir, "final": t.final,
-                    "error": t.error} for t in report.trials],
+                    "error": t.error, "baseline": t.baseline} for t in report.trials],
+        "baseline": None if report.baseline is None else {"number": report.baseline.number,
+                                                          "state": report.baseline.state,
+                                                          "score": report.baseline.score},
+        "baseline_skipped": report.baseline_skipped or None,
         "best": None if best is None else {"number": best.number, "score": best.score, "params": best.params,
                                            "config": str(Path(report.out) / BEST)},
     }
@@ -118,12 +122,13 @@ def write_all(report: Any) -> dict[str, str | None]:
 
 def table_rows(report: Any) -> tuple[list[str], list[list[str]]]:
     """The table of trials: number, state, each searched option, the latest evaluation round's score, the final
-    score, seconds; the best trial's number marked with '*'."""
+    score, seconds; the best trial's number marked with '*', the baseline's with '(base)'."""
     keys = [p.key for p in report.file.space]
     best = report.best
     rows = []
     for t in report.trials:
-        cells = [f"{t.number}{'*' if best is not None and t.number == best.number else ''}", t.state]
+        mark = ("*" if best is not None and t.number == best.number else "") + (" (base)" if t.baseline else "")
+        cells = [f"{t.number}{mark}", t.state]
         cells += [_value(t.params.get(key)) for key in keys]
         cells += ["-" if t.last_round_score is None else f"{t.last_round_score:.4g} (r{t.rounds[-1]['round']})",
                   "-" if t.score is None else f"{t.score:.4g}", "-" if t.seconds is None else f"{t.seconds:.0f}"]

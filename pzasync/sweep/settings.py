@@ -64,6 +64,9 @@ class SweepSettings(OptionGroup):
     prune_startup_trials: int = option(2, "Trials that finish before the median pruner stops any.", Check(int, ge=0))
     prune_warmup_rounds: int = option(1, "Evaluation rounds of a trial before the median pruner may stop it.",
                                       Check(int, ge=0))
+    baseline: bool = option(True, "Trial 0 trains with the options as the file and the env's recipe give them (each "
+                                  "searched option at its unsearched value, where the space can draw it), so that "
+                                  "the best trial is judged against the setting the sweep started from.", Check(bool))
     final_episodes: int = option(100, "Games (episodes) per scored unit of each trial's final evaluation, the "
                                       "trial's score.", Check(int, ge=1))
 

@@ -64,6 +64,15 @@ class Param:
             return trial.suggest_int(self.key, low, high)
         return trial.suggest_float(self.key, float(low), float(high), log=self.distribution == "log_uniform")
 
+    def can_draw(self, value: Any) -> bool:
+        """Whether the distribution can give `value` (a choice listed, a number within the range)."""
+        if self.distribution == "choice":
+            return any(type(value) is type(v) and value == v for v in self.values)
+        if not _number(value):
+            return False
+        low, high = self.values
+        return low <= value <= high and (self.distribution != "int_uniform" or isinstance(value, int))
+
     def describe(self) -> str:
         """The distribution in words, as the file writes it: `log_uniform [0.0001, 0.003]`."""
         return f"{self.distribution} {list(self.values)!r}"

@@ -45,6 +45,8 @@ class TrialRecord:
     seconds: float | None = None
     final: dict[str, Any] | None = None
     error: str | None = None
+    #: The baseline trial: the options as the file and the recipe give them, unsearched.
+    baseline: bool = False
 
     @property
     def last_round_score(self) -> float | None:
@@ -67,10 +69,17 @@ class SweepReport:
     #: The files written at the end: sweep.json, best.toml (None without a complete trial), the plot (None
     #: without matplotlib).
     files: dict[str, str | None] = field(default_factory=dict)
+    #: Why there is no baseline trial, where `settings.baseline` asked for one.
+    baseline_skipped: str = ""
 
     @property
     def settings(self) -> SweepSettings:
         return self.file.settings
+
+    @property
+    def baseline(self) -> TrialRecord | None:
+        """The baseline trial (the unsearched options), if there is one."""
+        return next((t for t in self.trials if t.baseline), None)
 
     @property
     def best(self) -> TrialRecord | None:
@@ -133,6 +142,10 @@ def run_sweep(file: SweepFile, out: str | Path, *, pruner: Any = None,
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     study = optuna.create_study(direction=settings.direction, sampler=make_sampler(settings),
                                 pruner=pruner if pruner is not None else make_pruner(settings))
+    if settings.baseline:
+        params, report.baseline_skipped = file.baseline_params()
+        if params is not None:
+            study.enqueue_trial(params)
     minutes, steps = settings.budget()
     live: dict[int, tuple[Any, TrialRecord]] = {}
     stop: list[int] = []
@@ -148,6 +161,7 @@ def run_sweep(file: SweepFile, out: str | Path, *, pruner: Any = None,
             while not stop and jobs.free and len(report.trials) < settings.trials:
                 trial = study.ask()
                 record = _prepare(file, trial, Path(out))
+                record.baseline = settings.baseline and not report.baseline_skipped and trial.number == 0
                 report.trials.append(record)
                 if record.state == "failed":
                     study.tell(trial, state=optuna.trial.TrialState.FAIL)
