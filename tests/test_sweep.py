@@ -42,7 +42,8 @@ def _file(tmp_path: Path, text: str) -> str:
 @pytest.mark.parametrize("text, message", [
     (HEAD.replace("trials = 2", "trials = 0") + SPACE, "[sweep] trials=0: must be an integer >= 1"),
     (HEAD + "trails = 3\n" + SPACE, "unknown option 'trails' in [sweep]"),
-    (HEAD.replace("minutes = 0.1", "minutes = \"soon\"") + SPACE, "[sweep] minutes='soon': must be a number > 0 or None"),
+    (HEAD.replace("minutes = 0.1", "minutes = \"soon\"") + SPACE,
+     "[sweep] minutes='soon': must be a number > 0 or None"),
     (HEAD + "pruner = \"hyperband\"\n" + SPACE, "[sweep] pruner='hyperband': must be one of ('median', 'none')"),
     (HEAD, "needs a [space] table"),
     (HEAD + '[space]\n"learners.dqn.lr" = { log_uniform = [0.0, 1e-3] }\n', "'learners.dqn.lr': log_uniform [0.0, "
@@ -92,7 +93,8 @@ def test_the_sweep_command_says_what_is_wrong_in_one_line_and_exits_2(tmp_path):
 
 def test_the_baseline_trial_takes_each_searched_option_at_its_unsearched_value(tmp_path):
     """The fixed file's value, else the env's recipe's, else the default; none where the space cannot draw it."""
-    text = HEAD + SPACE + '"run.envs_per_actor" = { choice = [4, 8] }\n"run.publish_every" = { int_uniform = [5, 20] }\n'
+    text = (HEAD + SPACE + '"run.envs_per_actor" = { choice = [4, 8] }\n'
+            '"run.publish_every" = { int_uniform = [5, 20] }\n')
     assert SweepFile.read(_file(tmp_path, text)).baseline_params() == (
         {"learners.dqn.lr": 0.0005, "run.envs_per_actor": 8, "run.publish_every": 10}, "")
     params, why = SweepFile.read(_file(tmp_path, text + "[acting]\nenvs_per_actor = 2\n")).baseline_params()
