@@ -16,6 +16,7 @@ EXTRAS: dict[str, tuple[str, ...]] = {
     "mlflow": ("mlflow",),
     "ray": ("ray",),
     "envs": ("supersuit", "mpe2"),
+    "sweep": ("optuna",),
 }
 
 

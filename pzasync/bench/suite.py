@@ -16,9 +16,9 @@ from __future__ import annotations
 import math
 import statistics
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 from pzasync.bench.harness import jsonable
 from pzasync.core.environments import ENV_APIS
@@ -52,12 +52,15 @@ class SuiteSettings:
     baseline_episodes: int = 50
     #: The env API the actor steps (RunConfig.env_api): "auto", "aec" or "parallel" (the paths side by side).
     env_api: str = "auto"
+    #: Runs (an env's seed each) trained side by side, each in a process of its own on an equal share of the
+    #: cores (bench/side_by_side.py); 1: one after the other in this process.
+    parallel: int = 1
 
     def validate(self) -> None:
         """ConfigError naming the setting at fault."""
         if not self.minutes > 0:
             raise ConfigError(f"suite: minutes={self.minutes}: must be > 0")
-        for name in ("seeds", "eval_episodes", "baseline_episodes"):
+        for name in ("seeds", "eval_episodes", "baseline_episodes", "parallel"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"suite: {name}={getattr(self, name)}: must be >= 1")
         if self.eval_every_s is not None and not self.eval_every_s > 0:
@@ -211,15 +214,30 @@ def baselines(run: SuiteRun, units: dict[str, list[str]], episodes: int, seed: i
 def env_report(env_id: str, settings: SuiteSettings, out: Path,
                on_run: Callable[[str, int], None] | None = None) -> dict[str, Any]:
     """Train `env_id` for every seed, score the baselines, and return the env's part of the report."""
-    from pzasync.runtime.rundir import safe_name
-
     run = suite_run(env_id, settings.env_api)
-    short = safe_name(run.env.name.rsplit(".", 1)[-1])
     runs = []
     for seed in range(settings.seeds):
         if on_run is not None:
             on_run(env_id, seed)
-        runs.append(train_one(run, seed, settings.minutes * 60, out / "runs" / short, settings))
+        runs.append(train_one(run, seed, settings.minutes * 60, runs_dir(out, run), settings))
+    return env_entry(run, runs, settings)
+
+
+def runs_dir(out: Path, run: SuiteRun) -> Path:
+    """Where an env's run directories go: OUT/runs/SHORT/."""
+    return out / "runs" / short_name(run)
+
+
+def short_name(run: SuiteRun) -> str:
+    """An env's short name: its plot is OUT/SHORT.png, its runs OUT/runs/SHORT/."""
+    from pzasync.runtime.rundir import safe_name
+
+    return safe_name(run.env.name.rsplit(".", 1)[-1])
+
+
+def env_entry(run: SuiteRun, runs: list[dict[str, Any]], settings: SuiteSettings) -> dict[str, Any]:
+    """An env's part of the report from its trained runs (`train_one`'s, in seed order): the baselines scored,
+    each run's curve, the score at the budget over seeds."""
     rows = [row for r in runs for row in r["evaluations"]]
     units = {row["agent"]: list(row.get("members") or [row["agent"]]) for row in rows}
     scoring = next((row["scoring"] for row in rows if row.get("scoring")), None)
@@ -235,8 +253,8 @@ def env_report(env_id: str, settings: SuiteSettings, out: Path,
 
     extra = {"exploitability": exploitability_figures(runs)} if applies_to(run.env.name) and runs else {}
     return {
-        "env": run.env.name, "short": short, "metric": metric, "yardstick": run.yardstick, "scoring": scoring,
-        "scored_units": dict(sorted(units.items())),
+        "env": run.env.name, "short": short_name(run), "metric": metric, "yardstick": run.yardstick,
+        "scoring": scoring, "scored_units": dict(sorted(units.items())),
         "recipe": {"learner": recipe.learner_spec, "learners": jsonable(run.learners),
                    "agent_groups": run.config["agent_groups"], "self_play": recipe.self_play, "league": recipe.league,
                    "env_kwargs": dict(recipe.env_kwargs), "wrappers": list(recipe.wrappers),
@@ -247,6 +265,48 @@ def env_report(env_id: str, settings: SuiteSettings, out: Path,
         "final": over_seeds(finals, score_bounds(metric)) if finals else None,
         **extra,
     }
+
+
+def side_by_side(envs: list[str], settings: SuiteSettings, out: Path,
+                 on_run: Callable[[str, int], None] | None = None) -> Iterator[dict[str, Any]]:
+    """`env_report` for every env, the runs (every env's seeds) trained `settings.parallel` at a time, each in a
+    process of its own on its share of the cores; yields each env's entry, in the order of `envs`, once its runs
+    have ended. A failed run raises its error here (the others are stopped first); Ctrl-C or SIGTERM stops every
+    run gracefully and raises KeyboardInterrupt once they have ended."""
+    from pzasync.bench.side_by_side import SideBySide
+    from pzasync.runtime.stop_signals import StopSignals
+
+    suite_runs = {env_id: suite_run(env_id, settings.env_api) for env_id in envs}
+    queue = [(env_id, seed) for env_id in envs for seed in range(settings.seeds)]
+    done: dict[tuple[str, int], dict[str, Any]] = {}
+    stop: list[int] = []
+    with StopSignals(stop.append), SideBySide(settings.parallel, name="suite run") as jobs:
+        next_env = 0
+        while next_env < len(envs):
+            while queue and jobs.free and not stop:
+                env_id, seed = queue.pop(0)
+                if on_run is not None:
+                    on_run(env_id, seed)
+                run = suite_runs[env_id]
+                # What train_one reads travels (a recipe's read-only mappings do not pickle; the entry reads it here)
+                travels = replace(run, recipe=None, notes=[])
+                jobs.start((env_id, seed), train_one, travels, seed, settings.minutes * 60, runs_dir(out, run),
+                           settings)
+            if stop:
+                jobs.close()
+                raise KeyboardInterrupt
+            for outcome in jobs.poll(0.5):
+                if outcome.status == "error":
+                    jobs.close()
+                    raise outcome.error  # type: ignore[misc]
+                if outcome.status == "stopped":  # a run that stopped itself (its parent's signal): so does the suite
+                    stop.append(0)
+                    continue
+                done[outcome.key] = outcome.value  # type: ignore[index]
+            while next_env < len(envs) and all((envs[next_env], s) in done for s in range(settings.seeds)):
+                env_id = envs[next_env]
+                yield env_entry(suite_runs[env_id], [done.pop((env_id, s)) for s in range(settings.seeds)], settings)
+                next_env += 1
 
 
 def exploitability_figures(runs: list[dict[str, Any]]) -> dict[str, Any]:
@@ -311,9 +371,10 @@ def run_suite(settings: SuiteSettings, on_run: Callable[[str, int], None] | None
         "machine": {**machine_info(), "load_average_start": list(os.getloadavg())}, "envs": [], "interrupted": False}
     report["settings"]["envs"] = envs
     report["settings"]["eval_every_s"] = settings.every_s
+    entries = (side_by_side(envs, settings, out, on_run) if settings.parallel > 1
+               else (env_report(env_id, settings, out, on_run) for env_id in envs))
     try:
-        for env_id in envs:
-            entry = env_report(env_id, settings, out, on_run)
+        for entry in entries:
             entry["plot"] = plot_env(entry, str(out / f"{entry['short']}.png"), settings.minutes * 60)
             report["envs"].append(entry)
             write_report(report, out)

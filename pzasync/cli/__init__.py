@@ -23,6 +23,7 @@ from rich.table import Table
 from pzasync.cli.bench import bench
 from pzasync.cli.common import console, errors, scoring_line
 from pzasync.cli.suite import suite
+from pzasync.cli.sweep import sweep
 from pzasync.cli.train import train
 from pzasync.config import SCORING_MODES
 from pzasync.core.environments import ENV_APIS
@@ -58,6 +59,7 @@ def main() -> None:
 main.add_command(train)
 main.add_command(bench)
 main.add_command(suite)
+main.add_command(sweep)
 
 
 def parse_players(items: tuple[str, ...]) -> dict[str, str]:

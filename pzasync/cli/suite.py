@@ -25,8 +25,12 @@ from pzasync.extras import require
               help="Episodes per scored seat of the random and untrained baselines.")
 @click.option("--env-api", type=click.Choice(["auto", "aec", "parallel"]), default="auto", show_default=True,
               help="Step each env through its AEC or parallel API (auto: parallel where the env has one).")
+@click.option("--parallel", type=int, default=1, show_default=True, metavar="N",
+              help="Runs (each env's seeds) trained side by side, N at a time, each in a process of its own pinned to "
+                   "an equal share of the cores (cores // N, at least 1), which its learner hosts and torch threads "
+                   "are sized to. 1: one after the other.")
 def suite(envs: tuple[str, ...], minutes: float, seeds: int, out: str, eval_every_s: float | None,
-          eval_episodes: int, baseline_episodes: int, env_api: str) -> None:
+          eval_episodes: int, baseline_episodes: int, env_api: str, parallel: int) -> None:
     """Train each suite env (or the ENVs named) with its recipe for --minutes per seed, and score it against wall
     time beside random play and an untrained network: OUT/suite.json (docs/suite-schema.json), OUT/ENV.png and a
     summary table. Each run's directory (metrics.jsonl, TensorBoard's tb/ with the extra) is under OUT/runs/."""
@@ -36,14 +40,24 @@ def suite(envs: tuple[str, ...], minutes: float, seeds: int, out: str, eval_ever
 
     require("torch", "pzasync suite")
     settings = SuiteSettings(envs=list(envs), minutes=minutes, seeds=seeds, out=out, eval_every_s=eval_every_s,
-                             eval_episodes=eval_episodes, baseline_episodes=baseline_episodes, env_api=env_api)
+                             eval_episodes=eval_episodes, baseline_episodes=baseline_episodes, env_api=env_api,
+                             parallel=parallel)
     try:
         settings.validate()
     except ConfigError as exc:
         raise UserInputError(str(exc)) from None
     names = list(envs) or list(SUITE)
-    console.print(f"learning suite: {len(names)} envs x {seeds} seeds x {minutes:g} min "
-                  f"(about {len(names) * seeds * minutes:g} min of training, then the baselines)", highlight=False)
+    if parallel > 1:
+        from pzasync.bench.side_by_side import core_slices
+
+        runs = len(names) * seeds
+        share = len(core_slices(parallel)[0])
+        console.print(f"learning suite: {len(names)} envs x {seeds} seeds x {minutes:g} min, {parallel} runs at a time "
+                      f"on {share} core(s) each (about {-(-runs // parallel) * minutes:g} min of training, then the "
+                      f"baselines)", highlight=False)
+    else:
+        console.print(f"learning suite: {len(names)} envs x {seeds} seeds x {minutes:g} min "
+                      f"(about {len(names) * seeds * minutes:g} min of training, then the baselines)", highlight=False)
     report = run_suite(settings, on_run=lambda env, seed: console.print(f"  {env}, seed {seed}", highlight=False))
     table = Table(title=f"learning suite, {minutes:g} min per seed", title_justify="left")
     for column in SUMMARY_COLUMNS:

@@ -7,7 +7,6 @@ from __future__ import annotations
 import signal
 import sys
 from contextlib import contextmanager
-from pathlib import Path
 from typing import Any, Iterator
 
 import click
@@ -126,15 +125,12 @@ def _train(env_id: str | None, *, config_file: str | None, print_config: bool, l
            learner_for: tuple[str, ...], env_args: tuple[str, ...], wrappers: tuple[str, ...], runner: str,
            steps: int | None,
            minutes: float | None, self_play: bool | None, final_episodes: int | None, flags: dict[str, Any]) -> None:
-    from pzasync.config import RunConfig
     from pzasync.training import Trainer
 
     require("torch", "pzasync train")
-    from pzasync.training.learner_file import learners_of
+    from pzasync.training.learner_file import read_config
 
-    text = Path(config_file).read_text() if config_file else ""
-    file_options = RunConfig.toml_values(text, config_file) if config_file else {}
-    file_learners = learners_of(text, config_file) if config_file else None
+    file_options, file_learners = read_config(config_file) if config_file else ({}, None)
 
     def say(note: str) -> None:
         if not print_config:

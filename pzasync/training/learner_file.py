@@ -1,14 +1,17 @@
 """Learners and their options in a TOML file, beside the run options (config/toml.py): one `[learners."NAME"]`
 table per learner spec ("*" for every agent, or an agent or agent group), with the learner's name and every
-option, each under its doc's first sentence (`pzasync train --print-config`; `--config` reads them back)."""
+option, each under its doc's first sentence (`pzasync train --print-config`; `--config` reads them back, through
+`read_config`)."""
 
 from __future__ import annotations
 
 import textwrap
-from typing import Any
+from pathlib import Path
+from typing import Any, Iterable
 
+from pzasync.config import GROUPS
 from pzasync.config.declare import summary
-from pzasync.config.toml import NONE, key_text, load, value_text
+from pzasync.config.toml import NONE, key_text, load, value_text, values
 from pzasync.errors import ConfigError
 from pzasync.learners import resolve_learner
 
@@ -59,3 +62,12 @@ def learners_of(text: str, source: str = "config file") -> dict[str, tuple[str, 
         found[name] = (learner, {key: None if value == NONE and key in checks and checks[key].optional else value
                                  for key, value in options.items()})
     return found
+
+
+def read_config(path: str | Path, others: Iterable[str] = ()) -> tuple[dict[str, Any], dict[str, Any] | None]:
+    """A `pzasync train --config` file: its run options (checked one by one) and its learners (`learners_of`), as
+    `Trainer`'s `file_options` and `file_learners` take them. The tables named in `others` belong to someone else
+    (a sweep file's [sweep] and [space]). ConfigError, naming the file and the option, for anything refused."""
+    text = Path(path).read_text()
+    options = values(text, GROUPS, str(path), others=(TABLE, *others))
+    return options, learners_of(text, str(path))
