@@ -122,6 +122,7 @@ class Learner(ABC):
       - `on_policy`: fed every transition once, in order, in chunks (True), or random samples (False).
       - `extras`: per-transition fields the policy's `act` returns, name -> numpy dtype string.
       - `learns`: False for players that never update (no learner process is started).
+      - `acts_on_observation`: its policy needs no global state to act, where its learner reads one.
       - `Options`: its options class (learners/options.py), each option declared once with its default, doc
         and `Check`; or, the older form, `defaults` (every option with its default) and `schema` (`Option`
         rules for their values), from which the class is made.
@@ -133,6 +134,11 @@ class Learner(ABC):
 
     on_policy: ClassVar[bool] = False
     learns: ClassVar[bool] = True
+    #: Whether its policy acts on the agent's own observation alone where the learner reads the global state
+    #: (`state_source`), as mappo's does: then `build_policy` also takes the layout of the env without the state,
+    #: and evaluation and export build it so (acting needs only what the agent observes). False (the default):
+    #: its policy is built for the layout with the state beside the observation, and acts on both.
+    acts_on_observation: ClassVar[bool] = False
     extras: ClassVar[dict[str, str]] = {}
     #: The options this learner accepts (a `LearnerOptions` dataclass); anything else is refused up front.
     Options: ClassVar[type[LearnerOptions]] = LearnerOptions
