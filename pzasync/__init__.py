@@ -48,6 +48,10 @@ def __getattr__(name: str):
         from pzasync.evaluation import report
 
         return getattr(report, name)
+    if name == "export":
+        from pzasync.evaluation.export import export
+
+        return export
     if name == "exploitability":
         from pzasync.evaluation.exploitability import exploitability
 
@@ -105,6 +109,7 @@ __all__ = [
     "env_layouts",
     "evaluate",
     "exploitability",
+    "export",
     "make_env",
     "option",
     "rollout",

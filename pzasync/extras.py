@@ -14,6 +14,7 @@ EXTRAS: dict[str, tuple[str, ...]] = {
     "tensorboard": ("tensorboard",),
     "ray": ("ray",),
     "envs": ("supersuit", "mpe2"),
+    "export": ("onnx", "onnxscript"),
 }
 
 

@@ -55,6 +55,12 @@ class Policy(torch.nn.Module):
         policy can face, such as leduc's exploitability (`pzasync.evaluation.exploitability`)."""
         raise NotImplementedError(f"{type(self).__name__} does not give its action probabilities")
 
+    def acting_module(self) -> torch.nn.Module:
+        """This policy's acting (greedy and sampled) as one plain torch module that `pzasync export` writes to a
+        file acting with torch alone: `learners.acting.ActingModule`'s calling convention. A policy that does not
+        give one cannot be exported."""
+        raise NotImplementedError(f"{type(self).__name__} does not give an acting module (Policy.acting_module)")
+
     def parameter_device(self) -> torch.device:
         """Where the parameters live (the CPU without any): where `act` puts its inputs."""
         return next((t.device for t in self.parameters()), torch.device("cpu"))
