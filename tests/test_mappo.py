@@ -21,6 +21,7 @@ from pzasync.evaluation.evaluate import (
     random_actor,
     run_env,
 )
+from pzasync.evaluation.report import evaluate
 from pzasync.learners import LearnerContext, policy_to_vector, vector_to_policy
 from pzasync.learners.base import policy_tensors
 from pzasync.learners.mappo import MAPPOLearner, RunningNorm
@@ -102,6 +103,8 @@ def test_mappo_trains_on_each_kind_of_env(env, kwargs, learner, groups, tmp_path
     assert run_env(result.run_dir).state is None  # and are evaluated on it: acting never calls env.state()
     results = evaluate_against(EnvSpec.of(env, **kwargs), policies, "random", 2, max_episode_steps=20)
     assert {r.agent for r in results} == set(policies)
+    report = evaluate(result.run_dir, episodes=2, max_episode_steps=20, copies=2)  # untrained networks too
+    assert {r.policy for r in report.results} >= {"trained", "untrained"}
 
 
 def test_the_policy_acts_alike_with_the_state_beside_its_observation_and_without_it():

@@ -447,7 +447,8 @@ def fresh_policies(env_spec: Any, learners: Any, seed: int = 12345,
         cls, options = resolve_learner(_learner_spec(learner), agent)
         if not cls.learns:
             continue
-        cls.check_spaces(layout)
+        if carries_state(layout) or not cls.acts_on_observation:  # else only its policy is built, for this layout
+            cls.check_spaces(layout)
         options = cls.validate_config(agent, options)
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(seed + 1009 * (index + 1))
