@@ -54,6 +54,10 @@ def __getattr__(name: str):
         from pzasync.evaluation.record import record
 
         return record
+    if name == "export":
+        from pzasync.evaluation.export import export
+
+        return export
     if name == "exploitability":
         from pzasync.evaluation.exploitability import exploitability
 
@@ -113,6 +117,7 @@ __all__ = [
     "env_layouts",
     "evaluate",
     "exploitability",
+    "export",
     "make_env",
     "open_dataset",
     "option",

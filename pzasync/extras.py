@@ -17,6 +17,7 @@ EXTRAS: dict[str, tuple[str, ...]] = {
     "ray": ("ray",),
     "envs": ("supersuit", "mpe2"),
     "sweep": ("optuna",),
+    "export": ("onnx", "onnxscript"),
 }
 
 

@@ -10,11 +10,20 @@ import torch
 
 from pzasync import AsyncRunner, RunConfig, SequentialRunner
 from pzasync.core.environments import EnvSpec
-from pzasync.core.global_state import StateRequest
+from pzasync.core.global_state import StateRequest, carries_state
 from pzasync.core.spaces import env_layouts, probe_info_masks
 from pzasync.errors import ConfigError, UnsupportedSpaceError
-from pzasync.evaluation.evaluate import evaluate_against, load_run_policies, play, policy_actor, random_actor
-from pzasync.learners import LearnerContext
+from pzasync.evaluation.evaluate import (
+    evaluate_against,
+    load_run_policies,
+    play,
+    policy_actor,
+    random_actor,
+    run_env,
+)
+from pzasync.evaluation.report import evaluate
+from pzasync.learners import LearnerContext, policy_to_vector, vector_to_policy
+from pzasync.learners.base import policy_tensors
 from pzasync.learners.mappo import MAPPOLearner, RunningNorm
 
 pytestmark = pytest.mark.timeout(300)
@@ -33,10 +42,8 @@ def test_mappo_beats_a_random_team_on_simple_spread(tmp_path):
     -63, -84, -81 before Adam's fused kernel went: a float's rounding sends a run this short anywhere)."""
     config = RunConfig(seed=0, agent_groups={"team": ["agent_*"]}, out_dir=str(tmp_path))
     result = SequentialRunner(SPREAD, "mappo", config).run(agent_steps=80_000)
-    policies = load_run_policies(result.run_dir)
-    with pytest.raises(ConfigError, match="read the env's global state"):
-        evaluate_against(SPREAD, policies, "random", 1)
-    spec = SPREAD.with_state(StateRequest(("agent_0", "agent_1", "agent_2")))
+    policies = load_run_policies(result.run_dir)  # built for what each agent observes: no global state to act
+    spec = SPREAD
     # sampled actions: after a short run the policy is still broad, and its argmax alone drifts off (greedy -163)
     trained = team_returns(spec, {a: policy_actor(p, layout, explore=True) for a, (p, layout) in policies.items()},
                            60, 5)
@@ -90,8 +97,36 @@ def test_mappo_trains_on_each_kind_of_env(env, kwargs, learner, groups, tmp_path
     config = RunConfig(seed=1, agent_groups=groups, out_dir=str(tmp_path), max_episode_steps=100)
     result = SequentialRunner(EnvSpec.of(env, **kwargs), learner, config).run(agent_steps=800)
     assert all(r.updates >= 1 for r in result.agents.values()), result.agents
-    policies = load_run_policies(result.run_dir)  # checkpoints load into the env with the state beside
+    policies = load_run_policies(result.run_dir)  # checkpoints load for the env without the state
     assert set(policies) == set(result.agents)
+    assert not any(carries_state(layout) for _policy, layout in policies.values())
+    assert run_env(result.run_dir).state is None  # and are evaluated on it: acting never calls env.state()
+    results = evaluate_against(EnvSpec.of(env, **kwargs), policies, "random", 2, max_episode_steps=20)
+    assert {r.agent for r in results} == set(policies)
+    report = evaluate(result.run_dir, episodes=2, max_episode_steps=20, copies=2)  # untrained networks too
+    assert {r.policy for r in report.results} >= {"trained", "untrained"}
+
+
+def test_the_policy_acts_alike_with_the_state_beside_its_observation_and_without_it():
+    """Training builds the policy for observations with the state beside them, evaluation and export for the env
+    without it: the same parameters (a checkpoint or a policy vector fits both) give the same actions."""
+    full_env = SPREAD.with_state(StateRequest(("agent_0", "agent_1", "agent_2"))).make()
+    full = env_layouts(full_env, probe_info_masks(full_env))["agent_0"]
+    plain = env_layouts(SPREAD.make(), set())["agent_0"]
+    torch.manual_seed(0)
+    trained = MAPPOLearner.build_policy(full, {})
+    acting = MAPPOLearner.build_policy(plain, {})
+    assert [k for k, _ in policy_tensors(trained)] == [k for k, _ in policy_tensors(acting)]
+    vector_to_policy(policy_to_vector(trained), acting)
+    full_env.reset(seed=0)
+    seen = []
+    for agent in full_env.agent_iter(60):
+        seen.append(full_env.observe(agent))
+        full_env.step(None if full_env.terminations[agent] or full_env.truncations[agent] else 1)
+    with_state, _ = trained.act(full.batch(seen), None, False)
+    without, _ = acting.act(plain.batch([o["observation"] for o in seen]), None, False)
+    np.testing.assert_array_equal(with_state, without)
+    assert len(set(with_state.tolist())) > 1  # the observations differ enough to move the greedy action
 
 
 @pytest.mark.slow

@@ -1,8 +1,9 @@
-"""The `pzasync` command line: train, eval, bench, suite, rollout, envs, clean, microbench, serve.
+"""The `pzasync` command line: train, eval, export, bench, suite, rollout, envs, clean, microbench, serve.
 
 - `train` (cli/train.py) and `bench` (cli/bench.py): options generated from RunConfig's and BenchSettings'
   declarations by cli/options.py;
 - `suite` (cli/suite.py): the learning suite;
+- `export` (cli/export.py): a run's policies as files that act with torch alone;
 - the other commands here.
 """
 
@@ -22,6 +23,7 @@ from rich.table import Table
 
 from pzasync.cli.bench import bench
 from pzasync.cli.common import console, errors, scoring_line
+from pzasync.cli.export import export_cmd
 from pzasync.cli.suite import suite
 from pzasync.cli.sweep import sweep
 from pzasync.cli.train import train
@@ -60,6 +62,7 @@ main.add_command(train)
 main.add_command(bench)
 main.add_command(suite)
 main.add_command(sweep)
+main.add_command(export_cmd)
 
 
 def parse_players(items: tuple[str, ...]) -> dict[str, str]:

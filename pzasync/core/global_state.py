@@ -29,7 +29,7 @@ from gymnasium import spaces
 from pettingzoo.utils.env import ParallelEnv
 from pettingzoo.utils.wrappers import BaseWrapper
 
-from pzasync.core.spaces import MASK_KEY, stored_obs_space
+from pzasync.core.spaces import MASK_KEY, AgentLayout, stored_obs_space
 from pzasync.errors import EnvSpecError
 from pzasync.specs import import_object
 
@@ -52,6 +52,20 @@ class StateRequest:
     @classmethod
     def from_dict(cls, data: dict[str, Any] | None) -> StateRequest | None:
         return None if not data else cls(tuple(data["agents"]), str(data.get("source", "auto")))
+
+
+def carries_state(layout: AgentLayout) -> bool:
+    """Whether observations of this layout carry the global state beside the agent's own (the form above)."""
+    heads = {leaf.path[:1] for leaf in layout.obs_leaves}
+    return (STATE_KEY,) in heads and (OBSERVATION_KEY,) in heads
+
+
+def narrowed(request: StateRequest | None, agents: Any) -> StateRequest | None:
+    """`request` kept for those of its agents in `agents` only (None where none is left)."""
+    if request is None:
+        return None
+    keep = tuple(a for a in request.agents if a in set(agents))
+    return StateRequest(keep, request.source) if keep else None
 
 
 def check_source(source: Any, agent: str) -> str:

@@ -21,7 +21,7 @@ import time
 from collections import Counter
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
 
 import numpy as np
 from gymnasium import spaces
@@ -29,7 +29,7 @@ from gymnasium import spaces
 from pzasync.core.collect import run_episodes
 from pzasync.core.environments import EnvSpec
 from pzasync.core.envset_env import run_env_spec
-from pzasync.core.global_state import OBSERVATION_KEY, STATE_KEY
+from pzasync.core.global_state import carries_state, narrowed
 from pzasync.core.groups import resolve_groups
 from pzasync.core.spaces import AgentLayout, env_action_converter, env_layouts, probe_info_masks, uniform_legal
 from pzasync.core.transitions import EpisodeSummary, LayoutBook
@@ -195,15 +195,42 @@ def play(env_spec: Any, actors: dict[str, ActFn], episodes: int, seed: int,
         env.close()
 
 
+def acting_env(spec: EnvSpec, learners: Mapping[str, Any]) -> EnvSpec:
+    """The env the policies of `learners` act in: `spec` with the global state beside the observations of only
+    those agents whose policy reads it. An agent whose learner's policy acts on its own observation
+    (`Learner.acts_on_observation`: mappo's) observes no state, so acting with it never calls `env.state()`.
+    `learners`: agent (or "*") -> a learner class, spec, or run.json entry; an agent without one keeps the state."""
+    if spec.state is None:
+        return spec
+
+    def reads_state(agent: str) -> bool:
+        learner = learners.get(agent, learners.get("*"))
+        if learner is None:
+            return True
+        cls: type[Learner] = learner if isinstance(learner, type) else resolve_learner(_learner_spec(learner),
+                                                                                      agent)[0]
+        return not cls.acts_on_observation
+
+    return spec.with_state(narrowed(spec.state, [a for a in spec.state.agents if reads_state(a)]))
+
+
+def run_env(run_dir: str | Path, split: str | None = None, stage: int | None = None) -> EnvSpec:
+    """The env a run directory's policies act in (`acting_env` of its run.json's env and learners); for a run on
+    an env set, its `split` at curriculum `stage` (`run_env_spec`)."""
+    info = RunDirectory(run_dir, create=False).read_json("run.json")
+    if info.get("env") is None and info.get("env_set") is None:
+        raise ConfigError(f"{run_dir}: the env was given as a factory; evaluate it from Python with `play`")
+    return acting_env(run_env_spec(info, split, stage), info.get("learners") or {})
+
+
 def load_run_policies(run_dir: str | Path) -> dict[str, tuple[Any, AgentLayout]]:
-    """Greedy policies of every agent with a checkpoint (its own, or its agent group's) in a run directory; the
-    members of a group with the same spaces share one policy object."""
+    """Greedy policies of every agent with a checkpoint (its own, or its agent group's) in a run directory, built
+    for the env they act in (`run_env`: a mappo policy for the agent's observation alone); the members of a group
+    with the same spaces share one policy object."""
 
     rd = RunDirectory(run_dir, create=False)
     info = rd.read_json("run.json")
-    if info.get("env") is None and info.get("env_set") is None:
-        raise ConfigError(f"{run_dir}: the env was given as a factory; evaluate it from Python with `play`")
-    env = run_env_spec(info).make()
+    env = run_env(run_dir).make()
     try:
         layouts = env_layouts(env, probe_info_masks(env))
     finally:
@@ -225,12 +252,6 @@ def load_run_policies(run_dir: str | Path) -> dict[str, tuple[Any, AgentLayout]]
     if not policies:
         raise ConfigError(f"{run_dir} holds no checkpoints to evaluate")
     return policies
-
-
-def reads_state(layout: AgentLayout) -> bool:
-    """Whether observations of this layout carry the global state beside the agent's own (core/global_state.py)."""
-    return any(leaf.path[:1] == (STATE_KEY,) for leaf in layout.obs_leaves) and any(
-        leaf.path[:1] == (OBSERVATION_KEY,) for leaf in layout.obs_leaves)
 
 
 def player_name(spec: Any) -> str:
@@ -335,12 +356,13 @@ def score_units(env_spec: Any, seated: dict[str, tuple[Any, AgentLayout]] | str,
     equally by the units, each playing its games until its share is spent (at least one round: fewer than
     `episodes` where games are long). `policy` labels the results ("trained", "untrained", "random")."""
     spec = EnvSpec.of(env_spec) if not isinstance(env_spec, EnvSpec) else env_spec
-    if isinstance(seated, dict):
-        reading = sorted(a for a, (_p, layout) in seated.items() if reads_state(layout))
-        if reading and (spec.state is None or not set(reading) <= set(spec.state.agents)):
-            raise ConfigError(f"the policies of {reading} read the env's global state beside their observation; "
-                              f"evaluate them on the run's env (EnvSpec.of_run(run.json), or "
-                              f"spec.with_state(StateRequest(...)))")
+    given = [p for p in (seated, opponents) if isinstance(p, dict)]
+    reading = sorted({a for policies in given for a, (_p, layout) in policies.items() if carries_state(layout)})
+    if reading and (spec.state is None or not set(reading) <= set(spec.state.agents)):
+        raise ConfigError(f"the policies of {reading} read the env's global state beside their observation; "
+                          f"evaluate them on the run's env (EnvSpec.of_run(run.json), or "
+                          f"spec.with_state(StateRequest(...)))")
+    spec = spec.with_state(narrowed(spec.state, reading))  # the others act on what they observe, without it
     probe = spec.make()
     try:
         agents = list(probe.possible_agents)
@@ -400,16 +422,19 @@ def fresh_policies(env_spec: Any, learners: Any, seed: int = 12345,
 
     spec = EnvSpec.of(env_spec) if not isinstance(env_spec, EnvSpec) else env_spec
     per_agent = learners if isinstance(learners, dict) else {"*": learners}
-    if spec.state is None:  # learners whose critic reads the global state see it beside their observation
+    if spec.state is None:  # policies that read the global state see it beside their observation
         probe = spec.make()
         resolved = {}
         for agent in probe.possible_agents:
             learner = per_agent.get(agent, per_agent.get("*"))
             if learner is not None:
                 cls, options = resolve_learner(_learner_spec(learner), agent)
-                resolved[agent] = (cls, cls.validate_config(agent, options))
+                if not cls.acts_on_observation:
+                    resolved[agent] = (cls, cls.validate_config(agent, options))
         probe.close()
         spec = spec.with_state(state_request(resolved, spec.name))
+    else:
+        spec = acting_env(spec, per_agent)
     probe = spec.make()
     try:
         layouts = env_layouts(probe, probe_info_masks(probe, seed=seed))
@@ -428,7 +453,8 @@ def fresh_policies(env_spec: Any, learners: Any, seed: int = 12345,
         cls, options = resolve_learner(_learner_spec(learner), agent)
         if not cls.learns:
             continue
-        cls.check_spaces(layout)
+        if carries_state(layout) or not cls.acts_on_observation:  # else only its policy is built, for this layout
+            cls.check_spaces(layout)
         options = cls.validate_config(agent, options)
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(seed + 1009 * (index + 1))

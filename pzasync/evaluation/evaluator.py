@@ -28,11 +28,13 @@ from dataclasses import dataclass, replace
 from multiprocessing.connection import Connection
 from typing import Any
 
+from pzasync.core.environments import EnvSpec
+from pzasync.core.spaces import AgentLayout, env_layouts, probe_info_masks
 from pzasync.errors import ConfigError, report_unclean_exit
-from pzasync.evaluation.evaluate import load_run_policies, score_units
+from pzasync.evaluation.evaluate import acting_env, load_run_policies, score_units
 from pzasync.evaluation.exploitability import applies_to, leduc_exploitability
 from pzasync.evaluation.scoring import choose_scoring, units_for
-from pzasync.learners import resolve_learner, vector_to_policy
+from pzasync.learners import Learner, resolve_learner, vector_to_policy
 from pzasync.logs import logger
 from pzasync.runtime.processes import process_context, runner_is_gone
 from pzasync.runtime.rundir import draw_returns, pyplot, returns_units
@@ -62,6 +64,22 @@ class EvaluatorSetup:
     env_api: str = "auto"
 
 
+def acting_layouts(setup: EvaluatorSetup, classes: dict[str, type[Learner]]) -> tuple[EnvSpec, dict[str, AgentLayout]]:
+    """The env the seats' policies are scored in and each seat's layout in it: the run's, less the global state
+    beside the observations of agents whose policy acts on their own (`acting_env`: mappo's)."""
+    layouts = {agent: seat[3] for agent, seat in setup.seats.items()}
+    spec = acting_env(setup.env_spec, classes)
+    if spec.state == setup.env_spec.state:
+        return spec, layouts
+    probe = spec.make()
+    try:
+        own = env_layouts(probe, probe_info_masks(probe, seed=setup.seed))
+    finally:
+        probe.close()
+    kept = set(spec.state.agents) if spec.state is not None else set()
+    return spec, {agent: layout if agent in kept else own[agent] for agent, layout in layouts.items()}
+
+
 def evaluator_main(setup: EvaluatorSetup, rows: Any, stop: Any) -> None:
     """Body of the evaluator process: score the newest policies every `every_s` until told to stop.
 
@@ -80,13 +98,15 @@ def evaluator_main(setup: EvaluatorSetup, rows: Any, stop: Any) -> None:
         policies: dict[str, tuple[Any, Any]] = {}
         vectors: dict[str, Any] = {}
         built: dict[str, tuple[Any, Any]] = {}  # per learning unit: members with the same spaces share a policy
-        for agent, (unit, path, options, layout, slot) in setup.seats.items():
+        classes = {agent: resolve_learner(path, agent)[0] for agent, (_u, path, _o, _l, _s) in setup.seats.items()}
+        spec, layouts = acting_layouts(setup, classes)
+        for agent, (unit, _path, options, _layout, slot) in setup.seats.items():
+            layout = layouts[agent]
             first = built.get(unit)
             if first is not None and replace(first[1], agent=agent) == layout:
                 policies[agent] = (first[0], layout)
             else:
-                cls, _ = resolve_learner(path, agent)
-                policy = cls.build_policy(layout, options)
+                policy = classes[agent].build_policy(layout, options)
                 policy.eval()
                 policies[agent] = built[unit] = (policy, layout)
             if unit not in vectors:
@@ -94,8 +114,8 @@ def evaluator_main(setup: EvaluatorSetup, rows: Any, stop: Any) -> None:
         opponents: Any = setup.yardstick
         if os.path.isdir(setup.yardstick):
             opponents = load_run_policies(setup.yardstick)
-        scoring, _why = choose_scoring(setup.env_spec, setup.scoring)
-        probe = setup.env_spec.make()
+        scoring, _why = choose_scoring(spec, setup.scoring)
+        probe = spec.make()
         agents = list(probe.possible_agents)
         probe.close()
         units = units_for(scoring, agents, list(policies))

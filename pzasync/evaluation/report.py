@@ -23,11 +23,17 @@ from pathlib import Path
 from typing import Any, Callable
 
 from pzasync.core.environments import EnvSpec, choose_env_api
-from pzasync.core.envset_env import run_env_spec
 from pzasync.core.groups import resolve_groups
 from pzasync.errors import ConfigError
 from pzasync.evaluation.episodes import ACTING_MODES, eval_copies
-from pzasync.evaluation.evaluate import EvalResult, fresh_policies, load_run_policies, player_name, score_units
+from pzasync.evaluation.evaluate import (
+    EvalResult,
+    fresh_policies,
+    load_run_policies,
+    player_name,
+    run_env,
+    score_units,
+)
 from pzasync.evaluation.scoring import choose_scoring, units_for
 from pzasync.recipes import env_api_for
 from pzasync.runtime.rundir import RunDirectory
@@ -151,7 +157,7 @@ def evaluate(run_dir_or_policies: str | Path | dict[str, tuple[Any, Any]], env: 
         info = RunDirectory(run_dir, create=False).read_json("run.json")
         policies = load_run_policies(run_dir)
         if env is None:
-            env = run_env_spec(info, _split_of(info, split), _stage_reached(run_dir))
+            env = run_env(run_dir, _split_of(info, split), _stage_reached(run_dir))  # mappo acts without the state
         if learners is None:
             learners = info.get("learners")
         config = info.get("config", {})

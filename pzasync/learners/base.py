@@ -55,6 +55,12 @@ class Policy(torch.nn.Module):
         policy can face, such as leduc's exploitability (`pzasync.evaluation.exploitability`)."""
         raise NotImplementedError(f"{type(self).__name__} does not give its action probabilities")
 
+    def acting_module(self) -> torch.nn.Module:
+        """This policy's acting (greedy and sampled) as one plain torch module that `pzasync export` writes to a
+        file acting with torch alone: `learners.acting.ActingModule`'s calling convention. A policy that does not
+        give one cannot be exported."""
+        raise NotImplementedError(f"{type(self).__name__} does not give an acting module (Policy.acting_module)")
+
     def parameter_device(self) -> torch.device:
         """Where the parameters live (the CPU without any): where `act` puts its inputs."""
         return next((t.device for t in self.parameters()), torch.device("cpu"))
@@ -122,6 +128,7 @@ class Learner(ABC):
       - `on_policy`: fed every transition once, in order, in chunks (True), or random samples (False).
       - `extras`: per-transition fields the policy's `act` returns, name -> numpy dtype string.
       - `learns`: False for players that never update (no learner process is started).
+      - `acts_on_observation`: its policy needs no global state to act, where its learner reads one.
       - `Options`: its options class (learners/options.py), each option declared once with its default, doc
         and `Check`; or, the older form, `defaults` (every option with its default) and `schema` (`Option`
         rules for their values), from which the class is made.
@@ -136,6 +143,11 @@ class Learner(ABC):
     #: Whether the learner learns only from recorded transitions (`RunConfig.dataset`), so that a run without
     #: any for its agents is refused (`bc`).
     needs_dataset: ClassVar[bool] = False
+    #: Whether its policy acts on the agent's own observation alone where the learner reads the global state
+    #: (`state_source`), as mappo's does: then `build_policy` also takes the layout of the env without the state,
+    #: and evaluation and export build it so (acting needs only what the agent observes). False (the default):
+    #: its policy is built for the layout with the state beside the observation, and acts on both.
+    acts_on_observation: ClassVar[bool] = False
     extras: ClassVar[dict[str, str]] = {}
     #: The options this learner accepts (a `LearnerOptions` dataclass); anything else is refused up front.
     Options: ClassVar[type[LearnerOptions]] = LearnerOptions

@@ -27,6 +27,7 @@ from torch import nn
 from pzasync.config.declare import option
 from pzasync.core.spaces import AgentLayout
 from pzasync.errors import ConfigError, UnsupportedSpaceError
+from pzasync.learners.acting import ActingModule
 from pzasync.learners.base import Batch, Learner, LearnerContext, Policy, trajectory_ids
 from pzasync.learners.by_hand import ManualNet
 from pzasync.learners.networks import (
@@ -233,6 +234,11 @@ class QNetwork(Policy):
             else None
         self.__dict__["_by_hand"] = net
         return net
+
+    def acting_module(self) -> ActingModule:
+        """Greedy: the argmax of the masked Q-values (through the modules, not by hand); sampled: epsilon-greedy
+        over the legal actions at the final exploration rate, `epsilon_end`."""
+        return ActingModule(self.layout, self.encoder, self.head, "q", epsilon=self.eps_end)
 
     def act_seeded(self, obs: dict[str, np.ndarray], mask: np.ndarray | None, seeds: Sequence[int],
                    memory: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray | None]:

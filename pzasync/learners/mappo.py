@@ -2,17 +2,18 @@
 the agent's own observation.
 
 The learner asks the run for the global state (`state_source`: core/global_state.py), so its agents observe
-`{"observation": ..., "state": ...}`. The policy that acts (published to the actor, the league, the evaluator)
-encodes only the "observation" leaves; the critic, kept by the learner and saved in its checkpoints, encodes
-the "state" leaves, optionally with the agent's one-hot index in its agent group (`agent_id`, so one shared
-critic can tell the members apart) and its own observation (`critic_obs`). With `value_norm` the critic
-predicts returns standardised by their running mean and variance (as the MAPPO paper's value normalisation
-does), so a value head need not chase the scale of team returns. Everything else (clipped objective,
+`{"observation": ..., "state": ...}`. The policy that acts (published to the actor and the league) encodes only the
+"observation" leaves; outside training (the evaluator, `pzasync eval`, `pzasync export`) it is built for the env
+without the state (`acts_on_observation`), so acting never needs `env.state()`. The critic, kept by the learner and
+saved in its checkpoints, encodes the "state" leaves, optionally with the agent's one-hot index in its agent group
+(`agent_id`, so one shared critic can tell the members apart) and its own observation (`critic_obs`). With
+`value_norm` the critic predicts returns standardised by their running mean and variance (as the MAPPO paper's value
+normalisation does), so a value head need not chase the scale of team returns. Everything else (clipped objective,
 GAE per track, masks, Discrete and Box actions, a recurrent policy with `memory="gru"`) is PPO's (ppo.py). The
-critic is feed-forward by default: it reads the env's state, which (unlike one agent's observation) is meant to
-be Markov. Where it is not (the "concat" fallback of partially observed agents, a state function that drops
-history), `critic_memory=True` gives the critic a GRU of its own, trained on the recurrent policy's sequences
-from a memory the learner carries per track (`critic_memory_pass`).
+critic is feed-forward by default: it reads the env's state, which (unlike one agent's observation) is meant to be
+Markov. Where it is not (the "concat" fallback of partially observed agents, a state function that drops history),
+`critic_memory=True` gives the critic a GRU of its own, trained on the recurrent policy's sequences from a memory
+the learner carries per track (`critic_memory_pass`).
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ import torch
 from torch import nn
 
 from pzasync.config.declare import option
-from pzasync.core.global_state import OBSERVATION_KEY, STATE_KEY
+from pzasync.core.global_state import OBSERVATION_KEY, STATE_KEY, carries_state
 from pzasync.core.spaces import AgentLayout
 from pzasync.errors import ConfigError, UnsupportedSpaceError
 from pzasync.learners.base import Batch, LearnerContext, trajectory_ids
@@ -133,6 +134,7 @@ class MAPPOLearner(PPOLearner):
     `agent_id`, `critic_obs`, `critic_hidden`, `value_norm` and `critic_memory` (docs/learners.md, "mappo")."""
 
     extras = {"log_prob": "float32"}
+    acts_on_observation = True
     Options = MAPPOOptions
     config: MAPPOOptions
 
@@ -154,8 +156,7 @@ class MAPPOLearner(PPOLearner):
     @classmethod
     def check_spaces(cls, layout: AgentLayout) -> None:
         super().check_spaces(layout)
-        heads = {leaf.path[:1] for leaf in layout.obs_leaves}
-        if (STATE_KEY,) not in heads or (OBSERVATION_KEY,) not in heads:
+        if not carries_state(layout):
             raise UnsupportedSpaceError(
                 f"agent {layout.agent!r}: mappo's critic reads the global state, but this agent's observations "
                 f"({layout.obs_space}) do not carry it beside the observation; build the env through a run "
@@ -163,7 +164,11 @@ class MAPPOLearner(PPOLearner):
 
     @classmethod
     def build_policy(cls, layout: AgentLayout, config: Mapping[str, Any]) -> ActorCritic:
-        return ActorCritic(layout, cls.checked(layout.agent, config), observation_key=OBSERVATION_KEY, value_head=False)
+        """The policy over the agent's own observation: the "observation" leaves where the layout carries the state
+        beside it (training), the whole observation where it does not (the env without the state: evaluation,
+        export). Both have the same parameters, so one checkpoint or policy vector fits either."""
+        own = OBSERVATION_KEY if carries_state(layout) else None
+        return ActorCritic(layout, cls.checked(layout.agent, config), observation_key=own, value_head=False)
 
     def _member(self, batch: Batch) -> torch.Tensor | None:
         if not self.critic.members:

@@ -22,6 +22,7 @@ from torch import nn
 from pzasync.config.declare import option
 from pzasync.core.spaces import AgentLayout
 from pzasync.errors import UnsupportedSpaceError
+from pzasync.learners.acting import ActingModule
 from pzasync.learners.base import Batch, Learner, LearnerContext, Policy, trajectory_ids
 from pzasync.learners.networks import ACTIVATIONS, TORSOS, Encoder, masked_logits, mlp, obs_tensors
 from pzasync.learners.options import LearnerOptions, Option
@@ -140,6 +141,13 @@ class ActorCritic(Policy):
             features = self._heads_input(obs, memory)
             action, _ = self._sample(features, mask, True, generators)
             return action, None if memory is None else features.cpu().numpy()
+
+    def acting_module(self) -> ActingModule:
+        """The encoder, the GRU core (with memory) and the policy head; greedy: the most likely legal action (a
+        Box's mean), sampled: a draw from the masked categorical (or the Gaussian)."""
+        if self.discrete:
+            return ActingModule(self.layout, self.encoder, self.pi, "categorical", core=self.core)
+        return ActingModule(self.layout, self.encoder, self.pi, "gaussian", core=self.core, log_std=self.log_std)
 
     def action_probabilities(self, obs: dict[str, np.ndarray], mask: np.ndarray | None) -> np.ndarray:
         """The softmax of the legal actions' logits (a discrete policy's; a recurrent one's at its episode's start)."""
