@@ -92,6 +92,11 @@ class _Runner:
         self.plan = RunPlan(env, learners, self.config, placement=self.placement)
         self.config = self.plan.config  # with any "auto" option resolved (autotune.autotune)
         self.resume_dir: RunDirectory | None = None
+        #: Keep the run's trackers open after a run that finishes (the trainer logs its final evaluation to them,
+        #: then calls `close_trackers`); a run that fails or is stopped closes them whatever this says.
+        self.hold_trackers = False
+        #: The run directory of the current (or last) run, None without one.
+        self.run_directory: RunDirectory | None = None
         self._resumed_steps: dict[str, int] = {}
         self._resumed_updates: dict[str, int] = {}
         #: The actor and learner host of the current (or last) run; `actor.total_steps` can be read from another
@@ -329,11 +334,16 @@ class _Runner:
         if self.monitor is not None:
             self.monitor.request_stop(signal_reason(signum))
 
+    def close_trackers(self, status: str = FINISHED) -> None:
+        """Close the last run's trackers (`hold_trackers` kept them open): `status` says how it all ended."""
+        if self.run_directory is not None:
+            self.run_directory.close(status)
+
     def _run(self, agent_steps: int | None, seconds: float | None) -> RunResult:
         """Make the run directory and open its trackers, run, and close the trackers however the run ends:
-        FINISHED, KILLED (a stop signal, Ctrl-C) or FAILED (an exception)."""
+        FINISHED (unless `hold_trackers`), KILLED (a stop signal, Ctrl-C) or FAILED (an exception)."""
         start = time.monotonic()
-        run_dir = self._run_dir()
+        run_dir = self.run_directory = self._run_dir()
         if run_dir is None:
             return self._run_parts(run_dir, start, agent_steps, seconds)
         status = FAILED
@@ -346,7 +356,8 @@ class _Runner:
             status = KILLED
             raise
         finally:
-            run_dir.close(status)
+            if status != FINISHED or not self.hold_trackers:
+                run_dir.close(status)
 
     def _run_parts(self, run_dir: RunDirectory | None, start: float, agent_steps: int | None,
                    seconds: float | None) -> RunResult:

@@ -233,6 +233,38 @@ def test_a_run_closes_its_trackers_however_it_ends(tmp_path, monkeypatch):
     assert RecordingTracker.opened[2].closed == [KILLED]
 
 
+@pytest.mark.slow
+def test_the_final_evaluation_goes_to_the_run_directory_and_the_trackers_before_they_close(tmp_path, monkeypatch):
+    from pzasync.training import Trainer
+    from pzasync.training.trainer import FINAL_EVALUATION_FILE
+
+    result = pzasync.train(TTT, steps=300, runner="sequential", final_episodes=4, learner="dqn",
+                           options={"out_dir": str(tmp_path), "tracker": RECORDING, "eval_every_s": 0})
+    (recording,) = RecordingTracker.opened
+    assert recording.closed == [FINISHED], "closed once, after the final evaluation"
+    final = [(step, metrics) for unit, step, metrics in recording.metrics if unit == "final"]
+    assert len(final) == 1 and final[0][0] == result.run.agent_steps
+    scores = final[0][1]
+    yardstick = result.evaluation.results[0].opponent
+    assert {r.opponent for r in result.evaluation.results} == {yardstick, "random"}
+    for r in result.evaluation.results:  # tictactoe's returns are game results: win rates
+        assert scores[f"{r.agent}/{r.policy}/win_rate" + ("" if r.opponent == yardstick else "_vs_random")] \
+            == r.win_rate
+    assert len(scores) == len(result.evaluation.results)
+    written = json.loads((Path(result.run.run_dir) / FINAL_EVALUATION_FILE).read_text())
+    assert written == json.loads(json.dumps(result.evaluation.to_json()))
+    assert FINAL_EVALUATION_FILE in {p.name for p in recording.files}
+
+    def broken(*_, **__):
+        raise RuntimeError("the evaluation broke")
+
+    monkeypatch.setattr(Trainer, "final_evaluation", broken)
+    with pytest.raises(RuntimeError, match="the evaluation broke"):
+        pzasync.train(TTT, steps=300, runner="sequential", final_episodes=4, learner="dqn",
+                      options={"out_dir": str(tmp_path), "tracker": RECORDING, "eval_every_s": 0})
+    assert RecordingTracker.opened[1].closed == [FAILED], "a final evaluation that fails closes them as failed"
+
+
 def test_parameters_flatten_for_trackers_whose_parameters_are_flat():
     assert flat_params({"config": {"seed": 0, "devices": {}}, "learners": {"p": {"options": {"lr": 0.1}}}}) == {
         "config.seed": 0, "config.devices": {}, "learners.p.options.lr": 0.1}

@@ -23,6 +23,7 @@ from pzasync.recipes import DEFAULT_RECIPE, SELF_PLAY
 from pzasync.runtime.stop_signals import StopSignals
 from pzasync.runtime.stop_signals import exit_code as signal_exit_code
 from pzasync.runtime.stop_signals import reason as signal_reason
+from pzasync.runtime.trackers import FAILED, FINISHED, KILLED
 
 #: The defaults --help shows where `pzasync train`'s differ from RunConfig's: its own, and the recipe's.
 TRAIN_DEFAULTS = {
@@ -152,7 +153,7 @@ def _train(env_id: str | None, *, config_file: str | None, print_config: bool, l
         console.print(line, highlight=False)
     run = trainer.runner
     try:
-        result = trainer.train()
+        result = trainer.train(hold_trackers=True)  # open for the final evaluation: `finish` below closes them
     except Exception as exc:
         if run.stop_signal is None:
             raise
@@ -166,13 +167,20 @@ def _train(env_id: str | None, *, config_file: str | None, print_config: bool, l
                       + (f"; score the checkpoints with `pzasync eval {result.run_dir}`" if result.run_dir else ""),
                       highlight=False)
         sys.exit(signal_exit_code(run.stop_signal))
-    report = None
-    episodes = trainer.final_episodes_for(result) if result.run_dir and trainer.learned else 0
-    if episodes:
-        with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), console=console,
-                      transient=True) as progress:
-            task = progress.add_task(f"evaluating: {episodes} games per scored unit", total=None)
-            report = trainer.final_evaluation(result, episodes, progress=lambda label: progress.advance(task))
+    report, status = None, FAILED
+    try:
+        episodes = trainer.final_episodes_for(result) if result.run_dir and trainer.learned else 0
+        if episodes:
+            with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), console=console,
+                          transient=True) as progress:
+                task = progress.add_task(f"evaluating: {episodes} games per scored unit", total=None)
+                report = trainer.final_evaluation(result, episodes, progress=lambda label: progress.advance(task))
+        status = FINISHED
+    except KeyboardInterrupt:
+        status = KILLED
+        raise
+    finally:
+        trainer.finish(report, status)
     _print_summary(result, report, yardstick)
     if episodes:
         _print_exploitability(trainer.exploitability(result), result.run_dir)

@@ -19,6 +19,7 @@ from pzasync.extras import install_line, missing
 from pzasync.logs import logger
 from pzasync.recipes import TRAIN_ENV, recipe_for
 from pzasync.runners import AsyncRunner, SequentialRunner
+from pzasync.runtime.trackers import FAILED, FINISHED, KILLED
 from pzasync.training import learner_file
 from pzasync.training.choices import TrainChoices, train_choices
 
@@ -28,6 +29,8 @@ FINAL_EPISODES, FINAL_SHARE = 400, 0.25
 #: The final evaluation's seed, after the run's own.
 FINAL_SEED_OFFSET = 777
 RUNNERS = {"async": AsyncRunner, "sequential": SequentialRunner}
+#: The final evaluation in the run directory (`Trainer.finish`): `pzasync eval --json`'s document.
+FINAL_EVALUATION_FILE = "final_evaluation.json"
 #: What the final evaluation's games are counted per, by scoring mode (its note: "40 games per team and policy").
 GAMES_PER = {"seats": "seat and opponent", "team": "team and policy", "sides": "side and policy"}
 #: The run options `train` takes as keywords (RunConfig's fields; `dataset` is also an argument of `Trainer`, to
@@ -182,11 +185,30 @@ class Trainer:
                if plan.dataset is not None else ""))
         return [line] + [f"  {option}=auto: {choice}" for option, choice in plan.auto.items()]
 
-    def train(self) -> Any:
+    def train(self, hold_trackers: bool = False) -> Any:
         """Train (building the runner first if `build` was not called); the `RunResult`. A SIGINT or SIGTERM
-        stops the run gracefully (`runner.stop_signal` says which)."""
+        stops the run gracefully (`runner.stop_signal` says which). `hold_trackers`: a run that finishes keeps its
+        experiment trackers open for the final evaluation, and `finish` closes them."""
         runner = self.runner or self.build()
+        runner.hold_trackers = hold_trackers
         return runner.run(agent_steps=self.steps, seconds=self.minutes * 60 if self.minutes is not None else None)
+
+    def finish(self, evaluation: Any = None, status: str = FINISHED) -> None:
+        """After `train(hold_trackers=True)`: the final evaluation (when there is one) into the run directory as
+        final_evaluation.json (`pzasync eval --json`'s document) and into the run's trackers, its scores as
+        `final/UNIT/POLICY/win_rate` (or `mean_return`, `_vs_OPPONENT` against any other than the first) at the
+        run's agent steps; then the trackers are closed (`status`: how it ended)."""
+        runner = self.runner
+        run_dir = runner.run_directory if runner is not None else None
+        try:
+            if evaluation is not None and run_dir is not None:
+                run_dir.write_json(FINAL_EVALUATION_FILE, evaluation.to_json())
+                run_dir.tracker.log_metrics("final", runner.actor.total_steps if runner.actor is not None else 0,
+                                            final_scores(evaluation))
+                run_dir.tracker.log_file(run_dir.path / FINAL_EVALUATION_FILE)
+        finally:
+            if runner is not None:
+                runner.close_trackers(status)
 
     @property
     def learned(self) -> bool:
@@ -270,15 +292,22 @@ class Trainer:
 
     def run(self, progress: Callable[[str], None] | None = None) -> TrainResult:
         """Train, then score: the final evaluation (unless skipped, stopped, or nothing learns) and, on leduc, the
-        exact exploitability."""
-        result = self.train()
+        exact exploitability; the final evaluation goes to the run directory and its trackers too (`finish`)."""
+        result = self.train(hold_trackers=True)
         out = TrainResult(result, notes=self.notes, stop_signal=self.runner.stop_signal)
-        if out.stop_signal is not None or not result.run_dir or not self.learned:
-            return out
-        episodes = self.final_episodes_for(result)
-        if episodes:
-            out.evaluation = self.final_evaluation(result, episodes, progress)
-            out.exploitability = self.exploitability(result)
+        status = FAILED
+        try:
+            if out.stop_signal is None and result.run_dir and self.learned:
+                episodes = self.final_episodes_for(result)
+                if episodes:
+                    out.evaluation = self.final_evaluation(result, episodes, progress)
+                    out.exploitability = self.exploitability(result)
+            status = FINISHED
+        except KeyboardInterrupt:
+            status = KILLED
+            raise
+        finally:
+            self.finish(out.evaluation if status == FINISHED else None, status)
         return out
 
 
@@ -341,3 +370,15 @@ def _check_runner(runner: str, config: RunConfig) -> None:
     if config.learner_processes is not None and (runner != "async" or config.backend != "shm"):
         raise UserInputError("--learner-processes: learner host processes are the async runner's on shared "
                              "memory; drop it with --runner sequential or --backend ray")
+
+
+def final_scores(evaluation: Any) -> dict[str, float]:
+    """A final evaluation's scores as tracker scalars: UNIT/POLICY/win_rate where games are won or lost, else
+    UNIT/POLICY/mean_return, with `_vs_OPPONENT` for every opponent but the first (the yardstick)."""
+    first = evaluation.results[0].opponent if evaluation.results else None
+    scores: dict[str, float] = {}
+    for r in evaluation.results:
+        suffix = "" if r.opponent == first else f"_vs_{r.opponent}"
+        name, value = ("win_rate", r.win_rate) if r.outcomes else ("mean_return", r.mean)
+        scores[f"{r.agent}/{r.policy}/{name}{suffix}"] = float(value)
+    return scores
