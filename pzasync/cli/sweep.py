@@ -7,6 +7,7 @@ import time
 from typing import Any
 
 import click
+from rich import box
 from rich.console import Group
 from rich.live import Live
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -89,10 +90,10 @@ def _run(sweep_file: Any, out: str) -> None:
         columns, rows = table_rows(report)
         best = report.best
         title = "trials" + ("" if best is None else f" (best: trial {best.number}, {best.score:.4g})")
-        shown = Table(title=title, title_justify="left")
+        shown = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD)  # no rules between columns: 80 fit
         for column in columns:
-            shown.add_column(column, justify="left" if column in ("trial", "state") else "right", overflow="fold",
-                             no_wrap=column in ("trial", "state"))
+            shown.add_column(column, justify="left" if column in ("trial", "state", "options") else "right",
+                             overflow="fold", no_wrap=column != "options")
         for row in rows[-last:] if last else rows:
             shown.add_row(*row)
         return shown

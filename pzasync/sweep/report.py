@@ -121,20 +121,27 @@ def write_all(report: Any) -> dict[str, str | None]:
 
 
 def table_rows(report: Any) -> tuple[list[str], list[list[str]]]:
-    """The table of trials: number, state, each searched option, the latest evaluation round's score, the final
-    score, seconds; the best trial's number marked with '*', the baseline's with '(base)'."""
+    """The table of trials: number, state, the final score, the latest evaluation round's score, its time, and the
+    searched options as `name=value` pairs (one cell, wrapped between pairs, so that the table fits 80 columns
+    without cutting a value); the best trial's number marked with '*', the baseline's with '(base)'."""
     keys = [p.key for p in report.file.space]
+    names = short_names(keys)
     best = report.best
     rows = []
     for t in report.trials:
         mark = ("*" if best is not None and t.number == best.number else "") + (" (base)" if t.baseline else "")
-        cells = [f"{t.number}{mark}", t.state]
-        cells += [_value(t.params.get(key)) for key in keys]
-        cells += ["-" if t.last_round_score is None else f"{t.last_round_score:.4g} (r{t.rounds[-1]['round']})",
-                  "-" if t.score is None else f"{t.score:.4g}", "-" if t.seconds is None else f"{t.seconds:.0f}"]
-        rows.append(cells)
-    return ["trial", "state", *keys, "last round", report.settings.metric, "seconds"], rows
+        rows.append([f"{t.number}{mark}", t.state, "-" if t.score is None else f"{t.score:.4g}",
+                     "-" if t.last_round_score is None else f"{t.last_round_score:.4g} (r{t.rounds[-1]['round']})",
+                     "-" if t.seconds is None else f"{t.seconds:.0f} s",
+                     "  ".join(f"{name}={_value(t.params.get(key))}" for name, key in zip(names, keys))])
+    return ["trial", "state", report.settings.metric, "last round", "time", "options"], rows
+
+
+def short_names(keys: list[str]) -> list[str]:
+    """Searched options by their option name (`learners.dqn.lr` -> `lr`), the whole key where two keys share one."""
+    names = [key.rsplit(".", 1)[-1] for key in keys]
+    return [name if names.count(name) == 1 else key for name, key in zip(names, keys)]
 
 
 def _value(value: Any) -> str:
-    return f"{value:.4g}" if isinstance(value, float) else "-" if value is None else str(value)
+    return f"{value:.3g}" if isinstance(value, float) else "-" if value is None else str(value)
