@@ -91,6 +91,8 @@ class ActorDone:
     nonfinite: dict[str, int]
     cpu_seconds: float
     peak_rss_mb: float
+    #: Its counter words at the end (`RunStats.actor_words` and `actor_agent` rows), for a pool that mirrors them.
+    counters: tuple[list, list] | None = None
 
 
 @dataclass
@@ -173,7 +175,8 @@ def actor_process_main(setup: ActorSetup, conn: Outbox) -> None:
             conn.send(list(episodes))
         cpu, rss = process_usage()
         conn.send(ActorDone(k, {a: x.count.written for a, x in acting.items()},
-                            {a: x.count.nonfinite for a, x in acting.items()}, cpu - cpu_at_start, rss))
+                            {a: x.count.nonfinite for a, x in acting.items()}, cpu - cpu_at_start, rss,
+                            (stats.actor_words[k].tolist(), stats.actor_agent[k].tolist())))
     except BaseException as exc:  # noqa: BLE001 - everything is reported to the runner, which decides
         if setup.orphaned():
             unlink_run(plan.run_id, setup.parent_pid)

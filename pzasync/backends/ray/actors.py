@@ -409,6 +409,13 @@ class RayActorPool(ActorPool):
                 stats.actor_words[k, S.ACTOR_BEAT] = now - int(status["silent_s"] * 1e9)
             stats.actor_agent[k] = np.asarray(status["agents"], np.int64)
 
+    def _final_counts(self, k: int, words: list, agents: list) -> None:
+        """An actor away from this node finished: its last counts, whatever its relay said last."""
+        stats = self.plan.counters()
+        stats.actor_words[k, S.AGENT_STEPS] = words[S.AGENT_STEPS]
+        stats.actor_words[k, S.EPISODES] = words[S.EPISODES]
+        stats.actor_agent[k] = np.asarray(agents, np.int64)
+
     def _send_policy(self, relay: _Relay, unit: str) -> bool:
         """The unit's newest version to the relay, if it lacks it and has none on its way (one put per version,
         shared by every relay)."""
@@ -468,6 +475,8 @@ class RayActorPool(ActorPool):
             return
         if isinstance(message, ActorDone):
             life.written = dict(message.written)
+            if life.transport == "object_store" and message.counters is not None:
+                self._final_counts(actor.index, *message.counters)
         if isinstance(message, (ActorDone, ActorFailed)):
             life.reported = True
         self.inbox.put((actor.index, message))
@@ -525,11 +534,18 @@ class RayActorPool(ActorPool):
             self.inbox.put((k, EnvCrashedError(f"{where} died and could not be restarted: {restart_error}")))
 
     def _relay_died(self, relay: _Relay, exc: BaseException) -> None:
-        """A node's relay is gone (its node removed): what its actors wrote and was not forwarded is lost."""
+        """A node's relay is gone (its node removed, or unreachable): what its actors wrote and was not forwarded
+        is lost, and its actors, which can no longer deliver anything, are killed and handled as dead."""
         relay.dead = True
+        self._kill(relay.actor)
         if relay.segments is not None:
             unlink_run(*relay.segments)  # on this machine only; elsewhere the next run there removes them
         logger.warning(f"the actors' relay on node {relay.node[:12]} is gone ({type(exc).__name__})")
+        for actor in list(self.actors.values()):
+            life = actor.life if actor.lives else None
+            if life is not None and not life.over and life.node == relay.node and life.transport == "object_store":
+                life.over = True
+                self._actor_died(actor, life, exc)
 
     # ------------------------------------------------------------------------------------------ runner's side
     def poll(self, monitor: Any) -> None:
@@ -682,8 +698,11 @@ class RayActorPool(ActorPool):
         for relay in [*self.relays.values(), *self.gone]:
             for k, status in relay.status.items():
                 total += status["dropped"].get(unit, 0)
-                if relay.dead:
-                    unforwarded = (status["written"].get(unit, 0) - status["dropped"].get(unit, 0)
+                if relay.dead:  # what its actors wrote there, as of their last word, and never came here
+                    seats = self.plan.units[unit].seats
+                    reported = sum(life.written.get(a, 0) for life in self.actors[k].lives
+                                   if life.node == relay.node for a in seats)
+                    unforwarded = (max(status["written"].get(unit, 0), reported) - status["dropped"].get(unit, 0)
                                    - relay.received.get((k, unit), 0))
                     total += max(0, unforwarded)
         return total
