@@ -232,7 +232,8 @@ class _Runner:
                 transitions_written=(acting.count.written if acting else 0) + (pool.written(agent) if pool else 0),
                 dataset_transitions=self.plan.dataset_rows.get(agent, 0),
                 transitions_dropped=(host.transitions_dropped(unit) if host is not None
-                                     else p.buffer.dropped if p.buffer is not None else 0),
+                                     else p.buffer.dropped if p.buffer is not None else 0)
+                + (pool.dropped(unit) if pool is not None else 0),
                 policy_lag_mean=report.get("lag_mean", 0.0), policy_lag_p95=report.get("lag_p95", 0.0),
                 learner_wait_s=stats.get(unit, S.LEARNER_WAIT_NS) / 1e9,
                 actor_wait_s=stats.get(unit, S.ACTOR_WAIT_NS) / 1e9,
@@ -257,6 +258,7 @@ class _Runner:
             shm_bytes=self.plan.shm_in_use, snapshots=monitor.snapshots,
             process_cpu_seconds=monitor.acting_cpu_seconds(), process_peak_rss_mb=process_usage()[1],
             actor_processes=pool.figures() if pool else [],
+            actor_nodes=pool.actor_figures() if pool else [],
             evaluations=list(monitor.evaluations),
             league=actor.league.summary() if actor is not None and actor.league is not None else None,
             env_set=monitor.env_set_summary(),
@@ -407,10 +409,10 @@ class _Runner:
         self.actor_pool = None
         if self.plan.actors == 1:
             return None
-        cfg = self.config
-        pool = self.actor_pool = ActorPool(self.plan, split_budget(agent_steps, self.plan.actors), host.paces_actor,
-                                           self._resumed_steps, cfg.process_timeout_s, cfg.heartbeat_timeout_s)
+        pool = self.actor_pool = host.actor_pool(self.plan, split_budget(agent_steps, self.plan.actors),
+                                                 self._resumed_steps)
         pool.start()
+        monitor.caption_extra = pool.display_line
         host_poll = host.poll  # the monitor's poll so far (`run`)
 
         def poll() -> None:

@@ -43,7 +43,7 @@ def config_of(text: str) -> RunConfig:
 def test_every_field_is_declared_once_in_exactly_one_group():
     names = [f.name for group in GROUPS for f in fields(group)]
     assert len(names) == len(set(names)), "a field declared in two groups"
-    assert sorted(names) == sorted(f.name for f in fields(RunConfig)) and len(names) == 52
+    assert sorted(names) == sorted(f.name for f in fields(RunConfig)) and len(names) == 55
     for f in [*fields(RunConfig), *fields(BenchSettings)]:
         spec = spec_of(f)
         assert spec.doc and spec.doc.endswith((".", ")")), f.name

@@ -198,8 +198,9 @@ class ActingOptions(OptionGroup):
         1, "Actor processes (docs/running.md, Several actors): the async runner runs this one actor in the "
            "calling process and actors - 1 more in spawned processes, each with its own `envs_per_actor` env "
            "copies (actor a's copy k gets seed + a * envs_per_actor + k) and its own buffer shard per learning "
-           "unit, so no buffer has two writers; learners read all shards. The sequential runner steps the same "
-           "actors * envs_per_actor copies in one actor. Not with a league or backend=\"ray\". \"auto\": one per "
+           "unit, so no buffer has two writers; learners read all shards. With backend=\"ray\" actors 1..M-1 are Ray "
+           "actors on any node (docs/distributed.md). The sequential runner steps the same "
+           "actors * envs_per_actor copies in one actor. Not with a league. \"auto\": one per "
            "usable core not taken by learner hosts or the evaluator (autotune.autotune).",
         Check(int, ge=1, also=(AUTO,)), metavar="N|auto")
     actor_device: str = option("cpu", "Torch device of the actor's policy copies (\"cpu\" or \"cuda[:N]\"): where "
@@ -407,6 +408,18 @@ class RayOptions(OptionGroup):
                                         "asks for.", Check(float, ge=0, what="a number of CPUs"), metavar="N")
     ray_chunk_rows: int = option(256, "backend=\"ray\", learners on another node: transitions per chunk sent to a "
                                       "learner.", COUNT, metavar="N")
+    ray_actor_pool_cpus: float = option(
+        1.0, "backend=\"ray\" with actors > 1: CPUs each of actors 1..M-1 asks for (each is a Ray actor).",
+        Check(float, ge=0, what="a number of CPUs"), metavar="N")
+    ray_actor_pool_resources: dict[str, float] = option(
+        {}, "backend=\"ray\" with actors > 1: custom Ray resources each of actors 1..M-1 asks for, e.g. "
+            "{\"actor_node\": 1} to place them on the nodes started with "
+            "`ray start --resources='{\"actor_node\": 8}'`.",
+        RESOURCES, metavar="NAME=AMOUNT", multiple=True,
+        parse=key_values("--ray-actor-pool-resources", "NAME=AMOUNT"))
+    ray_max_actor_restarts: int = option(
+        0, "backend=\"ray\" with actors > 1: times each of actors 1..M-1 is restarted after it (or its node) dies, "
+           "before the run stops with that actor's error.", Check(int, ge=0), metavar="N")
     ray_max_chunks_in_flight: int = option(
         8, "backend=\"ray\", learners on another node: chunks in flight per learner before the actor drops (and "
            "counts) new chunks instead of waiting.", COUNT, metavar="N")

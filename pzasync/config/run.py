@@ -51,9 +51,6 @@ class RunConfig(RunOptions, ActingOptions, LearningOptions, LeagueOptions, Evalu
             bad("env_workers", f"must be at most envs_per_actor={self.envs_per_actor}: each worker steps at least "
                                f"one env copy")
         if not isinstance(self.actors, str) and self.actors > 1:  # a number or AUTO, the one string allowed
-            if self.backend != "shm":
-                bad("actors", f"several actor processes write buffer shards in local shared memory; with "
-                              f"backend={self.backend!r} use actors=1")
             if self.league:
                 bad("actors", "a league keeps its snapshot pool and ratings in one actor; use actors=1 with a "
                               "league, or more envs_per_actor")

@@ -22,8 +22,7 @@ import os
 import time
 import traceback
 from dataclasses import dataclass
-from multiprocessing.connection import Connection
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from pzasync.errors import EnvCrashedError, PzasyncError, error_type_path, remote_error, report_unclean_exit
 from pzasync.logs import logger
@@ -56,6 +55,11 @@ class ActorSetup:
     parent_pid: int
     resumed_steps: dict[str, int] = dataclasses.field(default_factory=dict)
     send_every_s: float = 0.25
+    #: A restarted actor (backends/ray/actors.py): what its earlier lives counted, `{"total", "episodes",
+    #: "steps": {agent: n}}`, from which its counters go on (its budget is what they left).
+    carried: dict[str, Any] | None = None
+    #: Send `ActorProgress` with each batch of episodes (a Ray actor's pool counts what a dead actor wrote).
+    progress: bool = False
 
     def orphaned(self) -> bool:
         """Whether the runner's process is gone (this process was adopted by another)."""
@@ -70,6 +74,15 @@ class ActorReady:
 
 
 @dataclass
+class ActorProgress:
+    """An actor's transitions written so far, per agent (sent with its episodes): what a pool knows of an
+    actor that dies before its `ActorDone`."""
+
+    index: int
+    written: dict[str, int]
+
+
+@dataclass
 class ActorDone:
     """An actor's closing figures: transitions written and non-finite ones per agent, CPU and memory."""
 
@@ -78,6 +91,8 @@ class ActorDone:
     nonfinite: dict[str, int]
     cpu_seconds: float
     peak_rss_mb: float
+    #: Its counter words at the end (`RunStats.actor_words` and `actor_agent` rows), for a pool that mirrors them.
+    counters: tuple[list, list] | None = None
 
 
 @dataclass
@@ -88,9 +103,17 @@ class ActorFailed:
     traceback: str
 
 
-def actor_process_main(setup: ActorSetup, conn: Connection) -> None:
-    """Body of actor process `setup.index`: build, wait for the runner's go (a word of the run's counters), act
-    until its budget or the run's stop flag, then report."""
+class Outbox(Protocol):
+    """Where an actor sends its messages: a pipe's end (an actor process), or a queue in a Ray actor."""
+
+    def send(self, message: Any, /) -> None: ...
+
+    def close(self) -> None: ...
+
+
+def actor_process_main(setup: ActorSetup, conn: Outbox) -> None:
+    """Body of actor process `setup.index` (or of a Ray actor, backends/ray/sampling.py): build, wait for the
+    runner's go (a word of the run's counters), act until its budget or the run's stop flag, then report."""
     ignore_stop_signals()  # SIGTERM and Ctrl-C are the runner's; it stops us with the stop flag
 
     import torch
@@ -117,6 +140,8 @@ def actor_process_main(setup: ActorSetup, conn: Connection) -> None:
             if episodes:
                 conn.send(list(episodes))
                 episodes.clear()
+            if setup.progress:
+                conn.send(ActorProgress(k, {a: x.count.written for a, x in acting.items()}))
         return not stats.stop_requested
 
     actor = None
@@ -124,6 +149,8 @@ def actor_process_main(setup: ActorSetup, conn: Connection) -> None:
     try:
         acting = acting_agents(plan, k, setup.resumed_steps)
         actor = build_actor(plan, acting, stats, paced=setup.paced, actor=k)
+        if setup.carried is not None:
+            carry_on(actor, setup.carried)
         actor.prepare(seed=plan.config.seed + k * plan.envs_per_actor, on_episode=episodes.append)
         stats.beat()
         conn.send(ActorReady(k))
@@ -148,7 +175,8 @@ def actor_process_main(setup: ActorSetup, conn: Connection) -> None:
             conn.send(list(episodes))
         cpu, rss = process_usage()
         conn.send(ActorDone(k, {a: x.count.written for a, x in acting.items()},
-                            {a: x.count.nonfinite for a, x in acting.items()}, cpu - cpu_at_start, rss))
+                            {a: x.count.nonfinite for a, x in acting.items()}, cpu - cpu_at_start, rss,
+                            (stats.actor_words[k].tolist(), stats.actor_agent[k].tolist())))
     except BaseException as exc:  # noqa: BLE001 - everything is reported to the runner, which decides
         if setup.orphaned():
             unlink_run(plan.run_id, setup.parent_pid)
@@ -162,6 +190,17 @@ def actor_process_main(setup: ActorSetup, conn: Connection) -> None:
         if actor is not None:
             actor.close()
         conn.close()
+
+
+def carry_on(actor: Any, carried: dict[str, Any]) -> None:
+    """A restarted actor counts on from its earlier lives (`ActorSetup.carried`): the run's counters of its
+    actor index keep growing, and exploration schedules go on where they were."""
+    actor.total_steps = carried.get("total", 0)
+    actor.episodes = carried.get("episodes", 0)
+    for agent, a in actor.agents.items():
+        a.count.steps = carried.get("steps", {}).get(agent, 0)
+        a.count.offset = 0
+        a.policy.on_actor_steps(a.count.steps)
 
 
 class ActorPool:
@@ -240,6 +279,8 @@ class ActorPool:
             self.ready.add(k)
         elif isinstance(message, ActorDone):
             self.done[k] = message
+        elif isinstance(message, ActorProgress):
+            pass
         elif isinstance(message, ActorFailed):
             logger.error(f"actor {k} failed:\n{message.traceback}")
             self._fail(monitor, remote_error(EnvCrashedError, message.error_type, f"actor {k}: {message.message}",
@@ -306,6 +347,18 @@ class ActorPool:
 
     def written(self, agent: str) -> int:
         return sum(d.written.get(agent, 0) for d in self.done.values())
+
+    def dropped(self, unit: str) -> int:
+        """Transitions of `unit` lost on their way to its buffer shards (none here: actors write them directly)."""
+        return 0
+
+    def actor_figures(self) -> list[dict[str, Any]]:
+        """Per actor: where it ran and what it did (`RunResult.actor_nodes`); empty for local processes."""
+        return []
+
+    def display_line(self) -> str | None:
+        """A line under the live table about the actors (per node), or None."""
+        return None
 
     def nonfinite(self, agent: str) -> int:
         return sum(d.nonfinite.get(agent, 0) for d in self.done.values())

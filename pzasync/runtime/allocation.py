@@ -10,6 +10,8 @@ because the plan module imports this one.
 
 from __future__ import annotations
 
+import copy
+import dataclasses
 from typing import Any
 
 from pzasync.transport.buffer import SharedRingBuffer
@@ -140,6 +142,21 @@ def _create_shards(plan: Any, unit: Any, extras: dict[str, str], label: str) -> 
             shard.unlink()
         raise
     return shards
+
+
+def detached(plan: Any) -> Any:
+    """A copy of an allocated plan without its shared memory (no buffers, slots or counters), to `allocate`
+    again somewhere else: another node's copy of the run's memory (backends/ray/sampling.py)."""
+    clone = copy.copy(plan)
+    agents = {a: dataclasses.replace(p, buffer=None, slot=None) for a, p in plan.agents.items()}
+    clone.agents = agents
+    clone.units = {u: agents[u] if plan.agents.get(u) is p else dataclasses.replace(p, buffer=None, slot=None)
+                   for u, p in plan.units.items()}
+    clone.learning = [clone.units[p.agent] for p in plan.learning]
+    clone.stats = None
+    clone.shm_in_use = 0
+    clone.env_spec = plan.env_spec.with_stage(None)
+    return clone
 
 
 def release(plan: Any) -> None:

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any, Callable
 from pzasync.config import RunConfig
 from pzasync.errors import LearnerCrashedError, LearnerStartupError, learner_error, report_unclean_exit
 from pzasync.logs import logger
+from pzasync.runtime.actor_pool import ActorPool
 from pzasync.runtime.copies.wire import enlarge_pipe
 from pzasync.runtime.host_loop import MessagePipe, learner_host_process_main
 from pzasync.runtime.learner_loop import (
@@ -132,6 +133,13 @@ class LearnerHost:
 
     def _restart(self, unit: str) -> None:
         raise NotImplementedError
+
+    def actor_pool(self, plan: RunPlan, budgets: list[int | None], resumed_steps: dict[str, int]) -> ActorPool:
+        """Where actors 1..M-1 (RunConfig.actors) run: local actor processes (`ActorPool`) unless a backend
+        places them itself."""
+        cfg = self.config
+        return ActorPool(plan, budgets, self.paces_actor, resumed_steps, cfg.process_timeout_s,
+                         cfg.heartbeat_timeout_s)
 
     def transitions_dropped(self, unit: str) -> int:
         """Transitions of `unit` that its learner will never read (docs/shared-memory.md, invariant 3)."""

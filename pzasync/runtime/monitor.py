@@ -55,6 +55,8 @@ class RunMonitor:
         self._calls = 0
         self._next_poll = 0.0
         self._actor: Actor | None = None
+        #: A line about the actors under the live table (`ActorPool.display_line`), set by the runner.
+        self.caption_extra: Callable[[], str | None] | None = None
         self._acting_start = start
         self._acting_end: float | None = None
         self._cpu_at_acting_start = 0.0
@@ -294,7 +296,8 @@ class RunMonitor:
         live = self._live_stats()
         episodes = live.total_episodes if live is not None else 0
         table = Table(title=f"{steps:,} agent steps · {steps / elapsed:,.0f}/s · {episodes:,} episodes · "
-                            f"{time.monotonic() - self.start:,.0f}s", caption=self._env_set_caption())
+                            f"{time.monotonic() - self.start:,.0f}s",
+                      caption="\n".join(c for c in (self._env_set_caption(), self._extra_caption()) if c) or None)
         # A team's or side's row is every member's latest.
         latest_eval = {m: r for r in self.evaluations for m in r.get("members") or [r["agent"]]}
         columns = ["agent", "learner", f"return (last {self.TABLE_RETURNS})", "updates", "version", "lag mean/p95",
@@ -321,6 +324,10 @@ class RunMonitor:
                           *([_eval_cell(latest_eval.get(members[0]))] if len(columns) > 7 else []))
         return table
 
+
+    def _extra_caption(self) -> str | None:
+        """The run's actors per node (`caption_extra`, set by the runner for Ray actors), or None."""
+        return self.caption_extra() if self.caption_extra is not None else None
 
     def _env_set_caption(self) -> str | None:
         """Under the live table, on an env set: its curriculum step, and episodes per env so far."""

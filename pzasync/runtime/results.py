@@ -93,6 +93,10 @@ class RunResult:
     #: beyond the runner's own (actor 1, 2, ...): `{"actor", "cpu_seconds", "peak_rss_mb"}` each.
     actors: int = 1
     actor_processes: list[dict[str, Any]] = field(default_factory=list)
+    #: Actors placed by Ray (backend="ray", RunConfig.actors > 1; else empty): per actor (0: the runner's own)
+    #: its `node`, `transport` ("driver", "shm" or "object_store"), `agent_steps`, `steps_per_second`,
+    #: `restarts`, `policy_lag_mean` (of the rows that came through the object store) and `received` per unit.
+    actor_nodes: list[dict[str, Any]] = field(default_factory=list)
     #: Bytes of shared memory the run's buffers, slots and counters occupied (and its env workers' observation
     #: slots).
     shm_bytes: int = 0
@@ -105,6 +109,19 @@ class RunResult:
     env_set: dict[str, Any] | None = None
     #: Policy copies taken during the run (not part of the JSON form).
     snapshots: list[PolicySnapshot] = field(default_factory=list, repr=False)
+
+    @property
+    def nodes(self) -> list[dict[str, Any]]:
+        """`actor_nodes` per Ray node: its actors, agent steps, steps/s and restarts."""
+        nodes: dict[str, dict[str, Any]] = {}
+        for row in self.actor_nodes:
+            n = nodes.setdefault(row["node"], {"node": row["node"], "actors": [], "agent_steps": 0,
+                                               "steps_per_second": 0.0, "restarts": 0})
+            n["actors"].append(row["actor"])
+            n["agent_steps"] += row["agent_steps"]
+            n["steps_per_second"] += row["steps_per_second"]
+            n["restarts"] += row["restarts"]
+        return list(nodes.values())
 
     @property
     def updates_per_agent_step(self) -> dict[str, float]:

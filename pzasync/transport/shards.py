@@ -30,6 +30,7 @@ class ShardedBuffer:
         #: Rows one shard holds (every shard is created with the same capacity).
         self.capacity = min(s.capacity for s in self.shards)
         self.fields = self.shards[0].fields
+        self.obs_paths = self.shards[0].obs_paths
         self._next = 0  # the shard `read_new` tries first: the shards take turns
 
     @property

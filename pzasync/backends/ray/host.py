@@ -43,6 +43,7 @@ from pzasync.runtime.monitor import RunMonitor
 from pzasync.runtime.results import RunResult
 from pzasync.transport import stats as S
 from pzasync.transport.buffer import SharedRingBuffer
+from pzasync.transport.shards import ShardedBuffer
 from pzasync.transport.shm import unlink_run
 from pzasync.transport.slots import PolicySlot
 
@@ -165,7 +166,7 @@ class RayHost(LearnerHost):
 
     # ------------------------------------------------------------------------------------------ start
     def _init_ray(self) -> None:
-        self._owns_ray = init_ray(self.ray, self.config, len(self.setups))
+        self._owns_ray = init_ray(self.ray, self.config, len(self.setups) + self.plan.actors - 1)
 
     def _actor_options(self, unit: str) -> dict[str, Any]:
         cfg = self.config
@@ -378,10 +379,19 @@ class RayHost(LearnerHost):
             self.stats.set(unit, S.VERSION, version)
         return True
 
-    def _shared(self, unit: str) -> tuple[SharedRingBuffer, PolicySlot]:
-        """The unit's buffer and slot in the run's shared memory (one actor with this backend: one buffer)."""
+    def actor_pool(self, plan: Any, budgets: list[int | None], resumed_steps: dict[str, int]) -> Any:
+        """Actors 1..M-1 as Ray actors on any node (backends/ray/actors.py)."""
+        from pzasync.backends.ray.actors import RayActorPool
+
+        cfg = self.config
+        return RayActorPool(plan, budgets, self.paces_actor, resumed_steps, cfg.process_timeout_s,
+                            cfg.heartbeat_timeout_s)
+
+    def _shared(self, unit: str) -> tuple[SharedRingBuffer | ShardedBuffer, PolicySlot]:
+        """The unit's buffer (with several actors, the `ShardedBuffer` of their shards) and slot in the run's
+        shared memory."""
         p = self.plan.units[unit]
-        if not isinstance(p.buffer, SharedRingBuffer) or p.slot is None:
+        if not isinstance(p.buffer, (SharedRingBuffer, ShardedBuffer)) or p.slot is None:
             raise RuntimeError(f"learner unit {unit!r} has no buffer and slot of its own in shared memory")
         return p.buffer, p.slot
 
