@@ -3,7 +3,8 @@ and what crossing a node costs per transition and per policy version (docs/distr
 
     python benchmarks/ray_actors.py --json docs/bench/ray_actors.json
 
-Part 1, one machine, equal M (connect_four, player_0 one DQN learner, player_1 random, a time budget): M local
+Part 1, one machine, equal M (connect_four, player_0 a DQN learner that never updates, player_1 random, a time
+budget; an idle learner, so that the actors alone share the cores): M local
 actor processes (`backend="shm"`), M actors of which M-1 are Ray actors on this node writing shared memory
 (`backend="ray"`), and M-1 Ray actors on a second simulated node (a `Cluster` on loopback: their rows go
 through that node's relay and Ray's object store, the learner stays on the head). Agent steps/s while acting;
@@ -35,6 +36,9 @@ import time
 
 C4 = "pettingzoo.classic.connect_four_v3"
 LEARNERS = {"player_0": ("dqn", {"learning_starts": 1000}), "player_1": "random"}
+#: Part 1's learners: the same, never updating, so that the actors alone share the cores (a free-running learner
+#: takes whatever CPU the actors leave it: on 2 cores its updates, not the transport, would set the ratio).
+IDLE_LEARNERS = {"player_0": ("dqn", {"learning_starts": 10**12}), "player_1": "random"}
 CONFIGS = {
     "local_processes": {"backend": "shm", "learner_processes": 1},
     "ray_actors_shm": {"backend": "ray"},
@@ -67,7 +71,7 @@ def trial(options: dict, actors: int, seconds: float) -> dict:
             ray.init(address=cluster.address, log_to_driver=False)
             options.update(ray_address=cluster.address, ray_learner_resources={"learner_node": 1},
                            ray_actor_pool_resources={"actor_node": 1})
-        runner = AsyncRunner(C4, LEARNERS, RunConfig(seed=0, actors=actors, **options))
+        runner = AsyncRunner(C4, IDLE_LEARNERS, RunConfig(seed=0, actors=actors, **options))
         result = runner.run(seconds=seconds)
         pool = runner.actor_pool
         received = getattr(pool, "rows_received", 0)
