@@ -147,12 +147,14 @@ class _Chooser:
         self.made.clear()
 
 
-class EnvSetEnv(AECEnv):
-    """An AEC env that plays one of its set's envs per episode, chosen at `reset` (module docstring)."""
+class _ActiveEnv:
+    """What both APIs' set envs forward to the env active this episode (`_Chooser.active`), and the set's own
+    parts: its made envs, the episode's label and arguments."""
 
-    def __init__(self, source: EnvSetSource) -> None:
-        super().__init__()
-        self._set = _Chooser(source, parallel=False)
+    _set: _Chooser
+
+    def _start(self, source: EnvSetSource, parallel: bool) -> None:
+        self._set = _Chooser(source, parallel=parallel)
         self.possible_agents = list(self._set.active.possible_agents)
         self.metadata = dict(getattr(self._set.active, "metadata", {}))
         self.render_mode = getattr(self._set.active, "render_mode", None)
@@ -161,6 +163,40 @@ class EnvSetEnv(AECEnv):
     def episode_env(self) -> tuple[str, dict[str, Any]]:
         """The active env's label and arguments (episodes.jsonl, the live table)."""
         return self._set.label, self._set.args
+
+    def observation_space(self, agent: str) -> Any:
+        return self._set.active.observation_space(agent)
+
+    def action_space(self, agent: str) -> Any:
+        return self._set.active.action_space(agent)
+
+    def state(self) -> np.ndarray:
+        return self._set.active.state()
+
+    def render(self) -> Any:
+        return self._set.active.render()
+
+    def close(self) -> None:
+        self._set.close()
+
+    agents = property(lambda self: self._set.active.agents)
+
+    @property
+    def state_space(self) -> Any:
+        return self._set.active.state_space
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("_"):
+            raise AttributeError(name)
+        return getattr(self._set.active, name)
+
+
+class EnvSetEnv(_ActiveEnv, AECEnv):
+    """An AEC env that plays one of its set's envs per episode, chosen at `reset` (module docstring)."""
+
+    def __init__(self, source: EnvSetSource) -> None:
+        AECEnv.__init__(self)
+        self._start(source, parallel=False)
 
     def reset(self, seed: int | None = None, options: dict | None = None) -> None:
         seed = self._set.choose(seed)  # first: it changes which env is active
@@ -178,23 +214,7 @@ class EnvSetEnv(AECEnv):
     def agent_iter(self, max_iter: int = 2**63) -> Any:
         return self._set.active.agent_iter(max_iter)
 
-    def observation_space(self, agent: str) -> Any:
-        return self._set.active.observation_space(agent)
-
-    def action_space(self, agent: str) -> Any:
-        return self._set.active.action_space(agent)
-
-    def state(self) -> np.ndarray:
-        return self._set.active.state()
-
-    def render(self) -> Any:
-        return self._set.active.render()
-
-    def close(self) -> None:
-        self._set.close()
-
     # Whatever the stepper reads of the env's state is the active env's.
-    agents = property(lambda self: self._set.active.agents)
     rewards = property(lambda self: self._set.active.rewards)
     terminations = property(lambda self: self._set.active.terminations)
     truncations = property(lambda self: self._set.active.truncations)
@@ -202,28 +222,12 @@ class EnvSetEnv(AECEnv):
     agent_selection = property(lambda self: self._set.active.agent_selection)
     _cumulative_rewards = property(lambda self: self._set.active._cumulative_rewards)
 
-    @property
-    def state_space(self) -> Any:
-        return self._set.active.state_space
 
-    def __getattr__(self, name: str) -> Any:
-        if name.startswith("_"):
-            raise AttributeError(name)
-        return getattr(self._set.active, name)
-
-
-class EnvSetParallelEnv(ParallelEnv):
+class EnvSetParallelEnv(_ActiveEnv, ParallelEnv):
     """The parallel API of an env set: one of its envs' parallel envs per episode, chosen at `reset`."""
 
     def __init__(self, source: EnvSetSource) -> None:
-        self._set = _Chooser(source, parallel=True)
-        self.possible_agents = list(self._set.active.possible_agents)
-        self.metadata = dict(getattr(self._set.active, "metadata", {}))
-        self.render_mode = getattr(self._set.active, "render_mode", None)
-
-    @property
-    def episode_env(self) -> tuple[str, dict[str, Any]]:
-        return self._set.label, self._set.args
+        self._start(source, parallel=True)
 
     def reset(self, seed: int | None = None, options: dict | None = None) -> tuple[dict, dict]:
         seed = self._set.choose(seed)  # first: it changes which env is active
@@ -231,32 +235,6 @@ class EnvSetParallelEnv(ParallelEnv):
 
     def step(self, actions: dict) -> tuple[dict, dict, dict, dict, dict]:
         return self._set.active.step(actions)
-
-    def observation_space(self, agent: str) -> Any:
-        return self._set.active.observation_space(agent)
-
-    def action_space(self, agent: str) -> Any:
-        return self._set.active.action_space(agent)
-
-    def state(self) -> np.ndarray:
-        return self._set.active.state()
-
-    def render(self) -> Any:
-        return self._set.active.render()
-
-    def close(self) -> None:
-        self._set.close()
-
-    agents = property(lambda self: self._set.active.agents)
-
-    @property
-    def state_space(self) -> Any:
-        return self._set.active.state_space
-
-    def __getattr__(self, name: str) -> Any:
-        if name.startswith("_"):
-            raise AttributeError(name)
-        return getattr(self._set.active, name)
 
 
 def run_env_spec(info: dict[str, Any], split: str | None = None, stage: int | None = None) -> EnvSpec:

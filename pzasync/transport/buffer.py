@@ -334,15 +334,7 @@ class SharedRingBuffer:
                                                                   for t in transitions])
             else:
                 batch[prefix] = np.stack([getattr(t, which) for t in transitions])
-        batch["action"] = np.asarray([t.action for t in transitions])
-        batch["reward"] = np.fromiter((t.reward for t in transitions), np.float32, n)
-        batch["terminated"] = np.fromiter((t.terminated for t in transitions), bool, n)
-        batch["truncated"] = np.fromiter((t.truncated for t in transitions), bool, n)
-        if self._has_mask:
-            batch["action_mask"] = stack_masks([t.action_mask for t in transitions])
-            batch["next_action_mask"] = stack_masks([t.next_action_mask for t in transitions])
-        for name in self._extra_names:
-            batch[name] = np.asarray([t.extras.get(name, 0) for t in transitions])
+        batch.update(self._row_fields(transitions))
         tracks = [t.extras.get("track", t.agent) for t in transitions]
         written = self._write_columns(batch, n, tracks)
         if self.frames:
@@ -358,6 +350,20 @@ class SharedRingBuffer:
                 self._tail_object.pop(track, None)
             else:
                 self._tail_object[track] = (frame, t.next_obs)
+
+    def _row_fields(self, transitions: Sequence[Transition]) -> dict[str, np.ndarray]:
+        """The transitions' columns other than observations: action, reward, ends, masks, extras."""
+        n = len(transitions)
+        fields = {"action": np.asarray([t.action for t in transitions]),
+                  "reward": np.fromiter((t.reward for t in transitions), np.float32, n),
+                  "terminated": np.fromiter((t.terminated for t in transitions), bool, n),
+                  "truncated": np.fromiter((t.truncated for t in transitions), bool, n)}
+        if self._has_mask:
+            fields["action_mask"] = stack_masks([t.action_mask for t in transitions])
+            fields["next_action_mask"] = stack_masks([t.next_action_mask for t in transitions])
+        for name in self._extra_names:
+            fields[name] = np.asarray([t.extras.get(name, 0) for t in transitions])
+        return fields
 
     def _chained_refs(self, transitions: Sequence[Transition]) -> tuple[list[Any], list[Any], list[int], list[int]] \
             | None:
@@ -435,15 +441,7 @@ class SharedRingBuffer:
         self._remember_tails(transitions, tracks)
         batch: dict[str, Any] = {"obs_ref": np.asarray(obs_refs, np.int64),
                                  "next_obs_ref": np.asarray(next_refs, np.int64)}
-        batch["action"] = np.asarray([t.action for t in transitions])
-        batch["reward"] = np.fromiter((t.reward for t in transitions), np.float32, n)
-        batch["terminated"] = np.fromiter((t.terminated for t in transitions), bool, n)
-        batch["truncated"] = np.fromiter((t.truncated for t in transitions), bool, n)
-        if self._has_mask:
-            batch["action_mask"] = stack_masks([t.action_mask for t in transitions])
-            batch["next_action_mask"] = stack_masks([t.next_action_mask for t in transitions])
-        for name in self._extra_names:
-            batch[name] = np.asarray([t.extras.get(name, 0) for t in transitions])
+        batch.update(self._row_fields(transitions))
         return self._write_row_columns(batch, n)
 
     def write_rows(self, batch: dict[str, np.ndarray]) -> int:
