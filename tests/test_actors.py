@@ -385,3 +385,19 @@ def test_the_lead_bound_is_skipped_only_while_it_cannot_be_passed(ratio, starts,
         passed = int(until) + int(1 / ratio) + 2
         assert target_updates(ratio, passed, starts) - updates > lead, "the skip must end near the bound"
     assert written_within_lead(0.0, 5, 1, 0) == float("inf")
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(180)
+@pytest.mark.parametrize("actors, batches", [(1, 4), (3, 16)])
+def test_backpressure_never_overwrites_a_row_its_learner_has_not_read(actors, batches):
+    """On-policy backpressure with 8 env copies and a slow learner: a round can complete two of a trajectory's
+    transitions (its previous one at its decision, its terminal one after the step), more than the one row per
+    copy the wait before each decision keeps free; the wait before each write keeps every unread row."""
+    slow = ("custom_learners:RecordingLearner", {"batch_size": 8, "sleep_s": 0.005})
+    config = RunConfig(seed=0, actors=actors, envs_per_actor=8, backpressure=True, onpolicy_buffer_batches=batches)
+    result = AsyncRunner("pettingzoo.classic.tictactoe_v3", {"player_1": slow, "player_2": "random"},
+                         config).run(agent_steps=6000)
+    learner = result.agents["player_1"]
+    assert learner.transitions_written > 2000 and learner.updates > 100
+    assert learner.transitions_dropped == 0

@@ -177,9 +177,11 @@ class Actor:
         self._held: set[int] = set()
         #: (seed, on_episode, copies) made ready by `prepare` for the next `run`.
         self._prepared: tuple | None = None
-        #: Transitions emitted since the last `flush`, and their buffer, by buffer.
+        #: Transitions emitted since the last `flush`, and their buffer, by buffer; and under on-policy
+        #: backpressure, the agent whose buffer must have room for them before they are written.
         self._emitted: dict[int, list[Transition]] = {}
         self._emitted_to: dict[int, TransitionWriter] = {}
+        self._room_for: dict[int, ActingAgent] = {}
 
     # ------------------------------------------------------------------------------------------ per round
     def _may_wait(self, a: ActingAgent) -> bool:
@@ -362,15 +364,40 @@ class Actor:
         if rows is None:
             rows = self._emitted[id(buffer)] = []
             self._emitted_to[id(buffer)] = buffer
+            if a.on_policy and self._waits[a.agent]:
+                self._room_for[id(buffer)] = a
         rows.append(t)
         a.count.written += 1
 
     def flush(self) -> None:
-        """Write the round's transitions, each buffer's in one `write_batch`."""
+        """Write the round's transitions, each buffer's in one `write_batch`; under on-policy backpressure, once the
+        buffer has room for them (`_wait_for_room`)."""
         for key, rows in self._emitted.items():
-            self._emitted_to[key].write_batch(rows)
+            buffer = self._emitted_to[key]
+            waiting = self._room_for.get(key)
+            if waiting is not None:
+                self._wait_for_room(waiting, buffer, len(rows))
+            buffer.write_batch(rows)
         self._emitted.clear()
         self._emitted_to.clear()
+        self._room_for.clear()
+
+    def _wait_for_room(self, a: ActingAgent, buffer: TransitionWriter, rows: int) -> None:
+        """On-policy backpressure: wait until `rows` more fit beside the rows its learner has not read, so that none
+        is overwritten. The wait before each decision (`_wait_if_ahead`) keeps a margin of one row per env copy,
+        and a round can complete two of a trajectory's transitions (one at its decision, its terminal one after
+        the step): this wait is the exact one. A round larger than the whole ring waits for it to be empty."""
+        def room() -> bool:
+            unread = buffer.unread
+            return unread == 0 or unread + rows <= buffer.capacity
+
+        if room():
+            return
+        stats, unit = self.stats, a.unit
+        start = time.monotonic_ns()
+        while not room() and not stats.stop_requested and stats.get(unit, S.STATUS) != S.CRASHED:
+            time.sleep(0.0001)
+        stats.add(unit, S.ACTOR_WAIT_NS, time.monotonic_ns() - start)
 
     # ------------------------------------------------------------------------------------------ the loop
     def run(
