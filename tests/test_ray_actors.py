@@ -183,9 +183,9 @@ def test_actors_on_every_node_deliver_every_row_once_to_the_learners(cluster, tm
         for track in range(2, 6):  # actors 1 and 2, on the worker nodes: every row, once, in order
             assert is_prefix(tracks[track]), f"track {track}: a row lost or read twice"
             assert rows["policy_version"][rows["track"] == track].max() >= 2, f"no new version reached track {track}"
-        # Actor 0's shard, on the driver's node, is the local path (where a few rows can be counted dropped even
-        # with backpressure, as with local actor processes on main): what is missing is what it counts dropped.
-        assert missing(tracks[0]) + missing(tracks[1]) <= shards[0][1]
+        # Actor 0's shard, on the driver's node, is the local path: under backpressure nothing is dropped there
+        # either (the actor waits before writing a round: test_actors.py), and nothing is missing.
+        assert missing(tracks[0]) + missing(tracks[1]) == shards[0][1] == 0
         r = result.agents[agent]
         assert pool.dropped(agent) == 0 and shards[1][1] == shards[2][1] == 0
         assert r.transitions_dropped == shards[0][1]
