@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 
 from pzasync.backends.ray.chunks import pack
-from pzasync.backends.ray.workers import adopt_sys_path
+from pzasync.backends.ray.workers import adopt_sys_path, drain
 from pzasync.runtime.actor_pool import ActorSetup, actor_process_main
 from pzasync.runtime.allocation import allocate, release
 from pzasync.transport import stats as S
@@ -49,12 +49,7 @@ class _Outbox:
         pass
 
     def drain(self) -> list[Any]:
-        out = []
-        while True:
-            try:
-                out.append(self.messages.get_nowait())
-            except queue.Empty:
-                return out
+        return drain(self.messages)
 
 
 class ActorWorker:

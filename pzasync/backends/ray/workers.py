@@ -36,6 +36,16 @@ def adopt_sys_path(paths: list[str]) -> None:
     sys.path.extend(p for p in paths if p not in sys.path and os.path.isdir(p or "."))
 
 
+
+def drain(messages: queue.Queue) -> list[Any]:
+    """Every message waiting in `messages` now, in order, without blocking (what the driver collects)."""
+    out = []
+    while True:
+        try:
+            out.append(messages.get_nowait())
+        except queue.Empty:
+            return out
+
 class VersionedVector:
     """A remote learner's `PolicyPublisher`: its newest vector and version, copied under a lock, so the
     thread answering the pump never hands out a half-written vector."""
@@ -182,12 +192,7 @@ class LearnerActor:
         return self._own().publisher.newer_than(version, wait_s)
 
     def drain(self) -> list[Any]:
-        out = []
-        while True:
-            try:
-                out.append(self.messages.get_nowait())
-            except queue.Empty:
-                return out
+        return drain(self.messages)
 
     def stop(self) -> None:
         with self._lock:
