@@ -13,8 +13,9 @@ configurations interleaved, each trial in a fresh process; medians.
 Part 2, the forwarding path per transition, without a run: a node's relay reads a shard in order and packs
 chunks (`read_new` + `chunks.pack`), Ray carries a chunk from an actor to the driver (`ray.get` of a call
 returning it), the driver unpacks and writes it into its shard (`chunks.unpack` + `write_rows`); microseconds
-per transition for each, and bytes per transition, for connect_four's rows (256 and 4096 rows a chunk) and for rows with
-pistonball's observation (457 x 120 x 3 bytes; 64 and 16 rows a chunk).
+per transition for each, and bytes per transition, for connect_four's rows (256, 4,096 and 16,384 rows a chunk, and
+what `ray_chunk_rows="auto"` chooses) and for rows with pistonball's observation (457 x 120 x 3 bytes; 64 and 16
+rows a chunk, and "auto").
 
 Part 3, a simulated cluster (`ray.cluster_utils.Cluster` on loopback: the head runs the driver and the learner,
 two worker nodes offer 'actor_node'): 3 actors, one per node, connect_four with a DQN learner; the RunResult's
@@ -92,21 +93,24 @@ def trial(options: dict, actors: int, seconds: float) -> dict:
         shutil.rmtree(root, ignore_errors=True)
 
 
-def forwarding(chunk_rows: int, obs_shape: tuple[int, ...], repeats: int) -> dict:
-    """Part 2: microseconds per transition of each step of the forwarding path, and bytes per transition."""
+def forwarding(setting: int | str, obs_shape: tuple[int, ...], repeats: int) -> dict:
+    """Part 2: microseconds per transition of each step of the forwarding path, and bytes per transition, with
+    chunks of `setting` rows (`ray_chunk_rows`: a number, or "auto", what the run would choose)."""
     import numpy as np
     import ray
     from gymnasium import spaces
 
+    from pzasync.backends.ray.chunks import chunk_rows as rows_for
     from pzasync.backends.ray.chunks import nbytes, pack, unpack
     from pzasync.core.spaces import agent_layout
     from pzasync.core.transitions import Transition
-    from pzasync.transport.buffer import SharedRingBuffer
+    from pzasync.transport.buffer import SharedRingBuffer, transition_fields
 
     dtype = np.float32 if len(obs_shape) == 1 else np.uint8
     layout = agent_layout("a", spaces.Box(0, 255, obs_shape, dtype), spaces.Discrete(7))
-    capacity = max(4 * chunk_rows, 64)
     extras = {"track": "int32"}
+    chunk_rows = rows_for(setting, sum(f.nbytes for f in transition_fields(layout, extras)))
+    capacity = max(4 * chunk_rows, 64)
     source = SharedRingBuffer.create(layout, capacity, extras, obs_storage="auto", tracks=4)
     target = SharedRingBuffer.create(layout, capacity, extras, obs_storage="auto", tracks=4)
     rng = np.random.default_rng(0)
@@ -160,7 +164,8 @@ def forwarding(chunk_rows: int, obs_shape: tuple[int, ...], repeats: int) -> dic
     per["driver_us"] = per["ray_transfer_us"] + per["driver_unpack_us"] + per["driver_write_us"]
     assert chunk is not None
     whole = unpack(chunk)
-    return {"chunk_rows": chunk_rows, "obs_bytes": int(np.prod(obs_shape) * np.dtype(dtype).itemsize),
+    return {"chunk_setting": setting, "chunk_rows": chunk_rows,
+            "obs_bytes": int(np.prod(obs_shape) * np.dtype(dtype).itemsize),
             "bytes_per_transition": nbytes(chunk) / chunk_rows,
             "bytes_per_transition_obs_twice": nbytes({"rows": whole}) / chunk_rows, **per}
 
@@ -225,18 +230,20 @@ def model(forwarding_rows: list[dict]) -> dict:
     """Agent-steps/s against nodes from the measured costs (docs/distributed.md, "Scaling model").
 
     Per transition, the relay's CPU on the actor's node and the driver's on the learner's node are each
-    a + beta * bytes, fitted on connect_four's rows (the largest chunk measured) and pistonball's (64 a chunk).
+    a + beta * bytes, fitted on connect_four's rows and pistonball's, each with the chunks a run chooses
+    (`ray_chunk_rows="auto"`).
     R_node(N) = min((cores - 1) / t_actor, 1 / t_relay)  (a core left to the relay, which is one thread)
     R(N) = min(N * R_node, 1 / t_driver, bandwidth / bytes)  (the driver's pool is one thread; one link in)
     efficiency(N) = R(N) / (N * R_node); the bend is the first N where it falls below 0.8."""
-    small = max((f for f in forwarding_rows if f["obs_bytes"] == 84), key=lambda f: f["chunk_rows"])
-    big = next(f for f in forwarding_rows if f["obs_bytes"] > 100_000 and f["chunk_rows"] == 64)
+    small = next(f for f in forwarding_rows if f["obs_bytes"] == 84 and f.get("chunk_setting") == "auto")
+    big = next(f for f in forwarding_rows if f["obs_bytes"] > 100_000 and f.get("chunk_setting") == "auto")
     fits = {}
     for side in ("relay_us", "driver_us"):
         beta = (big[side] - small[side]) / (big["bytes_per_transition"] - small["bytes_per_transition"])
         fits[side] = (small[side] - beta * small["bytes_per_transition"], beta)
     overhead = small["bytes_per_transition"] - small["obs_bytes"]
-    out: dict = {"inputs": {"node_cores": NODE_CORES, "chunk_rows": small["chunk_rows"],
+    out: dict = {"inputs": {"node_cores": NODE_CORES, "chunk_rows": {"connect_four": small["chunk_rows"],
+                                                                        "pistonball": big["chunk_rows"]},
                             "bandwidth_bytes_per_s": BANDWIDTH,
                             "relay_us": {"a": fits["relay_us"][0], "beta_per_byte": fits["relay_us"][1]},
                             "driver_us": {"a": fits["driver_us"][0], "beta_per_byte": fits["driver_us"][1]},
@@ -315,9 +322,9 @@ def main() -> None:
             ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
             try:
                 print(json.dumps([forwarding(256, (6, 7, 2), 400), forwarding(4096, (6, 7, 2), 40),
-                                  forwarding(16384, (6, 7, 2), 12),
-                                  forwarding(64, (457, 120, 3), 30),
-                                  forwarding(16, (457, 120, 3), 100)]))
+                                  forwarding(16384, (6, 7, 2), 12), forwarding("auto", (6, 7, 2), 12),
+                                  forwarding(64, (457, 120, 3), 30), forwarding(16, (457, 120, 3), 100),
+                                  forwarding("auto", (457, 120, 3), 100)]))
             finally:
                 ray.shutdown()
                 shutil.rmtree(root, ignore_errors=True)

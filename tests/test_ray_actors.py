@@ -18,7 +18,7 @@ from ray_helpers import confined_ray, needs_ray, ray
 from test_runners import recorded
 
 from pzasync import AsyncRunner, RunConfig
-from pzasync.backends.ray.chunks import nbytes, pack, unpack
+from pzasync.backends.ray.chunks import AUTO_CHUNK_BYTES, chunk_rows, nbytes, pack, unpack
 from pzasync.errors import ConfigError, EnvCrashedError
 from pzasync.transport.shm import list_segments
 
@@ -58,6 +58,19 @@ def test_a_chunk_sends_each_observation_once_and_unpacks_to_the_same_rows(nested
     for name in rows:
         np.testing.assert_array_equal(back[name], rows[name], err_msg=name)
     assert nbytes(packed) < nbytes({"rows": rows})
+
+
+def test_auto_chunks_carry_4_mib_of_rows_and_at_least_64():
+    """Ray's cost per call is spread over many small rows; large rows still come 64 at a time (each track's first
+    row in a chunk sends its observation whole)."""
+    assert AUTO_CHUNK_BYTES == 4 << 20
+    assert chunk_rows("auto", 194) == (4 << 20) // 194 == 21_620
+    assert chunk_rows("auto", 329_066) == 64
+    assert chunk_rows(256, 194) == 256
+    RunConfig(backend="ray", ray_chunk_rows="auto").validate()
+    for bad in (0, "big"):
+        with pytest.raises(ConfigError, match="ray_chunk_rows"):
+            RunConfig(backend="ray", ray_chunk_rows=bad).validate()
 
 
 def test_ray_actor_options_are_checked_and_several_actors_are_allowed_on_ray():

@@ -406,8 +406,12 @@ class RayOptions(OptionGroup):
         metavar="NAME=AMOUNT", multiple=True, parse=key_values("--ray-actor-resources", "NAME=AMOUNT"))
     ray_actor_cpus: float = option(1.0, "backend=\"ray\" with `ray_actor_resources`: CPUs the actor's Ray actor "
                                         "asks for.", Check(float, ge=0, what="a number of CPUs"), metavar="N")
-    ray_chunk_rows: int = option(256, "backend=\"ray\", learners on another node: transitions per chunk sent to a "
-                                      "learner.", COUNT, metavar="N")
+    ray_chunk_rows: int | str = option(
+        AUTO, "backend=\"ray\": the most transitions a chunk carries to a learner on another node, or from an actor "
+              "on another node (a chunk takes what is there, up to this). \"auto\": as many rows as fit in "
+              "AUTO_CHUNK_BYTES (4 MiB) of the learner's rows, at least 64 (backends/ray/chunks.py), so that "
+              "Ray's cost per call is spread over thousands of small rows.",
+        Check(int, ge=1, also=(AUTO,), why="an integer >= 1 or 'auto'"), metavar="N|auto")
     ray_actor_pool_cpus: float = option(
         1.0, "backend=\"ray\" with actors > 1: CPUs each of actors 1..M-1 asks for (each is a Ray actor).",
         Check(float, ge=0, what="a number of CPUs"), metavar="N")

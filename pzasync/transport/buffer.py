@@ -213,6 +213,11 @@ class SharedRingBuffer:
     def nbytes(self) -> int:
         return self._segment.size
 
+    @property
+    def row_nbytes(self) -> int:
+        """Bytes of one row as `read_new` returns it (every column, observations twice)."""
+        return sum(f.nbytes for f in self.fields)
+
     # ----------------------------------------------------------------------------------------- counters
     @property
     def written(self) -> int:

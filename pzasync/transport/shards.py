@@ -46,6 +46,11 @@ class ShardedBuffer:
         return sum(s.nbytes for s in self.shards)
 
     @property
+    def row_nbytes(self) -> int:
+        """Bytes of one row as `read_new` returns it (the shards share one layout)."""
+        return self.shards[0].row_nbytes
+
+    @property
     def written(self) -> int:
         return sum(s.written for s in self.shards)
 

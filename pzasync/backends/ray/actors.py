@@ -36,7 +36,7 @@ from typing import Any
 
 import numpy as np
 
-from pzasync.backends.ray.chunks import nbytes, rows_in, unpack
+from pzasync.backends.ray.chunks import chunk_rows, nbytes, rows_in, unpack
 from pzasync.backends.ray.sampling import ActorWorker, NodeRelay
 from pzasync.errors import EnvCrashedError, PzasyncError, remote_error
 from pzasync.logs import logger
@@ -142,6 +142,7 @@ class RayActorPool(ActorPool):
         self.stopped_at: float | None = None
         self.bytes_received = 0
         self.rows_received = 0
+        self._rows_per_chunk: dict[str, int] | None = None
 
     # ------------------------------------------------------------------------------------------ start
     def start(self) -> None:
@@ -214,6 +215,13 @@ class RayActorPool(ActorPool):
             raise RuntimeError(f"learner unit {unit!r} has no buffer shards (actors > 1 has one per actor)")
         return buffer.shard(k)
 
+    def _chunk_rows(self) -> dict[str, int]:
+        """Rows a chunk from another node carries at most, per unit (`ray_chunk_rows`)."""
+        if self._rows_per_chunk is None:
+            self._rows_per_chunk = {unit: chunk_rows(self.config.ray_chunk_rows, self._shard(0, unit).row_nbytes)
+                                    for unit in self._units()}
+        return self._rows_per_chunk
+
     def _slot(self, unit: str) -> PolicySlot:
         slot = self.plan.units[unit].slot
         if slot is None:
@@ -241,7 +249,7 @@ class RayActorPool(ActorPool):
             if version:
                 initial[unit] = (version, vector)
         cfg = self.config
-        segments = ray.get(handle.prepare.remote(detached(self.plan), initial, cfg.ray_chunk_rows,
+        segments = ray.get(handle.prepare.remote(detached(self.plan), initial, self._chunk_rows(),
                                                  cfg.ray_max_chunks_in_flight * max(1, len(self.actors))),
                                  timeout=self.timeout_s)
         relay = self.relays[node] = _Relay(handle, node, tuple(segments),
@@ -322,7 +330,7 @@ class RayActorPool(ActorPool):
         for (k, unit) in list(self._pending):
             self._flush(k, unit)
         if relay.take_ref is None:
-            if self._held_back(relay) > self.config.ray_max_chunks_in_flight * self.config.ray_chunk_rows:
+            if self._held_back(relay) > self.config.ray_max_chunks_in_flight * max(self._chunk_rows().values()):
                 return busy  # its actors' rings hold the rest: what they overwrite is counted there
             relay.take_ref = relay.actor.take.remote(TAKE_WAIT_S, self.plan.counters().curriculum_stage)
         if not self._ready(relay.take_ref):

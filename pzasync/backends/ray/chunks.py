@@ -14,6 +14,22 @@ from typing import Any
 
 import numpy as np
 
+#: `ray_chunk_rows="auto"`: a chunk holds at most this many bytes of rows. Measured (docs/distributed.md,
+#: "Scaling model"): on 2 cores Ray's cost per call was some 0.8 ms, so 256 small rows a chunk spent 3.4 µs
+#: a row in it and 16,384 rows 0.34 µs; a chunk of large rows costs its copies whatever its size.
+AUTO_CHUNK_BYTES = 4 << 20
+#: ... and at least this many rows: each track's first row in a chunk carries its observation whole, so chunks
+#: of a few large rows would send most observations twice.
+AUTO_CHUNK_MIN_ROWS = 64
+
+
+def chunk_rows(setting: int | str, row_nbytes: int) -> int:
+    """Rows a chunk carries at most: `setting` (`ray_chunk_rows`), or for "auto" what fits in AUTO_CHUNK_BYTES of
+    rows of `row_nbytes` bytes, at least AUTO_CHUNK_MIN_ROWS."""
+    if setting == "auto":
+        return max(AUTO_CHUNK_MIN_ROWS, AUTO_CHUNK_BYTES // max(1, int(row_nbytes)))
+    return int(setting)
+
 
 def observation_fields(batch: dict[str, Any]) -> list[str]:
     """The observation columns (`obs`, or `obs/<leaf>` for nested observations) that have a `next_` column."""

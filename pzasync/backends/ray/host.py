@@ -8,8 +8,9 @@ Then, per learner:
   buffer, slot and counters exactly as a local learner process does. Nothing else crosses a process.
 - **On another node** (or with `ray_transport="object_store"`): the learner keeps a local ring buffer of the
   same layout on its own node. A pump thread in the actor's process reads the actor's buffer *in order*
-  (`read_new`: a transition overwritten before it was sent is counted dropped) and sends chunks of
-  `ray_chunk_rows` with sequence numbers, at most `ray_max_chunks_in_flight` unacknowledged per learner;
+  (`read_new`: a transition overwritten before it was sent is counted dropped) and sends chunks of at most
+  `ray_chunk_rows` ("auto": 4 MiB of rows) with sequence numbers, at most `ray_max_chunks_in_flight`
+  unacknowledged per learner;
   while the window is full it reads nothing, so the actor never waits and the ring absorbs bursts. The
   learner appends the chunks in sequence order (`SharedRingBuffer.write_rows`), so on-policy learners read
   them in order and every transition is delivered exactly once or counted dropped. The learner publishes
@@ -33,6 +34,7 @@ from typing import Any
 
 import numpy as np
 
+from pzasync.backends.ray.chunks import chunk_rows
 from pzasync.backends.ray.workers import LearnerActor, RemoteRun
 from pzasync.config import RunConfig
 from pzasync.errors import ConfigError
@@ -341,8 +343,8 @@ class RayHost(LearnerHost):
                 state.remote_cursor = max(state.remote_cursor, cursor)
         if len(state.in_flight) >= cfg.ray_max_chunks_in_flight:
             return False
-        rows = cfg.ray_chunk_rows
         buffer = self._shared(unit)[0]
+        rows = chunk_rows(cfg.ray_chunk_rows, buffer.row_nbytes)
         if cfg.backpressure and self.plan.units[unit].learner_cls.on_policy:
             # Never send more than the learner's ring can hold unread: the local ring fills instead, and the
             # actor's own backpressure wait takes over, as with a learner on this node.

@@ -95,7 +95,8 @@ class NodeRelay:
         adopt_sys_path(sys_path)  # before `prepare`'s plan is unpickled here (it names user classes)
         self.node_id = ray.get_runtime_context().get_node_id()
         self.plan: Any = None
-        self.chunk_rows = 256
+        #: Rows a chunk carries at most, per learning unit (`chunks.chunk_rows`).
+        self.chunk_rows: dict[str, int] = {}
         self.max_chunks = 32
         #: Actor indices whose shards the forwarder reads.
         self.actors: set[int] = set()
@@ -113,14 +114,14 @@ class NodeRelay:
         """The Ray node this relay serves."""
         return self.node_id
 
-    def prepare(self, plan: Any, initial: dict[str, tuple[int, np.ndarray]], chunk_rows: int,
+    def prepare(self, plan: Any, initial: dict[str, tuple[int, np.ndarray]], chunk_rows: dict[str, int],
                 max_chunks: int) -> tuple[str, int]:
         """Allocate this node's copy of the run's memory from a detached plan (`allocation.detached`), publish
         the policies the learners have published so far, start the forwarder. Returns (run id, pid), which name
         the segments here (removed by the driver if this relay dies on its machine)."""
         plan.run_id = new_run_id()
-        for unit in plan.learning:  # each shard here holds a few chunks, however small the learner's buffer
-            unit.capacity = max(unit.capacity, plan.actors * 4 * chunk_rows)
+        for unit in plan.learning:  # each shard here holds two chunks, however small the learner's buffer
+            unit.capacity = max(unit.capacity, plan.actors * 2 * chunk_rows[unit.agent])
         allocate(plan)
         self.plan, self.chunk_rows, self.max_chunks = plan, chunk_rows, max_chunks
         for unit, (version, vector) in initial.items():
@@ -174,13 +175,14 @@ class NodeRelay:
             if not busy:
                 self._closing.wait(FORWARD_IDLE_S)
 
-    def _forward(self, k: int, max_rows: int | None) -> int:
-        """Read actor `k`'s new transitions of every unit (at most `max_rows` each) into chunks; rows read."""
+    def _forward(self, k: int, max_rows: dict[str, int] | None) -> int:
+        """Read actor `k`'s new transitions of every unit (one chunk of at most `max_rows[unit]` each, or
+        everything there when None) into chunks; rows read."""
         n = 0
         with self._reading:
             for unit in self.plan.learning:
                 shard = unit.buffer.shard(k)
-                while (rows := shard.read_new(max_rows)) is not None:
+                while (rows := shard.read_new(None if max_rows is None else max_rows[unit.agent])) is not None:
                     chunk = pack(rows)
                     n += len(rows["reward"])
                     with self._cond:
