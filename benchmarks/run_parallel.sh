@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The parallel path (docs/benchmarks.md, "The parallel path"): the actor with idle learners against the parallel
 # API's own loop with one batched forward per policy and cycle (bare_parallel, the same network), and against the
-# AEC loop with one forward per decision (bare_policy), at 1, 8 and 16 env copies, without and with an env worker;
+# AEC loop with one forward per decision (bare_policy), at 1, 8 and 16 env copies, with 0, 1 and 2 env workers;
 # then the peers' collection on the same envs (benchmarks/peers/parallel_collection.py: SB3 + SuperSuit, PufferLib
 # 3.0). About 40 minutes on 2 cores. SB3_PYTHON / PUFFER_PYTHON: the peers' virtualenvs (benchmarks/peers/
 # setup_sb3.sh, setup_pufferlib.sh; default /tmp/pzpeers/{sb3,puffer}/bin/python; a missing one is skipped).
@@ -10,7 +10,7 @@ cd "$(dirname "$0")/.."
 SB3_PYTHON=${SB3_PYTHON:-/tmp/pzpeers/sb3/bin/python}
 PUFFER_PYTHON=${PUFFER_PYTHON:-/tmp/pzpeers/puffer/bin/python}
 CONFIGS=bare_policy,bare_parallel,async_idle
-COPIES="--envs-per-actor 1,8,16 --env-workers 0,1"
+COPIES="--envs-per-actor 1,8,16 --env-workers 0,1,2"
 
 bench() {  # NAME STEPS ENV [ARGS...]: one env's pzasync figures
     local name=$1 steps=$2

@@ -436,3 +436,53 @@ def test_a_run_with_observations_stored_once_feeds_learners_whole_trajectories(t
                 assert np.array_equal(rows["next_obs"][i], rows["obs"][i + 1]), (agent, i)
                 continued += 1
     assert continued > 500
+
+
+def test_rows_marked_as_following_leave_the_buffer_as_rows_compared_by_value(layout):
+    """`write_rows(batch, follows)` (the parallel path in columns marks each row whose obs is by construction its
+    track's previous next_obs) shares those frames without comparing values: the buffer ends byte for byte as
+    when every row is compared, the reference. Unmarked rows are still compared."""
+    stream = _recorded_stream(seed=8, count=2500)
+    last_ended: dict[int, bool] = {}
+    follows = []
+    for t in stream:  # marked: the track's previous row exists and did not end; every other row unmarked
+        track = t.extras["track"]
+        follows.append(track in last_ended and not last_ended[track])
+        last_ended[track] = t.terminated or t.truncated
+    follows = np.array(follows)
+    follows[::11] = False  # some rows that follow left unmarked: compared, with the same outcome
+    extras = {"track": "int32"}
+    reference = SharedRingBuffer.create(layout, 2000, extras, obs_storage="once", tracks=6)
+    marked = SharedRingBuffer.create(layout, 2000, extras, obs_storage="once", tracks=6)
+    try:
+        rng = np.random.default_rng(9)
+        i = 0
+        while i < len(stream):
+            size = int(rng.integers(1, 30))
+            rows = transitions_to_columns(stream[i:i + size])
+            reference.write_rows(rows)
+            marked.write_rows(rows, follows[i:i + size])
+            i += size
+            assert reference._frames_written == marked._frames_written
+            assert reference._track_tail == marked._track_tail
+        assert follows.mean() > 0.8 and reference._frames_written < 1.3 * len(stream), "most frames shared"
+        for name in reference._columns:
+            assert np.array_equal(reference._columns[name], marked._columns[name]), name
+        assert np.array_equal(reference._frame_columns["obs"], marked._frame_columns["obs"])
+        assert np.array_equal(reference._frame_seq, marked._frame_seq)
+        assert _same(reference.read_new(), marked.read_new())
+    finally:
+        for buf in (reference, marked):
+            buf.close()
+            buf.unlink()
+
+
+def transitions_to_columns(transitions) -> dict[str, np.ndarray]:
+    """Transitions as the columns `write_rows` takes."""
+    return {"obs": np.stack([t.obs for t in transitions]), "next_obs": np.stack([t.next_obs for t in transitions]),
+            "action": np.array([t.action for t in transitions]),
+            "reward": np.array([t.reward for t in transitions], np.float32),
+            "terminated": np.array([t.terminated for t in transitions]),
+            "truncated": np.array([t.truncated for t in transitions]),
+            "policy_version": np.array([t.extras["policy_version"] for t in transitions]),
+            "track": np.array([t.extras["track"] for t in transitions], np.int32)}

@@ -261,7 +261,7 @@ def test_each_parallel_copy_of_the_actor_equals_its_own_parallel_rollout(env_id,
     probe = spec.make()
     layouts = env_layouts(probe, probe_info_masks(probe, seed=0))
     probe.close()
-    writers = {agent: ListWriter() for agent in layouts}
+    writers = {agent: ListWriter(agent) for agent in layouts}
     shared = {}  # one module per observation shape: every agent of a team in one forward
     for agent, layout in layouts.items():
         shared.setdefault(layout.obs_space.shape, LocalPolicy(HashedPolicy(layout)))

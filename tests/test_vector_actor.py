@@ -71,9 +71,11 @@ class RandomLegal:
 
 
 class ListWriter:
-    """A TransitionWriter that keeps what it is given."""
+    """A TransitionWriter that keeps what it is given (rows in columns, on the parallel path, as transitions of
+    `agent`)."""
 
-    def __init__(self):
+    def __init__(self, agent: str | None = None):
+        self.agent = agent
         self.rows: list[Transition] = []
 
     def write(self, t: Transition) -> None:
@@ -82,6 +84,15 @@ class ListWriter:
     def write_batch(self, transitions) -> int:
         self.rows.extend(transitions)
         return len(transitions)
+
+    def write_rows(self, batch, follows=None) -> int:
+        core = ("obs", "action", "reward", "next_obs", "terminated", "truncated")
+        for i in range(len(batch["reward"])):
+            self.rows.append(Transition(self.agent, batch["obs"][i], batch["action"][i], float(batch["reward"][i]),
+                                        batch["next_obs"][i], bool(batch["terminated"][i]),
+                                        bool(batch["truncated"][i]),
+                                        extras={k: v[i] for k, v in batch.items() if k not in core}))
+        return len(batch["reward"])
 
 
 class Counters:
@@ -108,7 +119,7 @@ def vector_actor(env_id, copies: int, workers: int = 0, timeout_s: float = 60.0,
     probe = spec.make()
     layouts = env_layouts(probe, probe_info_masks(probe, seed=0))
     probe.close()
-    writers = {agent: ListWriter() for agent in layouts}
+    writers = {agent: ListWriter(agent) for agent in layouts}
     agents = {agent: ActingAgent(agent, layout, LocalPolicy(HashedPolicy(layout)), learns=False, buffer=writers[agent],
                                  tracks=copies)
               for agent, layout in layouts.items()}

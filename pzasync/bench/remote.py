@@ -130,6 +130,9 @@ class _Discard:
     def write_batch(self, transitions: Sequence[Transition]) -> int:
         return len(transitions)
 
+    def write_rows(self, batch: dict[str, np.ndarray], follows: np.ndarray | None = None) -> int:
+        return len(batch["reward"])
+
 
 class _Counters:
     """Run control (`RunControl`) that keeps nothing: the actor's words, read as 0, never a stop."""

@@ -22,7 +22,8 @@ from pzasync.errors import RewardConservationError
 
 class CopyStepper(Protocol):
     """One env copy stepped for the actor, the evaluator and `rollout`: `EpisodeStepper` (the AEC loop, one decision
-    at a time) or `ParallelStepper` (core/parallel_stepper.py: a parallel env, a cycle's decisions at once)."""
+    at a time), `ParallelStepper` (core/parallel_stepper.py: a parallel env, a cycle's decisions at once) or
+    `ColumnStepper` (core/parallel_columns.py: the same in arrays, a cycle's decisions as one `CycleBlock`)."""
 
     copy: int
     env: Any
@@ -35,11 +36,11 @@ class CopyStepper(Protocol):
     def reset(self, seed: int | None = None) -> None:
         """Start the next episode."""
 
-    def next_decisions(self) -> list[PendingDecision]:
-        """The decisions to answer next (none once the episode has ended)."""
+    def next_decisions(self) -> list[Any]:
+        """The decisions to answer next (none once the episode has ended): `PendingDecision`s, or a `CycleBlock`."""
 
-    def answer(self, answered: list[tuple[PendingDecision, Any, dict]]) -> None:
-        """Take the answers to every decision `next_decisions` gave."""
+    def answer(self, answered: Any) -> None:
+        """Take the answers to every decision `next_decisions` gave: (decision, action, extras) each."""
 
     def cut(self) -> None:
         """End the episode here (docs/transitions.md, rule 5)."""

@@ -13,133 +13,28 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Sequence, cast
 
 import numpy as np
 
-from pzasync.core.spaces import AgentLayout
+from pzasync.core.parallel_columns import CycleBlock, Rows
 from pzasync.core.stepper import PendingDecision
 from pzasync.core.transitions import EpisodeSummary, Transition
 from pzasync.errors import EnvCrashedError, NonFiniteError, PzasyncError
-from pzasync.learners import Policy, vector_to_policy
-from pzasync.runtime.copies import EnvCopies, EnvCopiesFactory, copies_for
+from pzasync.learners import Policy
+from pzasync.runtime.acting import ActingAgent, ActorContext, AgentCounts, LocalPolicy
+from pzasync.runtime.actor_columns import ColumnActing
+from pzasync.runtime.copies import EnvCopies, copies_for
 from pzasync.runtime.copies.protocol import Answer
 from pzasync.runtime.learner_loop import target_updates, written_within_lead
 from pzasync.transport import stats as S
-from pzasync.transport.protocols import PolicySource, RunControl, TransitionSource, TransitionWriter
+from pzasync.transport.protocols import RunControl, TransitionSource, TransitionWriter
 
 if TYPE_CHECKING:
     from pzasync.runtime.plan import RunPlan
 
 
-@dataclass
-class LocalPolicy:
-    """A learning unit's policy as an actor holds it: the local module (shared by an agent group's members), the
-    slot it is refreshed from, the vector last read from that slot and its version."""
-
-    module: Policy
-    slot: PolicySource | None = None
-    vector: np.ndarray | None = None
-    version: int = 0
-
-    def __post_init__(self) -> None:
-        if self.slot is not None and self.vector is None:
-            self.vector = np.zeros(self.slot.size, np.float32)
-
-    def refresh(self) -> None:
-        """Copy the newest published policy into the module, if the slot's version changed."""
-        slot, vector = self.slot, self.vector
-        if slot is not None and slot.version != self.version:
-            assert vector is not None, "a policy with a slot has its vector (__post_init__)"
-            self.version = slot.read(vector)
-            vector_to_policy(vector, self.module)
-
-
-@dataclass
-class AgentCounts:
-    """What an actor counts for one agent."""
-
-    #: Decisions taken, this run's and (`offset`) those of the run it resumes.
-    steps: int = 0
-    offset: int = 0
-    #: Transitions written to its buffer (a group's members each count their own).
-    written: int = 0
-    #: Transitions with NaN or inf seen.
-    nonfinite: int = 0
-    #: Under a replay ratio: the unit's buffer may hold this many transitions before the lead bound needs asking.
-    lead_checked_until: float = 0
-
-
-@dataclass(frozen=True)
-class ActingAgent:
-    """What is fixed about one agent an actor acts for; what it counts is in `count`."""
-
-    agent: str
-    layout: AgentLayout
-    #: The actor's copy of its unit's published policy (one for all members of an agent group).
-    local: LocalPolicy
-    learns: bool
-    on_policy: bool = False
-    #: The buffer (shard) this actor writes the agent's transitions to; None for players that do not learn.
-    buffer: TransitionWriter | None = None
-    #: Transitions in the unit's buffer before its first off-policy update.
-    learning_starts: int = 0
-    #: Whose learner counters apply (its own name, or its agent group's) and, in a group, its member index.
-    unit: str = ""
-    member: int | None = None
-    #: Trajectories interleaved in its unit's buffer (env copies x group members; RunPlan.tracks).
-    tracks: int = 1
-    #: With several actors: the unit's whole source (every actor's shard), whose `written` paces a replay
-    #: ratio; `buffer` is this actor's own shard.
-    pace: TransitionSource | None = None
-    count: AgentCounts = field(default_factory=AgentCounts)
-    #: Indices of the observation leaves checked for NaN and inf (the floating ones), and their keys in a batch.
-    float_leaves: tuple[int, ...] = field(init=False)
-    float_keys: tuple[str, ...] = field(init=False)
-
-    @property
-    def policy(self) -> Policy:
-        """The module the agent acts with."""
-        return self.local.module
-
-    def __post_init__(self) -> None:
-        if not self.unit:
-            object.__setattr__(self, "unit", self.agent)
-        floating = tuple(i for i, leaf in enumerate(self.layout.obs_leaves) if leaf.dtype.kind == "f")
-        keys = ["obs"] if not self.layout.nested_obs else [f"obs/{leaf.name}" for leaf in self.layout.obs_leaves]
-        object.__setattr__(self, "float_leaves", floating)
-        object.__setattr__(self, "float_keys", tuple(keys[i] for i in floating))
-
-
-@dataclass(frozen=True)
-class ActorContext:
-    """Everything an actor is built from: its env copies, the agents it acts for, the run's counters, and how it
-    paces itself against its learners."""
-
-    #: What the env copies are made from (runtime/copies/protocol.py).
-    copies: EnvCopiesFactory
-    agents: dict[str, ActingAgent]
-    stats: RunControl
-    #: Off-policy learners' replay ratio when the actor waits for them (a bounded lead), else None.
-    replay_ratio: float | None = None
-    #: With a replay ratio: the most updates a learner may fall behind, in units of the ratio.
-    max_lead: int = 64
-    #: On-policy learners: wait rather than overwrite unread transitions.
-    backpressure: bool = False
-    check_rewards: bool = True
-    max_episode_steps: int | None = None
-    #: Called before an agent's decisions (the sequential runner's learners update here).
-    before_decision: Callable[[str], None] | None = None
-    raise_on_nonfinite: bool = False
-    #: Which of the run's actors this is (RunConfig.actors): its tracks follow those of the actors before it.
-    actor_index: int = 0
-    #: Whether transitions carry `track` (several env copies, in this actor or across actors); None: when
-    #: this actor has several copies.
-    stores_track: bool | None = None
-
-
-class Actor:
+class Actor(ColumnActing):
     """Runs episodes on its env copies, answering each round's decisions with batched forwards per policy."""
 
     def __init__(self, context: ActorContext) -> None:
@@ -175,13 +70,18 @@ class Actor:
         self._memory: dict[tuple[int, str], np.ndarray] = {}
         #: Copies whose decision `align` held back last round (answered this round whatever their group).
         self._held: set[int] = set()
-        #: (seed, on_episode, copies) made ready by `prepare` for the next `run`.
+        #: (seed, on_episode, copies, whether in columns) made ready by `prepare` for the next `run`.
         self._prepared: tuple | None = None
         #: Transitions emitted since the last `flush`, and their buffer, by buffer; and under on-policy
         #: backpressure, the agent whose buffer must have room for them before they are written.
         self._emitted: dict[int, list[Transition]] = {}
+        self._emitted_rows: dict[int, list[tuple[Rows, np.ndarray]]] = {}
         self._emitted_to: dict[int, TransitionWriter] = {}
         self._room_for: dict[int, ActingAgent] = {}
+        #: In columns: per acting policy (`_sharing`'s key), the buffer all its agents write, if they write one.
+        self._unit_buffer: dict[int, TransitionWriter | None] = {
+            unit: members[0].buffer if all(m.buffer is members[0].buffer for m in members) else None
+            for unit, members in self._sharing.items()}
 
     # ------------------------------------------------------------------------------------------ per round
     def _may_wait(self, a: ActingAgent) -> bool:
@@ -332,15 +232,17 @@ class Actor:
         return now, held
 
     def _check_finite(self, obs: dict[str, np.ndarray], keys: tuple[str, ...],
-                      decisions: list[PendingDecision]) -> None:
-        """Count (or raise, with RunConfig(nonfinite="raise")) each decision whose observation holds NaN or inf,
-        before any policy acts on it: every transition's observation is a decision's."""
+                      decisions: Sequence[PendingDecision | str]) -> None:
+        """Count (or raise, with RunConfig(nonfinite="raise")) each decision (or agent, in columns) whose
+        observation holds NaN or inf, before any policy acts on it: every transition's observation is a
+        decision's."""
         rows = len(decisions)
         bad = np.zeros(rows, bool)
         for key in keys:
             bad |= ~np.isfinite(obs[key].reshape(rows, -1)).all(axis=1)
         for i in np.flatnonzero(bad):
-            self._nonfinite(decisions[int(i)].agent, "its observation")
+            decision = decisions[int(i)]
+            self._nonfinite(decision if isinstance(decision, str) else decision.agent, "its observation")
 
     def _nonfinite(self, agent: str, what: str) -> None:
         self.agents[agent].count.nonfinite += 1
@@ -370,15 +272,27 @@ class Actor:
         a.count.written += 1
 
     def flush(self) -> None:
-        """Write the round's transitions, each buffer's in one `write_batch`; under on-policy backpressure, once the
-        buffer has room for them (`_wait_for_room`)."""
+        """Write the round's transitions, each buffer's in one `write_batch` (or `write_rows`, in columns); under
+        on-policy backpressure, once the buffer has room for them (`_wait_for_room`)."""
         for key, rows in self._emitted.items():
             buffer = self._emitted_to[key]
             waiting = self._room_for.get(key)
             if waiting is not None:
                 self._wait_for_room(waiting, buffer, len(rows))
             buffer.write_batch(rows)
+        for key, parts in self._emitted_rows.items():
+            buffer = self._emitted_to[key]
+            if len(parts) == 1:
+                batch, follows = parts[0]
+            else:
+                batch = {k: np.concatenate([p[k] for p, _ in parts]) for k in parts[0][0]}
+                follows = np.concatenate([f for _, f in parts])
+            waiting = self._room_for.get(key)
+            if waiting is not None:
+                self._wait_for_room(waiting, buffer, len(batch["reward"]))
+            buffer.write_rows(batch, follows)
         self._emitted.clear()
+        self._emitted_rows.clear()
         self._emitted_to.clear()
         self._room_for.clear()
 
@@ -420,10 +334,12 @@ class Actor:
 
         prepared = self._prepared
         if prepared is not None and prepared[0] == seed and prepared[1] == on_episode:  # bound methods: ==
-            self._prepared, copies = None, prepared[2]
+            self._prepared, copies, columns = None, prepared[2], prepared[3]
         else:
             self._drop_prepared()
+            columns = self._column_sink() is not None
             copies = self._copies(seed, lambda summary: self._episode_done(summary, on_episode))
+        # In columns, every pending decision is a copy's `CycleBlock`.
         # Copies that may be answered in part are brought into phase (`align`); env workers step a group while
         # the actor answers another, and a worker's group is answered whole.
         aligning = copies.holds_back and self.n_copies > 1
@@ -443,10 +359,11 @@ class Actor:
                     cut, pending = list(dict.fromkeys(d.copy for d in pending)), []
                 elif agent_steps is not None:  # a round never takes more decisions than the budget has left
                     left = agent_steps - (self.total_steps - start_steps)
-                    if left < len(pending):
+                    if left < (sum(block.size for block in pending) if columns else len(pending)):
                         pending, cut = _within_budget(pending, left)
                 pending, held = self.align(pending) if aligning and pending else (pending, [])
-                answered = self.decide(pending) if pending else []
+                answered = ((self.decide_blocks(cast(list[CycleBlock], pending)) if columns else self.decide(pending))
+                            if pending else [])
                 going = not out_of_budget()
                 copies.submit(group, answered, cut, going, held)
             copies.finish()
@@ -471,7 +388,9 @@ class Actor:
         """Get the env copies ready before acting starts: with env workers, spawn them and build their envs,
         which is start-up, not acting time. The next `run` with the same `seed` and `on_episode` uses them
         (`close` stops them if no run does)."""
-        self._prepared = (seed, on_episode, self._copies(seed, lambda summary: self._episode_done(summary, on_episode)))
+        columns = self._column_sink() is not None
+        self._prepared = (seed, on_episode, self._copies(seed, lambda summary: self._episode_done(summary, on_episode)),
+                          columns)
 
     def _drop_prepared(self) -> None:
         """Forget copies `prepare` made and no run used, stopping their env workers."""
@@ -480,11 +399,12 @@ class Actor:
             prepared[2].close()
 
     def _copies(self, seed: int | None, episode_done: Callable[[EpisodeSummary], None]) -> EnvCopies:
-        """The env copies for one `run` (copies/protocol.py: in this process, or in env workers)."""
+        """The env copies for one `run` (copies/protocol.py: in this process, or in env workers); parallel copies
+        in this process are stepped in columns where that applies (`_column_sink`)."""
         ctx = self.context
         return self.factory.open(seed, self.layouts, emit=self.emit, on_episode=episode_done,
                                  on_start=self._episode_start, check_rewards=ctx.check_rewards,
-                                 max_episode_steps=ctx.max_episode_steps)
+                                 max_episode_steps=ctx.max_episode_steps, columns=self._column_sink())
 
     def close(self) -> None:
         """Close the env copies this actor holds (and env workers prepared but never run)."""
@@ -555,7 +475,7 @@ def _within_budget(pending: list[PendingDecision], left: int) -> tuple[list[Pend
     answered together: one on the AEC path, a whole cycle on the parallel path), and the copies cut."""
     sizes: dict[int, int] = {}
     for d in pending:
-        sizes[d.copy] = sizes.get(d.copy, 0) + 1
+        sizes[d.copy] = sizes.get(d.copy, 0) + (d.size if isinstance(d, CycleBlock) else 1)
     kept, cut = set(), []
     for copy, size in sizes.items():
         if size <= left:

@@ -449,24 +449,29 @@ class SharedRingBuffer:
         batch.update(self._row_fields(transitions))
         return self._write_row_columns(batch, n)
 
-    def write_rows(self, batch: dict[str, np.ndarray]) -> int:
+    def write_rows(self, batch: dict[str, np.ndarray], follows: np.ndarray | None = None) -> int:
         """Append rows given column by column (what `read_new` returns), in order; returns how many were
         appended. Rows beyond the capacity overwrite earlier ones of the same call, which then count as
-        written and, for the in-order reader, dropped. The same seqlock as `write` guards every row."""
+        written and, for the in-order reader, dropped. The same seqlock as `write` guards every row.
+
+        `follows[i]`, where given, says row i's `obs` is by construction its track's previous row's `next_obs`
+        (the actor's parallel path in columns knows it): with observations stored once, such a row shares that
+        frame without its values being compared. Rows not marked are compared, as they all are without it."""
         n = len(batch["reward"])
         if n == 0:
             return 0
         tracks = batch.get("track", batch.get("member", np.zeros(n, np.int64)))
-        return self._write_columns(batch, n, [int(track) for track in tracks])
+        return self._write_columns(batch, n, [int(track) for track in tracks], follows)
 
-    def _write_columns(self, batch: dict[str, Any], n: int, tracks: list[Any]) -> int:
+    def _write_columns(self, batch: dict[str, Any], n: int, tracks: list[Any],
+                       follows: np.ndarray | None = None) -> int:
         """`write_rows`' and `write_batch`'s rows, column by column; `tracks` (each row's trajectory) decide which
         observation frames rows share where observations are stored once."""
         if self.frames:
             if 2 * n >= self.frames // 2:  # more frames than the ring keeps safely at once: row by row
                 return self._write_rows_framed_one_by_one(batch, n, tracks)
             ended = np.asarray(batch["terminated"]) | np.asarray(batch["truncated"])
-            obs_ref, next_ref = self._frame_refs(batch, tracks, ended)
+            obs_ref, next_ref = self._frame_refs(batch, tracks, ended, follows)
             batch = {**batch, "obs_ref": obs_ref, "next_obs_ref": next_ref}
         return self._write_row_columns(batch, n)
 
@@ -486,8 +491,8 @@ class SharedRingBuffer:
         self._words[_WRITTEN] = start + n
         return n
 
-    def _frame_refs(self, batch: dict[str, Any], tracks: list[Any],
-                    ended: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def _frame_refs(self, batch: dict[str, Any], tracks: list[Any], ended: np.ndarray,
+                    follows: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
         """Frame references (obs, next_obs) of rows written together, chosen as `_store_observations` chooses them
         row by row: each row's `next_obs` gets a new frame; its `obs` shares the frame its track's previous row
         (in this batch, or the last one written before) stored as `next_obs` where that frame is recent and holds
@@ -507,18 +512,26 @@ class SharedRingBuffer:
             last[track] = i
         same = np.zeros(n, bool)
         inside = np.flatnonzero(previous >= 0)
-        if inside.size:
-            same[inside] = np.logical_and.reduce([
-                (batch[name][inside] == batch["next_" + name][previous[inside]]).reshape(inside.size, -1).all(axis=1)
+        compare = inside if follows is None else inside[~follows[inside]]
+        if follows is not None:
+            same[inside[follows[inside]]] = True
+        if compare.size:
+            same[compare] = np.logical_and.reduce([
+                (batch[name][compare] == batch["next_" + name][previous[compare]]).reshape(compare.size, -1).all(axis=1)
                 for name in names])
         # A frame from before is shared only if recent, and safe from this batch's own frames (2n at most).
         before = np.flatnonzero((shared >= 0) & (frames_before - shared <= window)
                                 & (frames_before + 2 * n - shared < self.frames))
-        if before.size:
-            slots = shared[before] % self.frames
-            same[before] = np.logical_and.reduce([
-                (self._frame_columns[name][slots] == batch[name][before]).reshape(before.size, -1).all(axis=1)
-                for name in names])
+        if follows is not None and before.size:
+            same[before[follows[before]]] = True
+            before_compared = before[~follows[before]]
+        else:
+            before_compared = before
+        if before_compared.size:
+            slots = shared[before_compared] % self.frames
+            same[before_compared] = np.logical_and.reduce([
+                (self._frame_columns[name][slots] == batch[name][before_compared]).reshape(before_compared.size, -1)
+                .all(axis=1) for name in names])
         new_obs = ~same
         counts = new_obs.astype(np.int64) + 1
         first = frames_before + np.cumsum(counts) - counts   # each row's first new frame
@@ -534,10 +547,8 @@ class SharedRingBuffer:
         frame_seq[slots] = 2 * numbers + 1
         ordering.full_fence()
         for name, column in self._frame_columns.items():
-            values = np.empty((total, *column.shape[1:]), column.dtype)
-            values[obs_ref[new_obs] - frames_before] = batch[name][new_obs]
-            values[next_ref - frames_before] = batch["next_" + name]
-            column[slots] = values
+            column[obs_ref[new_obs] % self.frames] = batch[name][new_obs]
+            column[next_ref % self.frames] = batch["next_" + name]
         ordering.full_fence()
         frame_seq[slots] = 2 * numbers + 2
         self._frames_written = frames_before + total

@@ -42,6 +42,10 @@ class TransitionWriter(Protocol):
         """Append transitions in order, as `write` one by one would (the actor's writes after each round);
         returns how many. Never blocks on the reader."""
 
+    def write_rows(self, batch: dict[str, np.ndarray], follows: np.ndarray | None = None) -> int:
+        """Append rows given column by column (as `read_new` returns them; the actor's writes in columns, on the
+        parallel path; `follows`: `SharedRingBuffer.write_rows`); returns how many. Never blocks on the reader."""
+
     @property
     def written(self) -> int:
         """Transitions written so far."""

@@ -2,12 +2,15 @@
 them for one run, each copy a `CopyStepper` (so transitions are assembled with `rollout`'s exact semantics): an
 `EpisodeStepper` on the AEC path, one decision of a copy at a time, or a `ParallelStepper` on the parallel path
 (`parallel=True`: the envs are parallel envs), every live agent's decision of a copy's cycle at once. An env
-worker steps its own groups with the same class."""
+worker steps its own groups with the same class. Given a `ColumnSink`, parallel copies are stepped in columns
+(`ColumnStepper`, core/parallel_columns.py): a block of arrays per cycle, transitions as columns."""
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any, Callable, Sequence
 
+from pzasync.core.parallel_columns import ColumnSink, ColumnStepper
 from pzasync.core.parallel_stepper import ParallelStepper
 from pzasync.core.spaces import AgentLayout, env_action_converter
 from pzasync.core.stepper import CopyStepper, EpisodeStepper, PendingDecision
@@ -26,12 +29,19 @@ class LocalEnvs:
         self.env = self.envs[0]
         self.env_name = env_name or str(self.env)
 
+    @property
+    def steps_columns(self) -> bool:
+        """Parallel copies in this process can be stepped in columns (`EnvCopiesFactory`)."""
+        return self.parallel
+
     def open(self, seed: int | None, layouts: dict[str, AgentLayout], *, emit: Callable[[Transition, int], None],
              on_episode: Callable[[EpisodeSummary], None], on_start: Callable[[int], None],
-             check_rewards: bool = True, max_episode_steps: int | None = None) -> LocalCopies:
+             check_rewards: bool = True, max_episode_steps: int | None = None,
+             columns: ColumnSink | None = None) -> LocalCopies:
+        """`EnvCopiesFactory.open`; with `columns` (parallel envs only), the copies are stepped in columns."""
         return LocalCopies(self.envs, list(range(self.copies)), seed, layouts, emit=emit, on_episode=on_episode,
                            on_start=on_start, check_rewards=check_rewards, max_episode_steps=max_episode_steps,
-                           parallel=self.parallel)
+                           parallel=self.parallel, columns=columns)
 
     def close(self) -> None:
         for env in self.envs:
@@ -45,7 +55,8 @@ class LocalCopies:
     def __init__(self, envs: list[Any], copies: list[int], seed: int | None, layouts: dict[str, AgentLayout], *,
                  emit: Callable[[Transition, int], None], on_episode: Callable[[EpisodeSummary], None],
                  on_start: Callable[[int], None], check_rewards: bool = True,
-                 max_episode_steps: int | None = None, parallel: bool = False) -> None:
+                 max_episode_steps: int | None = None, parallel: bool = False,
+                 columns: ColumnSink | None = None) -> None:
 
         to_env = env_action_converter(layouts)
         self.envs = envs
@@ -53,13 +64,22 @@ class LocalCopies:
         #: A copy's decisions are answered together: on the parallel path a cycle is stepped whole, so nothing of a
         #: round may be held back (Actor.align); on the AEC path a copy waits on one decision, which may be.
         self.holds_back = not parallel
+        if columns is not None and not parallel:
+            raise ValueError("columns are for parallel env copies")
         stepper: type[EpisodeStepper] | type[ParallelStepper] = ParallelStepper if parallel else EpisodeStepper
         self.steppers: dict[int, CopyStepper] = {
-            k: stepper(env, emitting(emit, k), copy=k, seed=None if seed is None else seed + k,
-                       layouts=LayoutBook(env, layouts, fixed=True), check_rewards=check_rewards,
-                       max_episode_steps=max_episode_steps, to_env=to_env, on_episode=on_episode)
+            k: (stepper(env, emitting(emit, k), copy=k, seed=None if seed is None else seed + k,
+                        layouts=LayoutBook(env, layouts, fixed=True), check_rewards=check_rewards,
+                        max_episode_steps=max_episode_steps, to_env=to_env, on_episode=on_episode)
+                if columns is None else
+                ColumnStepper(env, partial(columns.emit_rows, k), columns.units, copy=k,
+                              seed=None if seed is None else seed + k, layouts=LayoutBook(env, layouts, fixed=True),
+                              check_rewards=check_rewards, max_episode_steps=max_episode_steps, to_env=to_env,
+                              on_episode=on_episode))
             for k, env in zip(copies, envs)
         }
+        #: Whether the copies are stepped in columns (their pending decisions are `CycleBlock`s).
+        self.columns = columns is not None
         #: The copy being stepped (for error messages).
         self.current = copies[0]
 

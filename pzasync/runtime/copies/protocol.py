@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from typing import Any, Callable, Protocol, Sequence
 
+from pzasync.core.parallel_columns import ColumnSink
 from pzasync.core.spaces import AgentLayout
 from pzasync.core.stepper import PendingDecision
 from pzasync.core.transitions import EpisodeSummary, Transition
@@ -78,11 +79,17 @@ class EnvCopiesFactory(Protocol):
         """The copy stepped in the actor's own process when there is one (an AEC env, read for messages), else
         None."""
 
+    @property
+    def steps_columns(self) -> bool:
+        """Whether `open` can step its copies in columns (parallel copies in this process: their pending
+        decisions are then one `CycleBlock` per copy, core/parallel_columns.py)."""
+
     def open(self, seed: int | None, layouts: dict[str, AgentLayout], *, emit: Callable[[Transition, int], None],
              on_episode: Callable[[EpisodeSummary], None], on_start: Callable[[int], None],
-             check_rewards: bool, max_episode_steps: int | None) -> EnvCopies:
+             check_rewards: bool, max_episode_steps: int | None, columns: ColumnSink | None = None) -> EnvCopies:
         """The copies for one run: copy k's first reset gets `seed + k`; `emit(transition, copy)`,
-        `on_episode(summary)` and `on_start(copy)` are called as things happen."""
+        `on_episode(summary)` and `on_start(copy)` are called as things happen. With `columns` (only where
+        `steps_columns`), transitions reach `columns.emit_rows` instead of `emit`."""
 
     def close(self) -> None:
         """Release what the factory holds (env instances); never raises."""

@@ -41,6 +41,7 @@ import time
 from typing import Any, Callable, Sequence
 
 from pzasync.core.environments import EnvSpec
+from pzasync.core.parallel_columns import ColumnSink
 from pzasync.core.parallel_stepper import ParallelStepper
 from pzasync.core.spaces import AgentLayout, env_action_converter
 from pzasync.core.stepper import CopyStepper, EpisodeStepper, PendingDecision
@@ -71,10 +72,16 @@ class RemoteEnvs:
         self.env_id, self.env_name = env_spec.source, env_spec.name
         self.timeout_s = float(env_spec.kwargs.get("timeout_s", timeout_s))
 
+    #: Copies in other processes are stepped one decision (or one cycle) at a time (`EnvCopiesFactory`).
+    steps_columns = False
+
     def open(self, seed: int | None, layouts: dict[str, AgentLayout], *, emit: Callable[[Transition, int], None],
              on_episode: Callable[[EpisodeSummary], None], on_start: Callable[[int], None],
-             check_rewards: bool = True, max_episode_steps: int | None = None) -> RemoteCopies:
+             check_rewards: bool = True, max_episode_steps: int | None = None,
+             columns: ColumnSink | None = None) -> RemoteCopies:
         """Launch the servers of a `cmd:` id (or reach the one at the address) and connect the copies."""
+        if columns is not None:
+            raise ValueError("these env copies are not stepped in columns (steps_columns is False)")
         return RemoteCopies(self.env_id, dict(self.env_spec.kwargs), self.copies, seed, layouts, emit=emit,
                             on_episode=on_episode, on_start=on_start, check_rewards=check_rewards,
                             max_episode_steps=max_episode_steps, timeout_s=self.timeout_s,

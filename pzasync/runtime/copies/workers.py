@@ -25,6 +25,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from pzasync.core.environments import EnvSpec
+from pzasync.core.parallel_columns import ColumnSink
 from pzasync.core.spaces import AgentLayout
 from pzasync.core.stepper import PendingDecision
 from pzasync.core.transitions import EpisodeSummary, Transition
@@ -58,10 +59,16 @@ class EnvWorkers:
     def env_name(self) -> str:
         return self.env_spec.name
 
+    #: Copies in other processes are stepped one decision (or one cycle) at a time (`EnvCopiesFactory`).
+    steps_columns = False
+
     def open(self, seed: int | None, layouts: dict[str, AgentLayout], *, emit: Callable[[Transition, int], None],
              on_episode: Callable[[EpisodeSummary], None], on_start: Callable[[int], None],
-             check_rewards: bool = True, max_episode_steps: int | None = None) -> WorkerCopies:
+             check_rewards: bool = True, max_episode_steps: int | None = None,
+             columns: ColumnSink | None = None) -> WorkerCopies:
         """Spawn the workers and build their env copies (start-up: `Actor.prepare` does this before acting)."""
+        if columns is not None:
+            raise ValueError("these env copies are not stepped in columns (steps_columns is False)")
         return WorkerCopies(self.env_spec, self.copies, self.workers, seed, layouts, emit=emit,
                             on_episode=on_episode, on_start=on_start, check_rewards=check_rewards,
                             max_episode_steps=max_episode_steps, timeout_s=self.timeout_s,
