@@ -282,15 +282,11 @@ class Actor(ColumnActing):
             buffer.write_batch(rows)
         for key, parts in self._emitted_rows.items():
             buffer = self._emitted_to[key]
-            if len(parts) == 1:
-                batch, follows = parts[0]
-            else:
-                batch = {k: np.concatenate([p[k] for p, _ in parts]) for k in parts[0][0]}
-                follows = np.concatenate([f for _, f in parts])
             waiting = self._room_for.get(key)
             if waiting is not None:
-                self._wait_for_room(waiting, buffer, len(batch["reward"]))
-            buffer.write_rows(batch, follows)
+                self._wait_for_room(waiting, buffer, sum(len(rows["reward"]) for rows, _ in parts))
+            for rows, follows in parts:  # part by part: joining them first would copy every observation again
+                buffer.write_rows(rows, follows)
         self._emitted.clear()
         self._emitted_rows.clear()
         self._emitted_to.clear()
