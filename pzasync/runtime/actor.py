@@ -284,9 +284,9 @@ class Actor(ColumnActing):
             buffer = self._emitted_to[key]
             waiting = self._room_for.get(key)
             if waiting is not None:
-                self._wait_for_room(waiting, buffer, sum(len(rows["reward"]) for rows, _ in parts))
-            for rows, follows in parts:  # part by part: joining them first would copy every observation again
-                buffer.write_rows(rows, follows)
+                self._wait_for_room(waiting, buffer, sum(len(columns["reward"]) for columns, _ in parts))
+            for columns, follows in parts:  # part by part: joining them first would copy every observation again
+                buffer.write_rows(columns, follows)
         self._emitted.clear()
         self._emitted_rows.clear()
         self._emitted_to.clear()
