@@ -37,7 +37,7 @@ def blind_returns(mean: float, std: float, episodes: int, seed: int) -> list[flo
     preprocessing)."""
     from pettingzoo.butterfly import pistonball_v6
 
-    env = pistonball_v6.parallel_env()
+    env = pistonball_v6.parallel_env(render_mode="rgb_array")  # the frames are drawn only when it renders
     rng = np.random.default_rng(seed)
     returns = []
     for episode in range(episodes):

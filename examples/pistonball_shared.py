@@ -14,10 +14,13 @@ import functools
 
 
 def make_env(n_pistons: int = 20, max_cycles: int = 125, **kwargs):
-    """The preprocessed env; `kwargs` go to pistonball (e.g. continuous=False for Discrete(3) actions)."""
+    """The preprocessed env; `kwargs` go to pistonball (e.g. continuous=False for Discrete(3) actions). Pistonball
+    draws its frames only when it renders (docs/running.md, "Image observations"): without a render mode every
+    observation would be the same frame."""
     import supersuit as ss
     from pettingzoo.butterfly import pistonball_v6
 
+    kwargs.setdefault("render_mode", "rgb_array")
     env = pistonball_v6.env(n_pistons=n_pistons, max_cycles=max_cycles, **kwargs)
     env = ss.color_reduction_v0(env, mode="B")
     env = ss.resize_v1(env, x_size=64, y_size=64)

@@ -128,9 +128,16 @@ class Actor(torch.nn.Module):
         return self.policy.action_net(self.policy.mlp_extractor.forward_actor(features))
 
 
+#: Envs that draw their image observations only when they render (PettingZoo 1.27; pzasync's
+#: core/drawn_observations.py finds them): made with render_mode="rgb_array" unless a render mode is given.
+DRAWN_ONLY_WHEN_RENDERING = ("pettingzoo.butterfly.pistonball_v6", "pettingzoo.butterfly.cooperative_pong_v6")
+
+
 def parallel_env(env_id: str, kwargs: dict[str, Any], wrappers: list[str]) -> Any:
     """`module.parallel_env(**kwargs)` for an id like `mpe2.simple_spread_v3` or `pettingzoo.butterfly.pistonball_v6`,
     with SuperSuit's `wrappers` (pzasync's wrapper specs, e.g. "color_reduction_v0,mode=B") applied in order."""
+    if env_id in DRAWN_ONLY_WHEN_RENDERING:
+        kwargs = {"render_mode": "rgb_array", **kwargs}
     env = importlib.import_module(env_id).parallel_env(**kwargs)
     for text in wrappers:
         name, options = parse_spec(text)

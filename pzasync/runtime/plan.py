@@ -20,6 +20,7 @@ from typing import Any
 from pzasync.config import RunConfig
 from pzasync.config.groups import AUTO, chosen
 from pzasync.core.dataset import Dataset, open_dataset
+from pzasync.core.drawn_observations import drawn
 from pzasync.core.environments import EnvSpec, choose_env_api
 from pzasync.core.envset_env import EnvSetSource
 from pzasync.core.envset_spec import EnvSet
@@ -142,6 +143,7 @@ class RunPlan:
                 logger.info(f"env_workers={self.config.env_workers} is ignored: env {self.env_spec.name!r} is served "
                             f"by other processes, which step its copies (docs/remote.md)")
             self.config = replace(self.config, env_workers=0).validate()
+        self.env_spec, drawn_note = drawn(self.env_spec, self.config.seed)
         probe = self.env_spec.make()
         try:
             agents = list(probe.possible_agents)
@@ -206,7 +208,8 @@ class RunPlan:
                           placement=placement, step_seconds=lambda: env_step_seconds(
                               self.env_spec, layouts, self.config.seed))
         #: What the "auto" options (RunConfig.actors, envs_per_actor, env_workers, env_api) became, and why.
-        self.auto: dict[str, str] = {**tuning.choices, **({"env_api": api_note} if api_note else {})}
+        self.auto: dict[str, str] = {**tuning.choices, **({"env_api": api_note} if api_note else {}),
+                                     **({"render_mode": drawn_note} if drawn_note else {})}
         self.config = tuning.config
         #: Actor processes and env copies each: one process per RunConfig.actors with envs_per_actor copies,
         #: unless the runner placed the same actors x envs_per_actor copies in fewer (Placement.actor_processes).
