@@ -27,10 +27,9 @@ from typing import Any, Callable, Hashable
 
 import numpy as np
 
-from pzasync.core.envset_env import episode_env
 from pzasync.core.spaces import AgentLayout
+from pzasync.core.stepper import episode_summary
 from pzasync.core.transitions import EpisodeSummary, LayoutBook, TransitionAssembler
-from pzasync.errors import RewardConservationError
 
 #: Columns of one unit's completed transitions, keyed as `SharedRingBuffer.read_new` returns them, and the
 #: agent of each row.
@@ -346,13 +345,6 @@ class ColumnStepper:
         self.in_episode = False
         self._block = None
         self._decided.clear()
-        try:
-            summary = self.tally.end_episode(self.paid if self.check_rewards else None, cut_by_actor=cut)
-        except RewardConservationError as exc:
-            raise RewardConservationError(f"env copy {self.copy}, {exc}") from None
-        summary.copy = self.copy
-        played = episode_env(self.env)
-        if played is not None:
-            summary.env, summary.env_args = played
+        summary = episode_summary(self.tally, self.paid if self.check_rewards else None, cut, self.copy, self.env)
         if self.on_episode is not None:
             self.on_episode(summary)

@@ -20,10 +20,8 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Any, Callable
 
-from pzasync.core.envset_env import episode_env
-from pzasync.core.stepper import PendingDecision
+from pzasync.core.stepper import PendingDecision, episode_summary
 from pzasync.core.transitions import EpisodeSummary, LayoutBook, Transition, TransitionAssembler
-from pzasync.errors import RewardConservationError
 
 #: An answered decision: the decision, its action, and the extras stored with its transition.
 Answered = tuple[PendingDecision, Any, dict]
@@ -220,13 +218,6 @@ class ParallelStepper:
     def _end(self, cut: bool) -> None:
         self.in_episode = False
         self._cycle = []
-        try:
-            summary = self.assembler.end_episode(self.paid if self.check_rewards else None, cut_by_actor=cut)
-        except RewardConservationError as exc:
-            raise RewardConservationError(f"env copy {self.copy}, {exc}") from None
-        summary.copy = self.copy
-        played = episode_env(self.env)
-        if played is not None:
-            summary.env, summary.env_args = played
+        summary = episode_summary(self.assembler, self.paid if self.check_rewards else None, cut, self.copy, self.env)
         if self.on_episode is not None:
             self.on_episode(summary)

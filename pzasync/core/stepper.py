@@ -49,6 +49,21 @@ class CopyStepper(Protocol):
         """Forget the episode in flight without completing anything."""
 
 
+def episode_summary(assembler: TransitionAssembler, paid: dict[str, float] | None, cut: bool, copy: int,
+                    env: Any) -> EpisodeSummary:
+    """A copy's episode closed (every stepper's end of an episode): its summary, with the reward conservation
+    checked against `paid` where given (its error naming the copy), the copy, and on an env set the env played."""
+    try:
+        summary = assembler.end_episode(paid, cut_by_actor=cut)
+    except RewardConservationError as exc:
+        raise RewardConservationError(f"env copy {copy}, {exc}") from None
+    summary.copy = copy
+    played = episode_env(env)
+    if played is not None:
+        summary.env, summary.env_args = played
+    return summary
+
+
 @dataclass(slots=True)
 class PendingDecision:
     """A live agent's turn waiting for an action: what it observes (split into stored obs and mask)."""
@@ -210,13 +225,7 @@ class EpisodeStepper:
     def _end(self, cut: bool) -> None:
         self.in_episode = False
         self._turns = None
-        try:
-            summary = self.assembler.end_episode(self.ledger.paid if self.check_rewards else None, cut_by_actor=cut)
-        except RewardConservationError as exc:
-            raise RewardConservationError(f"env copy {self.copy}, {exc}") from None
-        summary.copy = self.copy
-        played = episode_env(self.env)
-        if played is not None:
-            summary.env, summary.env_args = played
+        paid = self.ledger.paid if self.check_rewards else None
+        summary = episode_summary(self.assembler, paid, cut, self.copy, self.env)
         if self.on_episode is not None:
             self.on_episode(summary)

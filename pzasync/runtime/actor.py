@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 import time
-from typing import TYPE_CHECKING, Any, Callable, Sequence, cast
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Sequence, cast
 
 import numpy as np
 
@@ -152,13 +152,7 @@ class Actor(ColumnActing):
         first = agents[decisions[0].agent]
         if opponent is None:
             seats = [first] if len(decisions) == 1 else list({d.agent: agents[d.agent] for d in decisions}.values())
-            before = self.context.before_decision
-            for a in seats:
-                if before is not None:
-                    before(a.agent)
-                if self._waits[a.agent]:
-                    self._wait_if_ahead(a)
-            first.local.refresh()
+            self._before_forward(first, seats)
         actions, extras = self._forward(opponent or first.policy, first, decisions)
         self.total_steps += len(decisions)
         if opponent is not None:
@@ -166,14 +160,7 @@ class Actor(ColumnActing):
             for j, i in enumerate(rows):
                 out[i] = (actions[j], {})
             return
-        for d in decisions:
-            agents[d.agent].count.steps += 1
-        sharing = self._sharing[id(first.local)]
-        first.policy.on_actor_steps(first.count.steps if len(sharing) == 1 else
-                                    round(sum(m.count.steps for m in sharing) / len(sharing)))
-        record, total = self.stats.record_steps, self.total_steps
-        for a in seats:
-            record(a.agent, a.count.steps - a.count.offset, total)
+        self._count_decisions(first, seats, [agents[d.agent] for d in decisions])
         version, track_of = first.local.version, self._track_base
         members = first.tracks // self.n_copies
         for j, (i, d) in enumerate(zip(rows, decisions)):
@@ -185,6 +172,29 @@ class Actor(ColumnActing):
             if track_of is not None:
                 stored["track"] = track_of[d.copy] * members + (member or 0)
             out[i] = (actions[j], stored)
+
+    def _before_forward(self, first: ActingAgent, seats: list[ActingAgent]) -> None:
+        """Before a unit's forward: the sequential runner's learners for each seat, the opt-in waits, and the
+        newest published policy into the unit's module."""
+        before = self.context.before_decision
+        for a in seats:
+            if before is not None:
+                before(a.agent)
+            if self._waits[a.agent]:
+                self._wait_if_ahead(a)
+        first.local.refresh()
+
+    def _count_decisions(self, first: ActingAgent, seats: list[ActingAgent], deciding: Iterable[ActingAgent]) -> None:
+        """After a unit's forward: one decision for each of `deciding` (an agent once per copy it decided in),
+        the policy's schedule (a group's: its members' mean) and each seat's count in the run's counters."""
+        for a in deciding:
+            a.count.steps += 1
+        sharing = self._sharing[id(first.local)]
+        first.policy.on_actor_steps(first.count.steps if len(sharing) == 1 else
+                                    round(sum(m.count.steps for m in sharing) / len(sharing)))
+        record, total = self.stats.record_steps, self.total_steps
+        for a in seats:
+            record(a.agent, a.count.steps - a.count.offset, total)
 
     def _forward(self, policy: Policy, first: ActingAgent,
                  decisions: list[PendingDecision]) -> tuple[np.ndarray, dict]:

@@ -5,7 +5,7 @@ round's `write_rows`. The same counts, schedules, waits, stored extras and NaN r
 
 from __future__ import annotations
 
-from typing import Any, Callable, Hashable, Sequence, cast
+from typing import Any, Callable, Hashable, Iterable, Sequence, cast
 
 import numpy as np
 
@@ -14,7 +14,7 @@ from pzasync.core.spaces import AgentLayout
 from pzasync.core.stepper import PendingDecision
 from pzasync.runtime.acting import ActingAgent, ActorContext
 from pzasync.runtime.copies import EnvCopiesFactory
-from pzasync.transport.protocols import RunControl, TransitionWriter
+from pzasync.transport.protocols import TransitionWriter
 
 
 class ColumnActing:
@@ -24,18 +24,17 @@ class ColumnActing:
     factory: EnvCopiesFactory
     agents: dict[str, ActingAgent]
     layouts: dict[str, AgentLayout]
-    stats: RunControl
     league: Any
     n_copies: int
     total_steps: int
-    _sharing: dict[int, list[ActingAgent]]
     _waits: dict[str, bool]
     _track_base: list[int] | None
     _unit_buffer: dict[int, TransitionWriter | None]
     _emitted_rows: dict[int, list[tuple[Rows, np.ndarray]]]
     _emitted_to: dict[int, TransitionWriter]
     _room_for: dict[int, ActingAgent]
-    _wait_if_ahead: Callable[[ActingAgent], None]
+    _before_forward: Callable[[ActingAgent, list[ActingAgent]], None]
+    _count_decisions: Callable[[ActingAgent, list[ActingAgent], Iterable[ActingAgent]], None]
     _nonfinite: Callable[[str, str], None]
     _check_finite: Callable[[dict[str, np.ndarray], tuple[str, ...], Sequence[PendingDecision | str]], None]
 
@@ -71,27 +70,14 @@ class ColumnActing:
         names = parts[0][1].agents if len(parts) == 1 else [a for _, d in parts for a in d.agents]
         first = agents[names[0]]
         seats = [agents[a] for a in dict.fromkeys(names)] if len(parts) > 1 else [agents[a] for a in names]
-        before = self.context.before_decision
-        for a in seats:
-            if before is not None:
-                before(a.agent)
-            if self._waits[a.agent]:
-                self._wait_if_ahead(a)
-        first.local.refresh()
+        self._before_forward(first, seats)
         obs = parts[0][1].obs if len(parts) == 1 else np.concatenate([d.obs for _, d in parts])
         if first.float_keys:
             self._check_finite({"obs": obs}, first.float_keys, names)
         actions, extras = first.policy.act({"obs": obs}, None, True)
         n = len(names)
         self.total_steps += n
-        for a in seats if len(parts) == 1 else (agents[name] for name in names):
-            a.count.steps += 1
-        sharing = self._sharing[id(first.local)]
-        first.policy.on_actor_steps(first.count.steps if len(sharing) == 1 else
-                                    round(sum(m.count.steps for m in sharing) / len(sharing)))
-        record, total = self.stats.record_steps, self.total_steps
-        for a in seats:
-            record(a.agent, a.count.steps - a.count.offset, total)
+        self._count_decisions(first, seats, seats if len(parts) == 1 else (agents[name] for name in names))
         stored: dict[str, np.ndarray] = {k: np.asarray(v) for k, v in extras.items()}
         stored["policy_version"] = np.full(n, first.local.version, np.int64)
         if first.member is not None:
