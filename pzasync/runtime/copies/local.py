@@ -78,8 +78,6 @@ class LocalCopies:
                               on_episode=on_episode))
             for k, env in zip(copies, envs)
         }
-        #: Whether the copies are stepped in columns (their pending decisions are `CycleBlock`s).
-        self.columns = columns is not None
         #: The copy being stepped (for error messages).
         self.current = copies[0]
 
