@@ -22,7 +22,7 @@ def make_env(n_pistons: int = 20, max_cycles: int = 125, **kwargs):
 
     kwargs.setdefault("render_mode", "rgb_array")
     env = pistonball_v6.env(n_pistons=n_pistons, max_cycles=max_cycles, **kwargs)
-    env = ss.color_reduction_v0(env, mode="B")
+    env = ss.color_reduction_v0(env, mode="full")  # luminance
     env = ss.resize_v1(env, x_size=64, y_size=64)
     return ss.frame_stack_v1(env, 3)
 

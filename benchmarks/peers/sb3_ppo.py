@@ -13,7 +13,7 @@ Runs in its own virtualenv (benchmarks/peers/setup_sb3.sh) and imports nothing f
     VENV/bin/python benchmarks/peers/sb3_ppo.py mpe2.simple_spread_v3 --env-arg N=3 --seconds 120 --seed 0 \\
         --out /tmp/pzpeers/spread_s0
     VENV/bin/python benchmarks/peers/sb3_ppo.py pettingzoo.butterfly.pistonball_v6 \\
-        --wrapper color_reduction_v0,mode=B --wrapper resize_v1,x_size=64,y_size=64 \\
+        --wrapper color_reduction_v0,mode=full --wrapper resize_v1,x_size=64,y_size=64 \\
         --wrapper frame_stack_v1,stack_size=3 --seconds 600 --out /tmp/pzpeers/pistonball_s0
 
 Image observations (what SB3's `is_image_space` calls one: uint8 in [0, 255], 3 dimensions) train SB3's

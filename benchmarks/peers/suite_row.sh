@@ -48,7 +48,7 @@ BASELINE_EPISODES="${BASELINE_EPISODES:-$DEFAULT_BASELINE_EPISODES}"
 case "$ENV_ID" in
   *simple_speaker_listener_v4) PEER_ARGS=(--wrapper pad_observations_v0 --wrapper pad_action_space_v0) ;;
   *knights_archers_zombies_v11) PEER_ARGS=(--wrapper black_death_v3) ;;
-  *pistonball_v6) PEER_ARGS=(--wrapper color_reduction_v0,mode=B --wrapper resize_v1,x_size=64,y_size=64
+  *pistonball_v6) PEER_ARGS=(--wrapper color_reduction_v0,mode=full --wrapper resize_v1,x_size=64,y_size=64
                              --wrapper frame_stack_v1,stack_size=3) ;;
   *connect_four_v3|*leduc_holdem_v4) PEER_SCRIPT="sb3_maskable.py"; PEER_ARGS=() ;;
   *) PEER_ARGS=() ;;

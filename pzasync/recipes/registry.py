@@ -30,10 +30,12 @@ SELF_PLAY = Recipe(
            "self-play setting tried on connect four.",
     evidence=f"{RESULTS}#connect_four")
 
-#: Raw frames made small (learners/space_defaults.py, and the pistonball recipe): SuperSuit's grey (one channel),
-#: 64x64 and the last 3 frames stacked, as examples/pistonball_shared.py and the pistonball rows of
-#: docs/benchmarks.md have them: 12 KB an observation instead of pistonball's 165 KB.
-IMAGE_WRAPPERS = ("color_reduction_v0,mode=B", "resize_v1,x_size=64,y_size=64", "frame_stack_v1,stack_size=3")
+#: Raw frames made small (learners/space_defaults.py, and the pistonball recipe): SuperSuit's grey (one channel:
+#: luminance, its default "full" mode), 64x64 and the last 3 frames stacked, as examples/pistonball_shared.py has
+#: them: 12 KB an observation instead of pistonball's 165 KB. Luminance, not one colour channel: the blue channel
+#: ("mode=B") draws pistonball's blue ball at 221 on a white 255, where luminance draws it at 138
+#: (docs/bench/pistonball_frames.json).
+IMAGE_WRAPPERS = ("color_reduction_v0,mode=full", "resize_v1,x_size=64,y_size=64", "frame_stack_v1,stack_size=3")
 
 #: One entry per env; the first that matches an env id is its recipe (`recipe_for`).
 RECIPES: tuple[Recipe, ...] = (
