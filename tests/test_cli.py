@@ -52,6 +52,44 @@ def test_train_then_eval_on_a_tiny_budget(tmp_path):
     assert "player_1" in evaluated.output and "40 episodes per agent" in evaluated.output
 
 
+def test_snapshots_are_kept_in_the_run_directory_and_scored_by_eval(tmp_path):
+    """--snapshot-every-steps writes each learning unit's policy once per snapshot (a group's members share it);
+    `pzasync eval --snapshot STEPS` scores that policy, not the final checkpoint, and an unknown count is one line
+    naming the snapshots there are."""
+    import json
+
+    import numpy as np
+
+    from pzasync.evaluation.evaluate import load_run_policies
+    from pzasync.learners import policy_to_vector
+
+    runner = CliRunner()
+    result = runner.invoke(main, ["train", "pettingzoo.classic.tictactoe_v3", "--steps", "1500", "--runner",
+                                  "sequential", "--learner", "dqn,learning_starts=100,hidden=[32]", "--group",
+                                  "players=player_*", "--out", str(tmp_path), "--final-episodes", "10",
+                                  "--eval-every", "0", "--snapshot-every-steps", "500"], env={"COLUMNS": "250"})
+    assert result.exit_code == 0, result.output
+    (run_dir,) = list(tmp_path.iterdir())
+    rows = [json.loads(line) for line in (run_dir / "snapshots.jsonl").read_text().splitlines()]
+    assert len(rows) >= 3 and [row["agent_steps"] for row in rows] == sorted(row["agent_steps"] for row in rows)
+    assert all(set(row["units"]) == {"players"} for row in rows)
+    first = rows[0]["agent_steps"]
+    vector = np.load(run_dir / rows[0]["units"]["players"]["file"])
+    snapshot = load_run_policies(run_dir, snapshot=first)
+    final = load_run_policies(run_dir)
+    assert snapshot["player_1"][0] is snapshot["player_2"][0]  # one policy object for the group
+    assert np.array_equal(policy_to_vector(snapshot["player_1"][0]), vector)
+    assert not np.array_equal(policy_to_vector(final["player_1"][0]), vector), "the run learned after the snapshot"
+    scored = runner.invoke(main, ["eval", str(run_dir), "--episodes", "10", "--snapshot", str(first), "--json", "-"])
+    assert scored.exit_code == 0, scored.output
+    document = json.loads(scored.stdout)
+    assert document["snapshot"] == first and {r["unit"] for r in document["results"]} >= {"player_1", "player_2"}
+    missing = runner.invoke(main, ["eval", str(run_dir), "--snapshot", "7"])
+    assert missing.exit_code == 2 and "Traceback" not in missing.output
+    assert "no policy snapshot at 7 agent steps; snapshots kept: " + ", ".join(
+        str(row["agent_steps"]) for row in rows) in " ".join(missing.output.split())
+
+
 def test_train_rejects_bad_learner_options_without_traceback(tmp_path):
     result = CliRunner().invoke(main, ["train", "pettingzoo.classic.tictactoe_v3", "--steps", "100", "--learner",
                                        "dqn,gamma", "--out", str(tmp_path)])

@@ -364,12 +364,15 @@ def parse_versus(versus: str) -> Any:
               help="For a run on an env set (--env-set): play its train or its test split (docs/running.md, \"Env "
                    "sets\"). Default: the test split where the set has one, else the train split at the curriculum "
                    "stage the run reached.")
+@click.option("--snapshot", type=click.IntRange(min=0), default=None, metavar="STEPS",
+              help="Score the run's policy snapshot taken at STEPS agent steps (train with --snapshot-every-steps; "
+                   "the run directory's snapshots.jsonl lists them) instead of its final checkpoints.")
 @click.option("--json", "json_out", default=None, is_flag=False, flag_value="-", metavar="[FILE|-]",
               help="Also write the figures as JSON (docs/eval-schema.json) to FILE, or to stdout (the table "
                    "then goes to stderr) with '-' or no value (give it last, or as '--json -', so that RUN_DIR "
                    "is not read as FILE).")
 def evaluate_cmd(run_dir: str, versus: str, episodes: int, seed: int, scoring: str | None, baselines: bool,
-                 acting: str, copies: int | None, env_api: str | None, split: str | None,
+                 acting: str, copies: int | None, env_api: str | None, split: str | None, snapshot: int | None,
                  json_out: str | None) -> None:
     """Score the trained agents of RUN_DIR (greedy, or sampling with --acting sampled) in the mode that fits
     the game: each seat against a yardstick (random or scripted players, another run's agents), the whole team,
@@ -390,7 +393,7 @@ def evaluate_cmd(run_dir: str, versus: str, episodes: int, seed: int, scoring: s
         task = progress.add_task(f"evaluating {run_dir}", total=None)
         report = evaluate(run_dir, vs=versus, episodes=episodes,
                           seed=seed, scoring=scoring, baselines=baselines, copies=copies, acting=acting,
-                          env_api=env_api, split=split,
+                          env_api=env_api, split=split, snapshot=snapshot,
                           progress=lambda label: progress.advance(task))
     document = report.to_json()
     if json_out == "-":
@@ -400,7 +403,9 @@ def evaluate_cmd(run_dir: str, versus: str, episodes: int, seed: int, scoring: s
             json.dump(document, f, indent=1)
     unit = {"seats": "agent", "team": "evaluation", "sides": "side and evaluation"}[report.scoring]
     out.print(f"{report.env}: {run_dir} vs {versus}, {episodes} episodes per {unit}, {acting}"
-              + (f", the env set's {report.split} split" if report.split else ""), highlight=False, soft_wrap=True)
+              + (f", the env set's {report.split} split" if report.split else "")
+              + (f", its policy snapshot at {snapshot:,} agent steps" if snapshot is not None else ""),
+              highlight=False, soft_wrap=True)
     out.print(scoring_line(report), highlight=False, soft_wrap=True)
     table = Table()
     for column in ("unit", "policy", "against", "mean return [95% CI]", "win rate [95% CI]", "wins/draws/losses"):

@@ -140,8 +140,9 @@ class RunOptions(OptionGroup):
     progress: bool = option(False, "Show a live progress display.", Check(bool))
     snapshot_every_steps: int | None = option(
         None, "Every this many agent steps (at the next episode end), keep a copy of each learning agent's acting "
-              "policy in `RunResult.snapshots`, so learning curves can be evaluated after the run, outside its "
-              "timing.", Check(int, ge=1, optional=True), metavar="N")
+              "policy in `RunResult.snapshots` and, with a run directory, in its snapshots/ (`pzasync eval RUN "
+              "--snapshot STEPS` scores one), so learning curves can be evaluated after the run, outside its timing.",
+        Check(int, ge=1, optional=True), metavar="N")
     tracker: Sequence[str] = option(
         (), "Experiment trackers that get the run's learner metrics, evaluation rows, parameters and plots, beside "
             "its run directory (docs/running.md, \"Trackers\"): \"wandb\" (Weights & Biases: offline, in the run "

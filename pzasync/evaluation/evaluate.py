@@ -35,7 +35,7 @@ from pzasync.core.spaces import AgentLayout, env_action_converter, env_layouts, 
 from pzasync.core.transitions import EpisodeSummary, LayoutBook
 from pzasync.errors import ConfigError
 from pzasync.evaluation.episodes import PerCopyPlayer, Player, PolicyPlayer, RandomPlayer, play_parallel
-from pzasync.learners import Learner, resolve_learner, state_request
+from pzasync.learners import Learner, policy_size, resolve_learner, state_request, vector_to_policy
 from pzasync.learners.players import load_checkpoint_policy
 from pzasync.runtime.rundir import RunDirectory
 from pzasync.specs import parse_learner_spec
@@ -223,13 +223,15 @@ def run_env(run_dir: str | Path, split: str | None = None, stage: int | None = N
     return acting_env(run_env_spec(info, split, stage), info.get("learners") or {})
 
 
-def load_run_policies(run_dir: str | Path) -> dict[str, tuple[Any, AgentLayout]]:
+def load_run_policies(run_dir: str | Path, snapshot: int | None = None) -> dict[str, tuple[Any, AgentLayout]]:
     """Greedy policies of every agent with a checkpoint (its own, or its agent group's) in a run directory, built
     for the env they act in (`run_env`: a mappo policy for the agent's observation alone); the members of a group
-    with the same spaces share one policy object."""
+    with the same spaces share one policy object. `snapshot`: the agent steps of one of the run's policy snapshots
+    (RunConfig.snapshot_every_steps, `RunDirectory.snapshot_steps`), whose parameters replace the checkpoint's."""
 
     rd = RunDirectory(run_dir, create=False)
     info = rd.read_json("run.json")
+    snapshot_files = _snapshot_files(rd, snapshot) if snapshot is not None else {}
     env = run_env(run_dir).make()
     try:
         layouts = env_layouts(env, probe_info_masks(env))
@@ -248,10 +250,35 @@ def load_run_policies(run_dir: str | Path) -> dict[str, tuple[Any, AgentLayout]]
         if first is not None and replace(first[1], agent=agent) == layout:
             policies[agent] = (first[0], layout)  # one policy object: its members' decisions share forwards
         else:
-            policies[agent] = loaded[path] = (load_checkpoint_policy(str(path), layout), layout)
+            policy = load_checkpoint_policy(str(path), layout)
+            unit = group_of.get(agent, agent)
+            if snapshot is not None:
+                if unit not in snapshot_files:
+                    raise ConfigError(f"{run_dir}: the snapshot at {snapshot} agent steps holds no policy of "
+                                      f"{unit!r} (it has {', '.join(map(repr, snapshot_files)) or 'none'})")
+                _load_vector(policy, np.load(rd.path / snapshot_files[unit]), f"{unit!r} at {snapshot}")
+            policies[agent] = loaded[path] = (policy, layout)
     if not policies:
         raise ConfigError(f"{run_dir} holds no checkpoints to evaluate")
     return policies
+
+
+def _snapshot_files(rd: RunDirectory, snapshot: int) -> dict[str, str]:
+    """Unit -> its vector's file (relative to the run directory) in the run's snapshot at `snapshot` agent steps;
+    a ConfigError naming the snapshots there are if there is none at that count."""
+    rows = {int(row["agent_steps"]): row for row in rd.read_jsonl("snapshots.jsonl")}
+    if snapshot not in rows:
+        kept = ", ".join(map(str, sorted(rows))) or "none (train with --snapshot-every-steps N to keep them)"
+        raise ConfigError(f"{rd.path}: no policy snapshot at {snapshot} agent steps; snapshots kept: {kept}")
+    return {unit: entry["file"] for unit, entry in rows[snapshot]["units"].items()}
+
+
+def _load_vector(policy: Any, vector: np.ndarray, what: str) -> None:
+    """A snapshot's parameter vector into a policy built from the same checkpoint, refused if the sizes differ."""
+    if vector.size != policy_size(policy):
+        raise ConfigError(f"snapshot of {what}: {vector.size} parameters, but the run's policy has "
+                          f"{policy_size(policy)}")
+    vector_to_policy(vector.astype(np.float32, copy=False), policy)
 
 
 def player_name(spec: Any) -> str:

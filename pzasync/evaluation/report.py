@@ -64,6 +64,8 @@ class Evaluation:
     acting: str = "greedy"
     #: On an env set: which of its splits was played ("train" or "test"); else None.
     split: str | None = None
+    #: The agent steps of the run's policy snapshot that was scored (`pzasync eval --snapshot`); None: its checkpoints.
+    snapshot: int | None = None
 
     def result(self, unit: str, policy: str = "trained", against: str | None = None) -> EvalResult | None:
         """The result of `unit` played by `policy` ("trained", "untrained", "random") against `against`
@@ -98,7 +100,8 @@ class Evaluation:
                 "vs": self.vs, "acting": self.acting, "episodes": self.episodes, "seed": self.seed,
                 "copies": self.copies, "seconds": round(self.seconds, 3),
                 "units": {u: list(m) for u, m in self.units.items()}, "results": rows,
-                **({"split": self.split} if self.split is not None else {})}
+                **({"split": self.split} if self.split is not None else {}),
+                **({"snapshot": self.snapshot} if self.snapshot is not None else {})}
 
 
 def _split_of(info: dict[str, Any], split: str | None) -> str | None:
@@ -133,7 +136,7 @@ def evaluate(run_dir_or_policies: str | Path | dict[str, tuple[Any, Any]], env: 
              episodes: int = 400, seed: int = 12345, scoring: str | None = None, *, learners: Any = None,
              baselines: bool = True, copies: int | None = None, max_episode_steps: int | None = None,
              progress: Callable[[str], None] | None = None, acting: str = "greedy",
-             env_api: str | None = None, split: str | None = None) -> Evaluation:
+             env_api: str | None = None, split: str | None = None, snapshot: int | None = None) -> Evaluation:
     """Score trained policies in the mode that fits the game, with baselines (module docstring).
 
     `run_dir_or_policies`: a run directory (its checkpoints; its env, learners and episode limit
@@ -148,14 +151,16 @@ def evaluate(run_dir_or_policies: str | Path | dict[str, tuple[Any, Any]], env: 
     "sampled" (the trained and the untrained policies draw from their own distributions, seeded per episode and
     turn; yardsticks and random play are unchanged). `progress(label)` is called after each evaluation. `split`:
     for a run on an env set (docs/running.md, "Env sets"), which of its splits to play, "train" or "test" (None:
-    its test split where it has one, else its train split at the curriculum stage the run reached).
+    its test split where it has one, else its train split at the curriculum stage the run reached). `snapshot`: the
+    agent steps of one of the run directory's policy snapshots (RunConfig.snapshot_every_steps) to score instead of
+    its checkpoints: a point of the learning curve, scored after the run.
     """
     started = time.monotonic()
     run_dir = None
     if isinstance(run_dir_or_policies, (str, Path)):
         run_dir = str(run_dir_or_policies)
         info = RunDirectory(run_dir, create=False).read_json("run.json")
-        policies = load_run_policies(run_dir)
+        policies = load_run_policies(run_dir, snapshot)
         if env is None:
             env = run_env(run_dir, _split_of(info, split), _stage_reached(run_dir))  # mappo acts without the state
         if learners is None:
@@ -164,6 +169,8 @@ def evaluate(run_dir_or_policies: str | Path | dict[str, tuple[Any, Any]], env: 
         max_episode_steps = config.get("max_episode_steps") if max_episode_steps is None else max_episode_steps
         env_api = config.get("env_api", "auto") if env_api is None else env_api
         groups = config.get("agent_groups") or None
+    elif snapshot is not None:
+        raise ConfigError("pzasync.evaluate: snapshot=... needs a run directory, not a dict of policies")
     elif isinstance(run_dir_or_policies, dict):
         policies, groups = run_dir_or_policies, None
         if env is None:
@@ -192,7 +199,7 @@ def evaluate(run_dir_or_policies: str | Path | dict[str, tuple[Any, Any]], env: 
         raise ConfigError(f"split {split!r}: the env evaluated is not an env set (pzasync train --env-set FILE)")
     played: str | None = getattr(spec.source, "split", None) if spec.env_set is not None else None
     report = Evaluation(spec.name, mode, why, name, episodes, seed, copies, units, run_dir=run_dir, acting=acting,
-                        split=played)
+                        split=played, snapshot=snapshot)
 
     def add(results: list[EvalResult], label: str) -> None:
         report.results += results

@@ -182,6 +182,25 @@ class RunMonitor:
         every = self.snapshot_every
         assert every is not None, "snapshots are taken only with snapshot_every_steps"
         self._next_snapshot = (steps // every + 1) * every
+        if self.run_dir is not None:
+            self._keep_snapshot(self.run_dir, self.snapshots[-1], {a.agent: a.unit for a in learning})
+
+    @staticmethod
+    def _keep_snapshot(run_dir: RunDirectory, snapshot: PolicySnapshot, unit_of: dict[str, str]) -> None:
+        """Write a snapshot into the run directory: one vector per learning unit (a group's members share
+        theirs), then its line in snapshots.jsonl, so a line names only files already written."""
+        units: dict[str, dict[str, Any]] = {}
+        for agent, vector in snapshot.vectors.items():
+            unit = unit_of[agent]
+            if unit in units:
+                continue
+            path = run_dir.snapshot_path(unit, snapshot.agent_steps)
+            path.parent.mkdir(exist_ok=True)
+            np.save(path, vector)
+            units[unit] = {"file": str(path.relative_to(run_dir.path)), "version": snapshot.versions[agent],
+                           "updates": snapshot.updates[agent]}
+        run_dir.append("snapshots.jsonl", {"agent_steps": snapshot.agent_steps,
+                                           "seconds": round(snapshot.seconds, 4), "units": units})
 
     def learner_error(self, agent: str, summary: str, trace: str) -> None:
         """Record a crashed learner; the first crash of an agent prints its traceback, later ones one line.

@@ -14,6 +14,9 @@ Layout:
     league.jsonl        league ratings every 20 rated games, at most once a second (RunConfig.league)
     league.png          league ratings of the snapshots and players, ± 2 RD
     league/UNIT-vN.npy  the league's snapshot pool (at most league_pool_size per unit)
+    snapshots.jsonl     with RunConfig.snapshot_every_steps: one line per policy snapshot (agent steps, seconds,
+                        each unit's version, updates and file); `pzasync eval RUN --snapshot STEPS` scores one
+    snapshots/UNIT-STEPS.npy  a learning unit's acting policy at that snapshot, as a parameter vector
 """
 
 from __future__ import annotations
@@ -73,6 +76,14 @@ class RunDirectory:
 
     def checkpoint_path(self, agent: str) -> str:
         return str(self.path / "checkpoints" / f"{safe_name(agent)}.pt")
+
+    def snapshot_path(self, unit: str, agent_steps: int) -> Path:
+        """Where a learning unit's policy snapshot taken at `agent_steps` is kept (RunConfig.snapshot_every_steps)."""
+        return self.path / "snapshots" / f"{safe_name(unit)}-{int(agent_steps)}.npy"
+
+    def snapshot_steps(self) -> list[int]:
+        """The agent steps of the policy snapshots this run kept, in order (none without snapshot_every_steps)."""
+        return [int(row["agent_steps"]) for row in self.read_jsonl("snapshots.jsonl")]
 
     def write_json(self, name: str, data: Any) -> None:
         tmp = self.path / f".{name}.tmp"
