@@ -50,6 +50,10 @@ def __getattr__(name: str):
         from pzasync.evaluation import report
 
         return getattr(report, name)
+    if name == "evaluate_snapshots":
+        from pzasync.evaluation.snapshots import evaluate_snapshots
+
+        return evaluate_snapshots
     if name == "record":
         from pzasync.evaluation.record import record
 
@@ -116,6 +120,7 @@ __all__ = [
     "clean_stale",
     "env_layouts",
     "evaluate",
+    "evaluate_snapshots",
     "exploitability",
     "export",
     "make_env",

@@ -88,6 +88,18 @@ def test_snapshots_are_kept_in_the_run_directory_and_scored_by_eval(tmp_path):
     assert missing.exit_code == 2 and "Traceback" not in missing.output
     assert "no policy snapshot at 7 agent steps; snapshots kept: " + ", ".join(
         str(row["agent_steps"]) for row in rows) in " ".join(missing.output.split())
+    assert "expected agent steps" in runner.invoke(main, ["eval", str(run_dir), "--snapshot", "many"]).output
+
+    curve = runner.invoke(main, ["eval", str(run_dir), "--episodes", "10", "--snapshot", "all", "--json", "-"],
+                          env={"COLUMNS": "250"})
+    assert curve.exit_code == 0, curve.output
+    documents = json.loads(curve.stdout)
+    assert [d["snapshot"] for d in documents] == [row["agent_steps"] for row in rows]
+    timeless = [{k: v for k, v in d.items() if k != "seconds"} for d in (documents[0], document)]
+    assert timeless[0] == timeless[1], "a snapshot scores the same alone and in the curve (same episodes and seeds)"
+    assert (run_dir / "snapshots.png").stat().st_size > 0
+    table = [line for line in curve.stderr.splitlines() if line.startswith("│") and "player_1" in line]
+    assert len(table) == len(rows)
 
 
 def test_train_rejects_bad_learner_options_without_traceback(tmp_path):

@@ -364,15 +364,17 @@ def parse_versus(versus: str) -> Any:
               help="For a run on an env set (--env-set): play its train or its test split (docs/running.md, \"Env "
                    "sets\"). Default: the test split where the set has one, else the train split at the curriculum "
                    "stage the run reached.")
-@click.option("--snapshot", type=click.IntRange(min=0), default=None, metavar="STEPS",
+@click.option("--snapshot", default=None, metavar="STEPS|all",
               help="Score the run's policy snapshot taken at STEPS agent steps (train with --snapshot-every-steps; "
-                   "the run directory's snapshots.jsonl lists them) instead of its final checkpoints.")
+                   "the run directory's snapshots.jsonl lists them) instead of its final checkpoints; 'all': every "
+                   "snapshot, the same episodes each, as a learning curve (a table, snapshots.png in the run "
+                   "directory, and with --json a list of documents).")
 @click.option("--json", "json_out", default=None, is_flag=False, flag_value="-", metavar="[FILE|-]",
               help="Also write the figures as JSON (docs/eval-schema.json) to FILE, or to stdout (the table "
                    "then goes to stderr) with '-' or no value (give it last, or as '--json -', so that RUN_DIR "
                    "is not read as FILE).")
 def evaluate_cmd(run_dir: str, versus: str, episodes: int, seed: int, scoring: str | None, baselines: bool,
-                 acting: str, copies: int | None, env_api: str | None, split: str | None, snapshot: int | None,
+                 acting: str, copies: int | None, env_api: str | None, split: str | None, snapshot: str | None,
                  json_out: str | None) -> None:
     """Score the trained agents of RUN_DIR (greedy, or sampling with --acting sampled) in the mode that fits
     the game: each seat against a yardstick (random or scripted players, another run's agents), the whole team,
@@ -388,12 +390,17 @@ def evaluate_cmd(run_dir: str, versus: str, episodes: int, seed: int, scoring: s
     out = errors if json_out == "-" else console
     if not os.path.isdir(versus):
         parse_versus(versus)  # an unknown player is refused here, with the names it might mean
+    if snapshot == "all":
+        _evaluate_snapshots(run_dir, out, json_out, vs=versus, episodes=episodes, seed=seed, scoring=scoring,
+                            baselines=baselines, copies=copies, acting=acting, env_api=env_api, split=split)
+        return
+    at = None if snapshot is None else _snapshot_steps(snapshot)
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), console=errors,
                   transient=True) as progress:
         task = progress.add_task(f"evaluating {run_dir}", total=None)
         report = evaluate(run_dir, vs=versus, episodes=episodes,
                           seed=seed, scoring=scoring, baselines=baselines, copies=copies, acting=acting,
-                          env_api=env_api, split=split, snapshot=snapshot,
+                          env_api=env_api, split=split, snapshot=at,
                           progress=lambda label: progress.advance(task))
     document = report.to_json()
     if json_out == "-":
@@ -404,7 +411,7 @@ def evaluate_cmd(run_dir: str, versus: str, episodes: int, seed: int, scoring: s
     unit = {"seats": "agent", "team": "evaluation", "sides": "side and evaluation"}[report.scoring]
     out.print(f"{report.env}: {run_dir} vs {versus}, {episodes} episodes per {unit}, {acting}"
               + (f", the env set's {report.split} split" if report.split else "")
-              + (f", its policy snapshot at {snapshot:,} agent steps" if snapshot is not None else ""),
+              + (f", its policy snapshot at {at:,} agent steps" if at is not None else ""),
               highlight=False, soft_wrap=True)
     out.print(scoring_line(report), highlight=False, soft_wrap=True)
     table = Table()
@@ -425,6 +432,53 @@ def evaluate_cmd(run_dir: str, versus: str, episodes: int, seed: int, scoring: s
                   highlight=False, soft_wrap=True)
 
 
+
+
+def _snapshot_steps(text: str) -> int:
+    """--snapshot's value as agent steps (a non-negative integer), or a UserInputError naming the forms."""
+    try:
+        steps = int(text.replace(",", "").replace("_", ""))
+    except ValueError:
+        steps = -1
+    if steps < 0:
+        raise UserInputError(f"--snapshot {text!r}: expected agent steps (an integer >= 0) or 'all'")
+    return steps
+
+
+def _evaluate_snapshots(run_dir: str, out: Any, json_out: str | None, **options: Any) -> None:
+    """`pzasync eval RUN --snapshot all`: every snapshot scored alike, a table, snapshots.png, and with --json the
+    list of their documents."""
+    import json
+
+    from pzasync.evaluation.snapshots import evaluate_snapshots, plot_snapshots, snapshot_rows
+
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), console=errors,
+                  transient=True) as progress:
+        task = progress.add_task(f"scoring the snapshots of {run_dir}", total=None)
+        scored = evaluate_snapshots(run_dir, progress=lambda done, total: progress.update(task, completed=done,
+                                                                                          total=total), **options)
+    documents = [report.to_json() for _row, report in scored]
+    if json_out == "-":
+        click.echo(json.dumps(documents, indent=1))
+    elif json_out is not None:
+        with open(json_out, "w") as f:
+            json.dump(documents, f, indent=1)
+    rows = snapshot_rows(scored)
+    first = scored[0][1]
+    out.print(f"{first.env}: {run_dir}, {len(scored)} policy snapshots, {options['episodes']} episodes each "
+              f"({options['acting']}), {scoring_line(first)}", highlight=False, soft_wrap=True)
+    table = Table()
+    for column in ("agent steps", "seconds", "unit", "against", "mean return [95% CI]", "win rate [95% CI]"):
+        table.add_column(column, justify="left" if column in ("unit", "against") else "right", overflow="fold")
+    for r in rows:
+        lo, hi = r["win_rate_ci95"]
+        table.add_row(f"{r['agent_steps']:,}", f"{r['seconds']:.0f}", r["unit"], r["against"],
+                      f"{r['mean_return']:+.3f} ± {r['mean_return_ci95']:.3f}",
+                      f"{r['win_rate']:.1%} [{lo:.1%}, {hi:.1%}]" if r["outcomes"] else "-")
+    out.print(table)
+    plot = plot_snapshots(run_dir, rows, f"{first.env}: policy snapshots")
+    out.print(f"plot: {plot}" if plot else "no plot (pip install \"pzasync[plot]\" for snapshots.png)",
+              highlight=False, soft_wrap=True, markup=False)
 @main.command()
 @click.argument("run_dir", type=click.Path(exists=True, file_okay=False))
 @click.option("--acting", type=click.Choice(["sampled", "greedy"]), default="sampled", show_default=True,

@@ -17,6 +17,7 @@ Layout:
     snapshots.jsonl     with RunConfig.snapshot_every_steps: one line per policy snapshot (agent steps, seconds,
                         each unit's version, updates and file); `pzasync eval RUN --snapshot STEPS` scores one
     snapshots/UNIT-STEPS.npy  a learning unit's acting policy at that snapshot, as a parameter vector
+    snapshots.png       `pzasync eval RUN --snapshot all`: every snapshot's score against agent steps and seconds
 """
 
 from __future__ import annotations
