@@ -36,10 +36,11 @@ BRIEF_STEPS = {"mpe2.simple_spread_v3": 4200, "pettingzoo.sisl.multiwalker_v9": 
 @pytest.mark.parametrize("env_id", SUITE, ids=lambda e: e.rsplit(".", 1)[-1])
 def test_every_suite_env_has_a_recipe_that_pzasync_train_and_the_suite_resolve_alike(env_id):
     """The suite trains what `pzasync train ENV` would: the same learners (after any fitted to the spaces), run
-    options, env arguments and wrappers."""
+    options, env arguments and wrappers; and through the API asked for (`--env-api`), which reaches the run."""
     assert recipe_for(env_id) is not None
     run, chosen = suite_run(env_id), train_choices(env_id)
-    assert run.config == chosen.config
+    assert {k: v for k, v in run.config.items() if k != "env_api"} == chosen.config
+    assert run.config["env_api"] == "auto" and suite_run(env_id, "aec").config["env_api"] == "aec"
     assert run.env.kwargs == chosen.env_kwargs and run.env.wrappers == chosen.wrappers
     env = EnvSpec.of(env_id, chosen.wrappers, **chosen.env_kwargs)
     assert run.learners == fit_learners(env, chosen.learners, chosen.config["agent_groups"])[0]

@@ -92,8 +92,10 @@ def suite_run(env_id: str, env_api: str = "auto") -> SuiteRun:
     from pzasync.training import Trainer
 
     trainer = Trainer(env_id, options={"out_dir": None, "env_api": env_api}, say=lambda note: None)
-    return SuiteRun(trainer.env, trainer.learners, trainer.choices.config, trainer.choices.yardstick,
-                    trainer.choices.recipe, trainer.notes)
+    # The recipe's run options, and the API asked for: the suite builds each run's RunConfig from these alone.
+    config = {**trainer.choices.config, "env_api": trainer.config.env_api}
+    return SuiteRun(trainer.env, trainer.learners, config, trainer.choices.yardstick, trainer.choices.recipe,
+                    trainer.notes)
 
 
 def seat_score(result: Any, metric: str) -> float:
