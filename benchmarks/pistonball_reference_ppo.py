@@ -75,6 +75,7 @@ def train(args: argparse.Namespace) -> dict[str, Any]:
     import supersuit as ss
 
     torch.manual_seed(args.seed)
+    torch.set_num_threads(args.threads)  # several runs side by side: torch's default (every core) oversubscribes
     rng = np.random.default_rng(args.seed)
     envs = ss.concat_vec_envs_v1(ss.pettingzoo_env_to_vec_env_v1(make_env()), args.copies, num_cpus=args.cpus,
                                  base_class="gymnasium")
@@ -168,6 +169,7 @@ def main() -> None:
     parser.add_argument("--eval-episodes", type=int, default=3)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--device", default="cpu")
+    parser.add_argument("--threads", type=int, default=1, help="torch threads of the learning process")
     parser.add_argument("--json", default=None, help="Write the settings and the curve here.")
     args = parser.parse_args()
     result = train(args)

@@ -657,7 +657,7 @@ def parallel_table() -> str:
 def battle_table() -> str:
     """Issue 55's table on battle_v4, re-run, less what the parallel table has (the bench, the peers): the loops
     over the env's parallel API and a 3-minute `pzasync train`."""
-    run, data = report("battle_run"), report("parallel_battle")
+    run = report("battle_run")
     loops, train = run["loops_agent_steps_per_s"], run["train"]
     rows = [["the env's parallel API, random actions", num(loops["random"], 0)],
             ["the parallel API, one batched forward per team and cycle", num(loops["batched"], 0)],
@@ -672,6 +672,29 @@ def battle_table() -> str:
                  f"{train['wall_s']:.0f} s ({train['final_over_run']:.2f})"])
     return md_table(["loop", "agent-steps/s"], rows) + "\n\n" + footer(
         ["battle_run", "parallel_battle"], [run["command"], report("parallel_battle")["command"]])
+
+
+def env_api_table() -> str:
+    """Learning at equal wall time through the AEC path and the parallel path: `pzasync suite` on the same envs and
+    seeds with `--env-api aec` and `--env-api parallel` (docs/bench/suite_env_api_10min.json)."""
+    data = report("suite_env_api_10min")
+
+    def cell(path: dict) -> str:  # one seed: its figure; several: mean ± half the 95% interval
+        scores, steps = path["scores"], path["agent_steps"]
+        if len(scores) > 1:
+            return f"{pm(scores, 2)} ({steps_range(steps)})"
+        steps_text = f"{steps[0] / 1e6:.2f}M" if steps[0] >= 1e6 else f"{steps[0] / 1e3:.0f}k"
+        return f"{num(scores[0], 2)} ({steps_text})"
+
+    rows = []
+    for env in data["envs"]:
+        aec, par = env["aec"], env["parallel"]
+        rows.append([env["short"], env["score"], str(len(aec["scores"])), num(env["random"], 2),
+                     num(env["untrained"], 2), cell(aec), cell(par),
+                     ratio(sum(par["agent_steps"]), sum(aec["agent_steps"]))])
+    return md_table(["env", "score", "seeds", "random", "untrained", "AEC path (agent steps)",
+                     "parallel path (agent steps)", "agent steps, parallel / AEC"], rows) + "\n\n" + footer(
+        ["suite_env_api_10min"])
 
 
 #: The cleanup pass's paired runs (docs/bench/cleanup_c4_*.json): report suffix, the column it fills.
@@ -735,6 +758,7 @@ TABLES: dict[str, Callable[[], str]] = {
     "peers": peers_table,
     "parallel": parallel_table,
     "battle": battle_table,
+    "env_api": env_api_table,
     "reliability": lambda: transcribed("reliability", "soak", also=["tests_learning_bars"]),
 }
 
