@@ -243,6 +243,19 @@ class Evaluator:
         return new
 
 
+def score_band(rows: list[dict[str, Any]], signed: bool) -> tuple[Any, Any, Any]:
+    """Evaluation rows (an evaluator's, or `pzasync eval`'s per snapshot) -> arrays of the score and its 95%
+    interval's ends: the win rate where the game has outcomes (`signed`), else the mean return."""
+    import numpy as np
+
+    if signed:
+        return (np.array([r["win_rate"] for r in rows]), np.array([r["win_rate_ci95"][0] for r in rows]),
+                np.array([r["win_rate_ci95"][1] for r in rows]))
+    y = np.array([r["mean_return"] for r in rows])
+    half = np.nan_to_num(np.array([r["mean_return_ci95"] for r in rows], dtype=float))
+    return y, y - half, y + half
+
+
 def plot_evaluations(run_dir: Any, rows: list[dict[str, Any]], title: str) -> str | None:
     """eval.png: yardstick score with 95% intervals against wall-clock seconds and agent steps, per agent;
     a secondary panel with the training episode returns (mirrored in self-play, so not a learning curve)."""
@@ -257,14 +270,7 @@ def plot_evaluations(run_dir: Any, rows: list[dict[str, Any]], title: str) -> st
     opponent = rows[0]["opponent"]
     for i, agent in enumerate(agents):
         mine = sorted((r for r in rows if r["agent"] == agent), key=lambda r: r["wall_s"])
-        if signed:
-            y = np.array([r["win_rate"] for r in mine])
-            lo = np.array([r["win_rate_ci95"][0] for r in mine])
-            hi = np.array([r["win_rate_ci95"][1] for r in mine])
-        else:
-            y = np.array([r["mean_return"] for r in mine])
-            half = np.nan_to_num(np.array([r["mean_return_ci95"] for r in mine]))
-            lo, hi = y - half, y + half
+        y, lo, hi = score_band(mine, signed)
         for ax, key in ((axes[0], "wall_s"), (axes[1], "agent_steps")):
             x = np.array([r[key] for r in mine])
             ax.plot(x, y, "o-", markersize=3, color=f"C{i}", label=agent)

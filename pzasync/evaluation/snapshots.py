@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from pzasync.errors import ConfigError
+from pzasync.evaluation.evaluator import score_band
 from pzasync.evaluation.report import Evaluation, evaluate
 from pzasync.runtime.rundir import RunDirectory, pyplot
 
@@ -62,13 +63,7 @@ def plot_snapshots(run_dir: str | Path, rows: list[dict[str, Any]], title: str) 
     fig, axes = plt.subplots(1, 2, figsize=(12, 4.5))
     for i, (unit, against) in enumerate(sorted({(r["unit"], r["against"]) for r in rows})):
         mine = sorted((r for r in rows if (r["unit"], r["against"]) == (unit, against)), key=lambda r: r["agent_steps"])
-        if signed:
-            y = np.array([r["win_rate"] for r in mine])
-            lo, hi = (np.array([r["win_rate_ci95"][k] for r in mine]) for k in (0, 1))
-        else:
-            y = np.array([r["mean_return"] for r in mine])
-            half = np.nan_to_num(np.array([r["mean_return_ci95"] for r in mine], dtype=float))
-            lo, hi = y - half, y + half
+        y, lo, hi = score_band(mine, signed)
         label = unit if against == "none" else f"{unit} vs {against}"
         for ax, key in ((axes[0], "agent_steps"), (axes[1], "seconds")):
             x = np.array([r[key] for r in mine])
