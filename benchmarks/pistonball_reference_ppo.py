@@ -90,13 +90,18 @@ def train(args: argparse.Namespace) -> dict[str, Any]:
     finished: list[float] = []
     curve: list[dict[str, float]] = []
     steps, next_eval, start = 0, 0, time.time()
+
+    def add_point() -> None:
+        """The curve's point now: the greedy team return, and the sampled return per piston of recent episodes."""
+        score = greedy_team_return(agent, args.eval_episodes, 10_000, args.device)
+        curve.append({"agent_steps": steps, "greedy_team_return": score, "per_piston": score / 20,
+                      "training_per_piston": float(np.mean(finished[-80:])) if finished else float("nan"),
+                      "wall_s": time.time() - start})
+        print(json.dumps(curve[-1]), flush=True)
+
     while steps < args.steps:
         if steps >= next_eval:
-            score = greedy_team_return(agent, args.eval_episodes, 10_000, args.device)
-            curve.append({"agent_steps": steps, "greedy_team_return": score, "per_piston": score / 20,
-                          "training_per_piston": float(np.mean(finished[-80:])) if finished else float("nan"),
-                          "wall_s": time.time() - start})
-            print(json.dumps(curve[-1]), flush=True)
+            add_point()
             next_eval += args.eval_every
         for t in range(n):
             with torch.no_grad():
@@ -141,11 +146,7 @@ def train(args: argparse.Namespace) -> dict[str, Any]:
                 loss.backward()
                 nn.utils.clip_grad_norm_(agent.parameters(), args.max_grad_norm)
                 optimizer.step()
-    score = greedy_team_return(agent, args.eval_episodes, 10_000, args.device)
-    curve.append({"agent_steps": steps, "greedy_team_return": score, "per_piston": score / 20,
-                  "training_per_piston": float(np.mean(finished[-80:])) if finished else float("nan"),
-                  "wall_s": time.time() - start})
-    print(json.dumps(curve[-1]), flush=True)
+    add_point()
     envs.close()
     return {"settings": vars(args), "curve": curve}
 

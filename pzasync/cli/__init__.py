@@ -432,8 +432,6 @@ def evaluate_cmd(run_dir: str, versus: str, episodes: int, seed: int, scoring: s
                   highlight=False, soft_wrap=True)
 
 
-
-
 def _snapshot_steps(text: str) -> int:
     """--snapshot's value as agent steps (a non-negative integer), or a UserInputError naming the forms."""
     try:
@@ -479,6 +477,8 @@ def _evaluate_snapshots(run_dir: str, out: Any, json_out: str | None, **options:
     plot = plot_snapshots(run_dir, rows, f"{first.env}: policy snapshots")
     out.print(f"plot: {plot}" if plot else "no plot (pip install \"pzasync[plot]\" for snapshots.png)",
               highlight=False, soft_wrap=True, markup=False)
+
+
 @main.command()
 @click.argument("run_dir", type=click.Path(exists=True, file_okay=False))
 @click.option("--acting", type=click.Choice(["sampled", "greedy"]), default="sampled", show_default=True,

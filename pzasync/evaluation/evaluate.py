@@ -227,7 +227,8 @@ def load_run_policies(run_dir: str | Path, snapshot: int | None = None) -> dict[
     """Greedy policies of every agent with a checkpoint (its own, or its agent group's) in a run directory, built
     for the env they act in (`run_env`: a mappo policy for the agent's observation alone); the members of a group
     with the same spaces share one policy object. `snapshot`: the agent steps of one of the run's policy snapshots
-    (RunConfig.snapshot_every_steps, `RunDirectory.snapshot_steps`), whose parameters replace the checkpoint's."""
+    (RunConfig.snapshot_every_steps; the run directory's snapshots.jsonl lists them), whose parameters replace the
+    checkpoint's."""
 
     rd = RunDirectory(run_dir, create=False)
     info = rd.read_json("run.json")

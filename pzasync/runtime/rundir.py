@@ -82,10 +82,6 @@ class RunDirectory:
         """Where a learning unit's policy snapshot taken at `agent_steps` is kept (RunConfig.snapshot_every_steps)."""
         return self.path / "snapshots" / f"{safe_name(unit)}-{int(agent_steps)}.npy"
 
-    def snapshot_steps(self) -> list[int]:
-        """The agent steps of the policy snapshots this run kept, in order (none without snapshot_every_steps)."""
-        return [int(row["agent_steps"]) for row in self.read_jsonl("snapshots.jsonl")]
-
     def write_json(self, name: str, data: Any) -> None:
         tmp = self.path / f".{name}.tmp"
         tmp.write_text(json.dumps(data, indent=2, default=str))
