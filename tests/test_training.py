@@ -6,6 +6,7 @@ import pytest
 
 import pzasync
 from pzasync.errors import ConfigError, UserInputError
+from pzasync.recipes import IMAGE_WRAPPERS
 from pzasync.training import Trainer
 
 TTT = "pettingzoo.classic.tictactoe_v3"
@@ -60,6 +61,20 @@ def test_an_env_without_a_recipe_gets_one_from_its_spaces_with_a_note():
     trainer = Trainer("mpe2.simple_adversary_v3", steps=10, say=said.append, options={"out_dir": None})
     assert trainer.learners == "dqn" and trainer.config.agent_groups == {"agent": ["agent_*"]}
     assert said == trainer.notes and "has no recipe; chosen from its spaces" in said[0], said
+
+
+
+def test_a_recipe_measured_on_vectors_gets_the_frame_rule_when_the_env_shows_frames():
+    kaz = "pettingzoo.butterfly.knights_archers_zombies_v11"
+    said = []
+    frames = Trainer(kaz, steps=10, env_args={"obs_method": "image"}, say=said.append, options={"out_dir": None})
+    assert frames.env.wrappers == IMAGE_WRAPPERS, "512x512 RGB crops are made grey, small and stacked"
+    assert frames.learners == "ppo" and set(frames.config.agent_groups) == {"archers", "knights"}, "the recipe stays"
+    assert any("recipe gives no frame preprocessing" in note and "--wrapper" in note for note in said), said
+    assert Trainer(kaz, steps=10, options={"out_dir": None}).env.wrappers == (), "vector observations: nothing added"
+    given = Trainer(kaz, steps=10, env_args={"obs_method": "image"}, wrappers=("resize_v1,x_size=32,y_size=32",),
+                    options={"out_dir": None})
+    assert given.env.wrappers == ("resize_v1,x_size=32,y_size=32",), "the user's wrappers are kept, none added"
 
 
 @pytest.mark.parametrize("kwargs, error, message", [

@@ -60,6 +60,29 @@ def raw_frames(space: Any) -> bool:
             and max(space.shape[:2]) > IMAGE_SIDE)
 
 
+def frame_preprocessing(observation_spaces: dict[str, Any]) -> tuple[tuple[str, ...], list[str]]:
+    """The wrappers for an env's observation spaces when neither the user nor a recipe gives any: IMAGE_WRAPPERS
+    where an agent sees large raw frames and SuperSuit is installed, else none; and the line saying so."""
+    frames = [space for space in observation_spaces.values() if raw_frames(space)]
+    if not frames:
+        return (), []
+    if importlib.util.find_spec("supersuit") is None:
+        return (), [f"{frames[0].shape} raw frames go to the CNN as they are (install supersuit for grey, smaller, "
+                    f"stacked frames)"]
+    return IMAGE_WRAPPERS, [f"{frames[0].shape} frames preprocessed by SuperSuit: " + " | ".join(IMAGE_WRAPPERS)
+                            + " (--wrapper SPEC replaces them, --wrapper none keeps raw frames)"]
+
+
+def frame_wrappers(env: Any) -> tuple[tuple[str, ...], list[str]]:
+    """`frame_preprocessing` for `env` (an EnvSpec without wrappers) as made: for an env whose recipe was
+    measured on other observations (knights_archers_zombies with `obs_method="image"` sees 512x512 frames)."""
+    instance = env.make()
+    try:
+        return frame_preprocessing({a: instance.observation_space(a) for a in instance.possible_agents})
+    finally:
+        instance.close()
+
+
 def recipe_from_spaces(env: Any) -> tuple[Recipe, list[str]]:
     """The recipe for `env` (an EnvSpec, with any wrappers the user gave) chosen from its spaces, and the lines
     `pzasync train` prints about it: what was chosen, why, and the flag that overrides each choice."""
@@ -72,7 +95,6 @@ def recipe_from_spaces(env: Any) -> tuple[Recipe, list[str]]:
         instance.close()
     groups = team_groups(observation_spaces, action_spaces)
     learner = DEFAULT_RECIPE.learner if fits(DEFAULT_RECIPE.learner, list(layouts.values())) else "ppo"
-    frames = [a for a, space in observation_spaces.items() if raw_frames(space)]
     wrappers: tuple[str, ...] = ()
     said = []
     if learner != DEFAULT_RECIPE.learner:
@@ -81,14 +103,9 @@ def recipe_from_spaces(env: Any) -> tuple[Recipe, list[str]]:
         said.append("shared parameters for teams of agents with the same spaces: " + ", ".join(
             f"group {name!r} = {patterns[0]}" for name, patterns in groups.items())
             + " (--independent: one learner each; --group NAME=PATTERN chooses)")
-    if frames and not env.wrappers:
-        if importlib.util.find_spec("supersuit") is not None:
-            wrappers = IMAGE_WRAPPERS
-            said.append(f"{observation_spaces[frames[0]].shape} frames preprocessed by SuperSuit: "
-                        + " | ".join(wrappers) + " (--wrapper SPEC replaces them, --wrapper none keeps raw frames)")
-        else:
-            said.append(f"{observation_spaces[frames[0]].shape} raw frames go to the CNN as they are (install "
-                        f"supersuit for grey, smaller, stacked frames)")
+    if not env.wrappers:
+        wrappers, frames_said = frame_preprocessing(observation_spaces)
+        said += frames_said
     recipe = Recipe(learner=learner, agent_groups=groups, wrappers=wrappers,
                     reason="Chosen from the env's spaces (learners/space_defaults.py), not measured.")
     if not said:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import os
 import time
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from typing import Any, Callable, Mapping, Sequence
 
 from pzasync.config import RunConfig
@@ -104,6 +104,13 @@ class Trainer:
             env, learner=learner, learner_for=learner_for, steps=steps, minutes=minutes, self_play=self_play,
             options=options, file_options=file_options, env_args=env_args,
             wrappers=None if wrappers is None else tuple(wrappers), base=base, file_learners=file_learners)
+        if base is None and wrappers is None and not self.choices.wrappers and self.env_set is None:
+            # A recipe measured without frames, on an env made to show them: the frame rule of the spaces' defaults.
+            from pzasync.learners.space_defaults import frame_wrappers
+
+            frames, notes = frame_wrappers(self._env_spec(env, (), self.choices.env_kwargs))
+            self.choices = replace(self.choices, wrappers=frames)
+            self._note(*[f"{env}'s recipe gives no frame preprocessing; {note}" for note in notes])
         self.env = self._env_spec(env, self.choices.wrappers, self.choices.env_kwargs)
         self.minutes = self.choices.minutes
         self.learners = self.choices.learners
