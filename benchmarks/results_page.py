@@ -697,6 +697,50 @@ def env_api_table() -> str:
         ["suite_env_api_10min"])
 
 
+def pixel_defaults_table() -> str:
+    """A bare `pzasync train` on pixel env configurations without a recipe for them: each run's final evaluation,
+    trained beside its untrained network and random play (docs/bench/pixel_defaults_10min.json)."""
+    data = report("pixel_defaults_10min")
+
+    def cell(final: dict) -> str:
+        return f"{num(final['mean'], 1)} ± {num(final['ci95'], 1)}"
+
+    rows = []
+    for config in data["configs"]:
+        args = ", ".join(f"{k}={v}" for k, v in config["env_args"].items())
+        for run in config["runs"]:
+            final = run["final"]
+            rows.append([config["env"].rsplit(".", 1)[-1] + (f" ({args})" if args else ""), str(run["seed"]),
+                         ", ".join(run["learners"]), f"{run['agent_steps'] / 1e3:.0f}k", cell(final["trained"]),
+                         cell(final["untrained"]), cell(final["random"]), "yes" if run["passes"] else "no"])
+    return md_table(["env (no recipe for it)", "seed", "learner", "agent steps", "trained", "untrained", "random",
+                     "apart from both"], rows) + "\n\n" + footer(["pixel_defaults_10min"],
+                                                                    plots=["pixel_defaults_10min.png"])
+
+
+def long_runs_table() -> str:
+    """Every `pzasync suite --minutes 60` report (docs/bench/suite_60min_*.json, benchmarks/long_runs.py): the
+    evaluation curve at 10 and 30 minutes, the suite's final round, and the final checkpoints scored again."""
+    names = sorted(path.stem for path in BENCH.glob("suite_60min_*.json"))
+
+    def at(curve: list[dict], seconds: float) -> str:  # the last evaluation round begun by then
+        points = [p for p in curve if p["wall_s"] <= seconds + 30 and not p["final"]]
+        return num(points[-1]["score"], 2) if points else "-"
+
+    rows = []
+    for name in names:
+        for env in report(name)["envs"]:
+            for run in env["runs"]:
+                rescored = run["rescored"]
+                rows.append([env["short"], str(run["seed"]), f"{run['agent_steps'] / 1e6:.1f}M",
+                             at(run["curve"], 600), at(run["curve"], 1800), num(run["final"], 2),
+                             f"{num(rescored['mean'], 2)} ± {num(rescored['ci95'], 2)}",
+                             baseline(env["baselines"]["untrained"], 2), baseline(env["baselines"]["random"], 2)])
+    return md_table(["env", "seed", "agent steps", "10 min", "30 min", "60 min (suite's final round)",
+                     "60 min, 50 episodes", "untrained", "random"], rows) + "\n\n" + footer(
+        names, plots=[f"{name}.png" for name in names])
+
+
 #: The cleanup pass's paired runs (docs/bench/cleanup_c4_*.json): report suffix, the column it fills.
 CLEANUP_RUNS = [("before", "before the pass (8a06eed)"), ("now", "now"), ("plain", "now, `by_hand=False`")]
 
@@ -759,6 +803,8 @@ TABLES: dict[str, Callable[[], str]] = {
     "parallel": parallel_table,
     "battle": battle_table,
     "env_api": env_api_table,
+    "pixel_defaults": pixel_defaults_table,
+    "long_runs": long_runs_table,
     "reliability": lambda: transcribed("reliability", "soak", also=["tests_learning_bars"]),
 }
 
