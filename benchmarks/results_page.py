@@ -711,10 +711,11 @@ def pixel_defaults_table() -> str:
         for run in config["runs"]:
             final = run["final"]
             rows.append([config["env"].rsplit(".", 1)[-1] + (f" ({args})" if args else ""), str(run["seed"]),
-                         ", ".join(run["learners"]), f"{run['agent_steps'] / 1e3:.0f}k", cell(final["trained"]),
+                         ", ".join(run["learners"]), f"{run['agent_steps'] / 1e3:.0f}k", str(run["final_episodes"]),
+                         cell(final["trained"]),
                          cell(final["untrained"]), cell(final["random"]), "yes" if run["passes"] else "no"])
-    return md_table(["env (no recipe for its frames)", "seed", "learner", "agent steps", "trained", "untrained", "random",
-                     "apart from both"], rows) + "\n\n" + footer(["pixel_defaults_10min"],
+    return md_table(["env (no recipe for its frames)", "seed", "learner", "agent steps", "episodes", "trained",
+                     "untrained", "random", "apart from both"], rows) + "\n\n" + footer(["pixel_defaults_10min"],
                                                                     plots=["pixel_defaults_10min.png"])
 
 
