@@ -689,23 +689,19 @@ def pixel_defaults_table() -> str:
     trained beside its untrained network and random play (docs/bench/pixel_defaults_10min.json)."""
     data = report("pixel_defaults_10min")
 
-    def cell(final: dict) -> str:
-        return f"{num(final['mean'], 1)} ± {num(final['ci95'], 1)}"
+    def each(runs: list[dict], key: str) -> str:  # one figure a seed, in seed order
+        return "; ".join(f"{num(run['final'][key]['mean'], 1)} ± {num(run['final'][key]['ci95'], 1)}" for run in runs)
 
     rows = []
     for config in data["configs"]:
         args = ", ".join(f"{k}={v}" for k, v in config["env_args"].items())
         runs = config["runs"]
-
-        def each(key: str, runs: list = runs) -> str:  # one figure a seed, in seed order
-            return "; ".join(cell(run["final"][key]) for run in runs)
-
         rows.append([config["env"].rsplit(".", 1)[-1] + (f" ({args})" if args else ""),
                      ", ".join(sorted({learner for run in runs for learner in run["learners"]})),
                      ", ".join(str(run["seed"]) for run in runs),
                      ", ".join(f"{run['agent_steps'] / 1e3:.0f}k" for run in runs),
                      ", ".join(str(run["final_episodes"]) for run in runs),
-                     each("trained"), each("untrained"), each("random"),
+                     each(runs, "trained"), each(runs, "untrained"), each(runs, "random"),
                      f"{sum(run['passes'] for run in runs)} of {len(runs)}"])
     return md_table(["env (no recipe for its frames)", "learner", "seeds", "agent steps", "episodes",
                      "trained", "untrained", "random", "apart from both"], rows) + "\n\n" + footer(
