@@ -44,7 +44,9 @@ def main() -> None:
             env["plot"] = args.report.with_suffix(".png").name
     settings = suite["settings"]
     suite["command"] = (f"pzasync suite --minutes {settings['minutes']:g} --seeds {settings['seeds']} "
-                        f"--eval-every {settings['eval_every_s']:g} --out OUT " + " ".join(settings["envs"])
+                        f"--eval-every {settings['eval_every_s']:g} --out OUT "
+                        + (f"--learner {settings['learner']} " if settings.get("learner") else "")
+                        + " ".join(settings["envs"])
                         + f"; python benchmarks/long_runs.py OUT {args.report} --episodes {args.episodes}")
     args.report.write_text(json.dumps(suite, indent=1) + "\n")
     for env in suite["envs"]:

@@ -719,16 +719,18 @@ def long_runs_table() -> str:
 
     rows = []
     for name in names:
-        for env in report(name)["envs"]:
+        data = report(name)
+        learner = data["settings"].get("learner")
+        for env in data["envs"]:
             for run in env["runs"]:
                 rescored = run["rescored"]
-                rows.append([env["short"], str(run["seed"]), f"{run['agent_steps'] / 1e6:.1f}M",
-                             at(run["curve"], 600), at(run["curve"], 1800), num(run["final"], 2),
-                             f"{num(rescored['mean'], 2)} ± {num(rescored['ci95'], 2)}",
+                rows.append([env["short"], f"`{learner}`" if learner else "the recipe's", str(run["seed"]),
+                             f"{run['agent_steps'] / 1e6:.1f}M", at(run["curve"], 600), at(run["curve"], 1800),
+                             num(run["final"], 2), f"{num(rescored['mean'], 2)} ± {num(rescored['ci95'], 2)}",
                              baseline(env["baselines"]["untrained"], 2), baseline(env["baselines"]["random"], 2)])
-    return md_table(["env", "seed", "agent steps", "10 min", "30 min", "60 min (suite's final round)",
+    return md_table(["env", "learner", "seed", "agent steps", "10 min", "30 min", "60 min (suite's final round)",
                      "60 min, 50 episodes", "untrained", "random"], rows) + "\n\n" + footer(
-        names, plots=[f"{name}.png" for name in names])
+        names, [report(name)["command"] for name in names], plots=[f"{name}.png" for name in names])
 
 
 #: The cleanup pass's paired runs (docs/bench/cleanup_c4_*.json): report suffix, the column it fills.

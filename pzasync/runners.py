@@ -367,7 +367,7 @@ class _Runner:
         cfg, plan = self.config, self.plan
         remove_stale_segments()  # other runs' leftovers, before this run allocates its own
         plan.allocate()
-        monitor = self.monitor = RunMonitor(plan, run_dir, cfg.progress, seconds, start)
+        monitor = self.monitor = RunMonitor(plan, run_dir, cfg.progress, seconds, start, agent_steps)
         if self._signals is not None and self._signals.received is not None:  # a signal before the monitor
             monitor.request_stop(signal_reason(self._signals.received))
         actor: Actor | None = None

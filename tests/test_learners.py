@@ -322,6 +322,25 @@ def test_ppo_objective_uses_the_stored_behaviour_log_prob():
     assert lagged["approx_kl"] == pytest.approx(np.e - 2, rel=1e-4)
 
 
+def test_ppo_linear_lr_schedule_follows_the_runs_progress_and_constant_ignores_it():
+    batch = batch_for(VEC, 64, np.random.default_rng(0))
+    policy = ppo().policy
+    actions, extras = policy.act({"obs": batch["obs"]}, batch["action_mask"], True)
+    batch["action"], batch["log_prob"], batch["value"] = actions, extras["log_prob"], extras["value"]
+    linear = ppo(lr=1e-3, lr_schedule="linear", epochs=1, minibatch_size=64)
+    constant = ppo(lr=1e-3, epochs=1, minibatch_size=64)
+    for progress, expected in ((0.0, 1e-3), (0.25, 7.5e-4), (1.0, 0.0)):
+        linear.progress = constant.progress = progress
+        assert linear.update(dict(batch))["lr"] == pytest.approx(expected)
+        assert [g["lr"] for g in linear.optimizer.param_groups] == [pytest.approx(expected)]
+        assert constant.update(dict(batch))["lr"] == 1e-3
+    before = [p.detach().clone() for p in linear.policy.parameters()]
+    linear.update(dict(batch))  # progress 1: a learning rate of 0 leaves the weights alone
+    assert all(torch.equal(a, b) for a, b in zip(before, linear.policy.parameters()))
+    with pytest.raises(ConfigError, match="lr_schedule"):
+        ppo(lr_schedule="cosine")
+
+
 def test_ppo_state_round_trip_resumes_exactly_and_refuses_multidiscrete():
     rng = np.random.default_rng(0)
     learner = ppo(epochs=2, minibatch_size=16)

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import glob
 import json
 import os
@@ -250,6 +251,36 @@ def test_heterogeneous_learners_in_one_run(runner):
     assert ppo.updates >= 3 and "approx_kl" in ppo.last_metrics
     assert dqn.published_version >= 10
     assert ppo.published_version == ppo.updates + 1, "on-policy learners publish after every update"
+
+
+class RemoteRayRunner(RayAsyncRunner):
+    """The Ray backend with its learners' data through the object store, as on another node: the run's
+    progress reaches the learner through its status calls, not the shared counters."""
+
+    def __init__(self, env, learners, config=None):
+        super().__init__(env, learners, dataclasses.replace(config or RunConfig(), ray_transport="object_store"))
+
+
+@pytest.mark.timeout(180)
+@pytest.mark.parametrize("runner", [*RUNNERS, pytest.param(RemoteRayRunner, marks=[pytest.mark.slow, needs_ray],
+                                                           id="RemoteRayRunner")],
+                         ids=lambda r: getattr(r, "__name__", r))
+@pytest.mark.parametrize("budget", ["agent_steps", "seconds"])
+def test_a_linear_lr_schedule_follows_the_runs_budget(tmp_path, runner, budget):
+    """The learner reads how much of the run's budget is spent (steps or seconds) before each update: its
+    learning rate falls from lr towards 0 through the run, and never rises."""
+    learners = {"player_1": ("ppo", {"lr": 1e-3, "lr_schedule": "linear", "batch_size": 64}), "player_2": "random"}
+    run = runner("pettingzoo.classic.tictactoe_v3", learners, RunConfig(seed=0, out_dir=str(tmp_path)))
+    result = run.run(agent_steps=6000) if budget == "agent_steps" else run.run(seconds=6.0)
+    ppo = result.agents["player_1"]
+    assert ppo.error is None and ppo.updates >= 5
+    assert 0.0 <= ppo.last_metrics["lr"] < 0.7e-3, "the last update came late in the run, at a lower rate"
+    if runner is SequentialRunner:
+        return  # its inline learners' reports feed the live table, not metrics.jsonl
+    with open(os.path.join(result.run_dir, "metrics.jsonl")) as f:
+        rates = [row["metrics"]["lr"] for row in map(json.loads, f)
+                 if row.get("agent") == "player_1" and "lr" in row.get("metrics", {})]
+    assert len(rates) >= 2 and rates == sorted(rates, reverse=True) and rates[0] > rates[-1]
 
 
 @pytest.mark.timeout(180)

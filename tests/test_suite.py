@@ -162,8 +162,20 @@ def test_the_interval_over_seeds_is_a_t_interval_and_absent_for_one_seed():
     assert score_bounds("mean_return") is None
 
 
+def test_a_suite_learner_replaces_each_recipes_learner_and_keeps_the_rest_of_it():
+    """`pzasync suite --learner SPEC`: the runs train SPEC's learner with the recipe's groups, env copies and
+    wrappers, as `pzasync train ENV --learner SPEC` does."""
+    recipe, replaced = suite_run("mpe2.simple_spread_v3"), suite_run("mpe2.simple_spread_v3", learner="ppo,lr=0.001")
+    assert recipe.learners[0] == "mappo" and replaced.learners == ("ppo", {"lr": 0.001})
+    assert replaced.config == recipe.config and replaced.config["agent_groups"] == {"team": ["agent_*"]}
+    assert replaced.env.wrappers == recipe.env.wrappers and replaced.env.kwargs == recipe.env.kwargs
+
+
 @pytest.mark.parametrize("bad, flag", [({"minutes": 0}, "--minutes"), ({"seeds": 0}, "--seeds"),
-                                       ({"eval_episodes": 0}, "--eval-episodes"), ({"eval_every_s": -1}, "--eval-every")])
+                                       ({"eval_episodes": 0}, "--eval-episodes"),
+                                       ({"eval_every_s": -1}, "--eval-every"),
+                                       ({"learner": "ppo,lr_schedule=cosine"}, "--learner"),
+                                       ({"learner": "nosuchlearner"}, "--learner")])
 def test_bad_suite_settings_are_refused_by_name(bad, flag):
     (name,) = bad
     with pytest.raises(ConfigError, match=name):

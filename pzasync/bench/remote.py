@@ -138,6 +138,7 @@ class _Counters:
     """Run control (`RunControl`) that keeps nothing: the actor's words, read as 0, never a stop."""
 
     stop_requested = False
+    progress = 0.0
 
     def request_stop(self) -> None:
         pass

@@ -55,6 +55,10 @@ class SuiteSettings:
     #: Runs (an env's seed each) trained side by side, each in a process of its own on an equal share of the
     #: cores (bench/side_by_side.py); 1: one after the other in this process.
     parallel: int = 1
+    #: A learner spec ("mappo,lr_schedule=linear") every env trains with in place of its recipe's learner, as
+    #: `pzasync train ENV --learner SPEC` takes it: the recipe's groups, wrappers and env copies stay. None: the
+    #: recipe's learner.
+    learner: str | None = None
 
     def validate(self) -> None:
         """ConfigError naming the setting at fault."""
@@ -67,6 +71,12 @@ class SuiteSettings:
             raise ConfigError(f"suite: eval_every_s={self.eval_every_s}: must be > 0")
         if self.env_api not in ENV_APIS:
             raise ConfigError(f"suite: env_api={self.env_api!r}: must be one of {', '.join(ENV_APIS)}")
+        if self.learner is not None:  # refused before any env trains: its name, an option or a value at fault
+            from pzasync.learners import resolve_learner
+            from pzasync.specs import parse_learner_spec
+
+            learner_class, options = resolve_learner(parse_learner_spec(self.learner), "suite --learner")
+            learner_class.validate_config("suite --learner", options)
 
     @property
     def every_s(self) -> float:
@@ -86,12 +96,13 @@ class SuiteRun:
     notes: list[str]
 
 
-def suite_run(env_id: str, env_api: str = "auto") -> SuiteRun:
+def suite_run(env_id: str, env_api: str = "auto", learner: str | None = None) -> SuiteRun:
     """The env, learners and run options of `pzasync train ENV` without options (a `Trainer`'s): the env's recipe,
-    or the one chosen from its spaces, with learners fitted to the spaces; `env_api` as RunConfig takes it."""
+    or the one chosen from its spaces, with learners fitted to the spaces; `env_api` as RunConfig takes it;
+    `learner` (a spec) in place of the recipe's learner, as `--learner` takes it."""
     from pzasync.training import Trainer
 
-    trainer = Trainer(env_id, options={"out_dir": None, "env_api": env_api}, say=lambda note: None)
+    trainer = Trainer(env_id, learner=learner, options={"out_dir": None, "env_api": env_api}, say=lambda note: None)
     # The recipe's run options, and the API asked for: the suite builds each run's RunConfig from these alone.
     config = {**trainer.choices.config, "env_api": trainer.config.env_api}
     return SuiteRun(trainer.env, trainer.learners, config, trainer.choices.yardstick, trainer.choices.recipe,
@@ -216,7 +227,7 @@ def baselines(run: SuiteRun, units: dict[str, list[str]], episodes: int, seed: i
 def env_report(env_id: str, settings: SuiteSettings, out: Path,
                on_run: Callable[[str, int], None] | None = None) -> dict[str, Any]:
     """Train `env_id` for every seed, score the baselines, and return the env's part of the report."""
-    run = suite_run(env_id, settings.env_api)
+    run = suite_run(env_id, settings.env_api, settings.learner)
     runs = []
     for seed in range(settings.seeds):
         if on_run is not None:
@@ -278,7 +289,7 @@ def side_by_side(envs: list[str], settings: SuiteSettings, out: Path,
     from pzasync.bench.side_by_side import SideBySide
     from pzasync.runtime.stop_signals import StopSignals
 
-    suite_runs = {env_id: suite_run(env_id, settings.env_api) for env_id in envs}
+    suite_runs = {env_id: suite_run(env_id, settings.env_api, settings.learner) for env_id in envs}
     queue = [(env_id, seed) for env_id in envs for seed in range(settings.seeds)]
     done: dict[tuple[str, int], dict[str, Any]] = {}
     stop: list[int] = []

@@ -136,6 +136,7 @@ class Learner(ABC):
       - `config`: the checked options, typed attributes (`self.config.lr`) that can also be read by key.
       - `batch_size`: rows per `update` (off-policy samples, or on-policy chunk length).
       - `learning_starts`: transitions in the buffer before the first off-policy update.
+    Instance attributes the runtime writes: `progress` (the share of the run's budget spent, before each update).
     """
 
     on_policy: ClassVar[bool] = False
@@ -176,6 +177,10 @@ class Learner(ABC):
         #: Recorded transitions given to `load_dataset` (RunConfig.dataset); the driver counts them towards
         #: `learning_starts`.
         self.dataset_rows = 0
+        #: The share of the run's budget (seconds or agent steps) spent when the current update began, in [0, 1]:
+        #: set by the runtime before each `update`, for schedules (PPO's `lr_schedule`). 0 where no budget is
+        #: known; a resumed run starts again from 0 with its new budget.
+        self.progress = 0.0
 
     @classmethod
     def option_rules(cls) -> dict[str, Check]:

@@ -210,6 +210,9 @@ class PPOOptions(LearnerOptions):
     """PPO's options (docs/learners.md, "PPO")."""
 
     lr: float = option(3e-4, "Adam's learning rate.", Option(float, gt=0))
+    lr_schedule: str = option("constant", "'linear': the learning rate falls from lr to 0 over the run's budget "
+                                          "(its seconds or agent steps); 'constant': lr throughout.",
+                              Option(str, choices=("constant", "linear")))
     gamma: float = option(0.99, "Discount per agent step.", Option(float, ge=0, le=1))
     gae_lambda: float = option(0.95, "GAE's lambda.", Option(float, ge=0, le=1))
     clip: float = option(0.2, "The clipped objective's range: ratios outside 1 +- clip earn nothing more.",
@@ -421,6 +424,9 @@ class PPOLearner(Learner):
             actions = actions - self.net.start
         old_log_prob = torch.as_tensor(batch["log_prob"], device=dev, dtype=torch.float32)
         parameters = self.trainable()
+        lr = self.scheduled_lr()
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
         clip = cfg.clip
         totals = dict.fromkeys(("policy_loss", "value_loss", "entropy", "approx_kl", "clip_fraction"), 0.0)
         steps = 0
@@ -452,7 +458,14 @@ class PPOLearner(Learner):
                     totals["approx_kl"] += float(((ratio - 1) - log_ratio).mean())
                     totals["clip_fraction"] += float(((ratio - 1).abs() > clip).float().mean())
                 steps += 1
-        return {k: v / max(1, steps) for k, v in totals.items()}
+        return {**{k: v / max(1, steps) for k, v in totals.items()}, "lr": lr}
+
+    def scheduled_lr(self) -> float:
+        """The learning rate of this update: `lr`, or with `lr_schedule="linear"` lr x (1 - the share of the run's
+        budget spent), as CleanRL anneals it over its total steps."""
+        if self.config.lr_schedule == "linear":
+            return self.config.lr * (1.0 - self.progress)
+        return self.config.lr
 
     def state_dict(self) -> dict[str, Any]:
         return {"policy": self.net.state_dict(), "optimizer": self.optimizer.state_dict(),

@@ -214,6 +214,7 @@ class LearnerDriver:
         made = batch["policy_version"]
         lag = version - made[made > 0]  # version 0: recorded rows (RunConfig.dataset), made by no policy of the run
         self.lags.extend(lag[:: max(1, len(lag) // 16)].tolist())
+        self.learner.progress = self.stats.progress
         self.last_metrics = {k: float(v) for k, v in self.learner.update(batch).items()}
         self.updates += 1
         self.stats.set(self.setup.agent, S.UPDATES, self.updates)

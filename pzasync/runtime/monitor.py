@@ -35,10 +35,11 @@ class RunMonitor:
     TABLE_RETURNS = 100
 
     def __init__(self, plan: RunPlan, run_dir: RunDirectory | None, show: bool, seconds: float | None,
-                 start: float) -> None:
+                 start: float, agent_steps: int | None = None) -> None:
         self.plan = plan
         self.run_dir = run_dir
         self.deadline = start + seconds if seconds is not None else None
+        self.seconds, self.agent_steps = seconds, agent_steps
         self.start = start
         self.returns: dict[str, list[float]] = defaultdict(list)
         #: Per learning unit, the latest TABLE_RETURNS episode returns of its agents (a group's: its members'
@@ -230,7 +231,9 @@ class RunMonitor:
         now = time.monotonic()
         if now >= self._next_poll:
             self._next_poll = now + self.POLL_EVERY_S
-            self.plan.counters().beat()
+            counters = self.plan.counters()
+            counters.beat()
+            counters.set_progress(self.progress(now))
             if self.on_poll is not None:
                 self.on_poll()
             if self.evaluator is not None:
@@ -241,6 +244,16 @@ class RunMonitor:
             if self.deadline is not None and now >= self.deadline:
                 self.request_stop("time budget reached")
         return self.stop_reason is None
+
+    def progress(self, now: float) -> float:
+        """The share of the run's budget spent at `now`: of its seconds or of its agent steps, whichever is further
+        along (what the learners' schedules follow)."""
+        spent = 0.0
+        if self.seconds is not None:
+            spent = (now - self.start) / self.seconds
+        if self.agent_steps is not None:
+            spent = max(spent, self.total_steps() / self.agent_steps)
+        return min(1.0, spent)
 
     def record_report(self, unit: str, report: dict[str, Any], log: bool = True) -> None:
         """Keep a learner's latest report; with a run directory, append it to metrics.jsonl and hand its metrics to

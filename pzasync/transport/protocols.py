@@ -136,6 +136,10 @@ class RunControl(Protocol):
     @property
     def stop_requested(self) -> bool: ...
 
+    @property
+    def progress(self) -> float:
+        """The share of the run's budget spent so far, in [0, 1] (the runner writes it; schedules read it)."""
+
     def beat(self, agent: str | None = None) -> None:
         """Record that a process (the actor when agent is None) is alive."""
 

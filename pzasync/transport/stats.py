@@ -14,9 +14,11 @@ import numpy as np
 
 from pzasync.transport.shm import DETACHED, ArraySpec, Segment, carve, packed_size
 
-# Run-wide words, written by the main process: the stop flag, the go that starts every actor at once, and an env
-# set's curriculum stage (core/envset_spec.py), which every env copy reads at its reset.
-STOP, GO, STAGE = 2, 4, 5
+# Run-wide words, written by the main process: the stop flag, the go that starts every actor at once, an env
+# set's curriculum stage (core/envset_spec.py), which every env copy reads at its reset, and the share of the
+# run's budget spent (parts per million), which learners' schedules read.
+STOP, GO, STAGE, PROGRESS = 2, 4, 5, 6
+_PROGRESS_SCALE = 1_000_000
 # Each actor's own words (`actor_words`): its agent steps, finished episodes and heartbeat.
 AGENT_STEPS, EPISODES, ACTOR_BEAT = 0, 1, 3
 _RUN_WORDS = 8
@@ -118,6 +120,16 @@ class RunStats:
     def set_curriculum_stage(self, stage: int) -> None:
         """Move the run's curriculum to `stage` (the runner's process only: one writer)."""
         self.run[STAGE] = stage
+
+    @property
+    def progress(self) -> float:
+        """The share of the run's budget (its seconds or agent steps, whichever runs out first) spent so far, in
+        [0, 1]; 0 for a run with no budget known. Learning-rate schedules read it (learners/base.py)."""
+        return int(self.run[PROGRESS]) / _PROGRESS_SCALE
+
+    def set_progress(self, fraction: float) -> None:
+        """Record the share of the budget spent (the runner's process only: one writer), clipped to [0, 1]."""
+        self.run[PROGRESS] = round(min(1.0, max(0.0, fraction)) * _PROGRESS_SCALE)
 
     def beat(self, agent: str | None = None) -> None:
         """Record that a process is alive (this actor when agent is None)."""

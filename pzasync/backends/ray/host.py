@@ -409,7 +409,7 @@ class RayHost(LearnerHost):
         now = time.monotonic()
         if state.status_ref is None:
             if now >= state.next_status:
-                state.status_ref = state.actor.status.options(concurrency_group="io").remote()
+                state.status_ref = state.actor.status.options(concurrency_group="io").remote(self.stats.progress)
                 state.next_status = now + STATUS_EVERY_S
             return
         if not self._ready(state.status_ref):

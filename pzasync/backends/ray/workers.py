@@ -175,10 +175,14 @@ class LearnerActor:
                 self._next_chunk += 1
             return buffer.read_cursor
 
-    def status(self) -> dict[str, int | float] | None:
-        """The learner's counters (remote mode), or None once it has finished."""
+    def status(self, progress: float = 0.0) -> dict[str, int | float] | None:
+        """The learner's counters (remote mode), or None once it has finished. `progress`: the run's share of its
+        budget spent, as the driver's counters hold it (the learner's schedules read it from its own)."""
         with self._lock:
-            return None if self.closed else self._status()
+            if self.closed:
+                return None
+            self._own().stats.set_progress(progress)
+            return self._status()
 
     def _status(self) -> dict[str, int | float]:
         own, agent = self._own(), self._prepared().agent
