@@ -27,6 +27,15 @@ def rescore(run_dir: str, episodes: int, seed: int) -> dict[str, float]:
     return {"mean": trained.mean, "ci95": trained.mean_ci95, "episodes": episodes, "seed": seed}
 
 
+def as_given(report: Path) -> str:
+    """The report's path as the command to rerun it names it: relative to the repository where it lies inside."""
+    repository = Path(__file__).resolve().parents[1]
+    try:
+        return str(report.resolve().relative_to(repository))
+    except ValueError:
+        return str(report)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("suite_out", type=Path, help="the suite's --out (suite.json and ENV.png)")
@@ -47,7 +56,7 @@ def main() -> None:
                         f"--eval-every {settings['eval_every_s']:g} --out OUT "
                         + (f"--learner {settings['learner']} " if settings.get("learner") else "")
                         + " ".join(settings["envs"])
-                        + f"; python benchmarks/long_runs.py OUT {args.report} --episodes {args.episodes}")
+                        + f"; python benchmarks/long_runs.py OUT {as_given(args.report)} --episodes {args.episodes}")
     args.report.write_text(json.dumps(suite, indent=1) + "\n")
     for env in suite["envs"]:
         print(env["short"], [(run["seed"], run["agent_steps"], run["final"], run["rescored"]) for run in env["runs"]])

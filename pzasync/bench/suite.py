@@ -388,7 +388,8 @@ def run_suite(settings: SuiteSettings, on_run: Callable[[str, int], None] | None
                else (env_report(env_id, settings, out, on_run) for env_id in envs))
     try:
         for entry in entries:
-            entry["plot"] = plot_env(entry, str(out / f"{entry['short']}.png"), settings.minutes * 60)
+            entry["plot"] = plot_env(entry, str(out / f"{entry['short']}.png"), settings.minutes * 60,
+                                     settings.learner)
             report["envs"].append(entry)
             write_report(report, out)
     except KeyboardInterrupt:
@@ -409,10 +410,11 @@ def write_report(report: dict[str, Any], out: Path) -> str:
     return str(path)
 
 
-def plot_env(entry: dict[str, Any], path: str, seconds: float | None = None) -> str | None:
+def plot_env(entry: dict[str, Any], path: str, seconds: float | None = None, learner: str | None = None) -> str | None:
     """One env's PNG: the evaluator's score against wall seconds (0 to the budget, `seconds`) for every seed, with
-    the random and untrained baselines as bands (95% intervals); beside it the training team return. None
-    without matplotlib."""
+    the random and untrained baselines as bands (95% intervals); beside it the training team return. Its title
+    names the recipe's learner, or `learner` where the suite trained another (`--learner`). None without
+    matplotlib."""
     from pzasync.runtime.rundir import pyplot
 
     plt = pyplot()
@@ -437,7 +439,7 @@ def plot_env(entry: dict[str, Any], path: str, seconds: float | None = None) -> 
             ax.axhspan(*base["ci95"], color="grey" if name == "random" else "black", alpha=0.08)
     ax.set_xlabel("wall-clock seconds")
     ax.set_ylabel(score_label(entry))
-    ax.set_title(f"{entry['short']}: {entry['recipe']['learner']}", fontsize="medium")
+    ax.set_title(f"{entry['short']}: {learner or entry['recipe']['learner']}", fontsize="medium")
     if entry["metric"] == "win_rate":
         ax.set_ylim(-0.02, 1.02)
     if exact is not None:  # leduc: exact exploitability instead of the training returns
