@@ -171,9 +171,17 @@ def test_a_suite_learner_replaces_each_recipes_learner_and_keeps_the_rest_of_it(
     assert replaced.env.wrappers == recipe.env.wrappers and replaced.env.kwargs == recipe.env.kwargs
 
 
+def test_suite_env_copies_replace_each_recipes_and_keep_the_rest_of_it():
+    """`pzasync suite --envs-per-actor N`: the runs step N env copies with the recipe's learner and groups."""
+    recipe, copied = suite_run("mpe2.simple_spread_v3"), suite_run("mpe2.simple_spread_v3", envs_per_actor=3)
+    assert recipe.config["envs_per_actor"] == 8 and copied.config["envs_per_actor"] == 3
+    assert copied.learners == recipe.learners and copied.config["agent_groups"] == recipe.config["agent_groups"]
+
+
 @pytest.mark.parametrize("bad, flag", [({"minutes": 0}, "--minutes"), ({"seeds": 0}, "--seeds"),
                                        ({"eval_episodes": 0}, "--eval-episodes"),
                                        ({"eval_every_s": -1}, "--eval-every"),
+                                       ({"envs_per_actor": 0}, "--envs-per-actor"),
                                        ({"learner": "ppo,lr_schedule=cosine"}, "--learner"),
                                        ({"learner": "nosuchlearner"}, "--learner")])
 def test_bad_suite_settings_are_refused_by_name(bad, flag):

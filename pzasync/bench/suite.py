@@ -59,6 +59,9 @@ class SuiteSettings:
     #: `pzasync train ENV --learner SPEC` takes it: the recipe's groups, wrappers and env copies stay. None: the
     #: recipe's learner.
     learner: str | None = None
+    #: Env copies every run's actor steps in place of its recipe's (`pzasync train ENV --envs-per-actor N`); None:
+    #: the recipe's.
+    envs_per_actor: int | None = None
 
     def validate(self) -> None:
         """ConfigError naming the setting at fault."""
@@ -67,6 +70,8 @@ class SuiteSettings:
         for name in ("seeds", "eval_episodes", "baseline_episodes", "parallel"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"suite: {name}={getattr(self, name)}: must be >= 1")
+        if self.envs_per_actor is not None and self.envs_per_actor < 1:
+            raise ConfigError(f"suite: envs_per_actor={self.envs_per_actor}: must be >= 1")
         if self.eval_every_s is not None and not self.eval_every_s > 0:
             raise ConfigError(f"suite: eval_every_s={self.eval_every_s}: must be > 0")
         if self.env_api not in ENV_APIS:
@@ -96,13 +101,18 @@ class SuiteRun:
     notes: list[str]
 
 
-def suite_run(env_id: str, env_api: str = "auto", learner: str | None = None) -> SuiteRun:
+def suite_run(env_id: str, env_api: str = "auto", learner: str | None = None,
+              envs_per_actor: int | None = None) -> SuiteRun:
     """The env, learners and run options of `pzasync train ENV` without options (a `Trainer`'s): the env's recipe,
     or the one chosen from its spaces, with learners fitted to the spaces; `env_api` as RunConfig takes it;
-    `learner` (a spec) in place of the recipe's learner, as `--learner` takes it."""
+    `learner` (a spec) in place of the recipe's learner, as `--learner` takes it; `envs_per_actor` in place of the
+    recipe's env copies, as `--envs-per-actor` takes it."""
     from pzasync.training import Trainer
 
-    trainer = Trainer(env_id, learner=learner, options={"out_dir": None, "env_api": env_api}, say=lambda note: None)
+    options: dict[str, Any] = {"out_dir": None, "env_api": env_api}
+    if envs_per_actor is not None:
+        options["envs_per_actor"] = envs_per_actor
+    trainer = Trainer(env_id, learner=learner, options=options, say=lambda note: None)
     # The recipe's run options, and the API asked for: the suite builds each run's RunConfig from these alone.
     config = {**trainer.choices.config, "env_api": trainer.config.env_api}
     return SuiteRun(trainer.env, trainer.learners, config, trainer.choices.yardstick, trainer.choices.recipe,
@@ -227,7 +237,7 @@ def baselines(run: SuiteRun, units: dict[str, list[str]], episodes: int, seed: i
 def env_report(env_id: str, settings: SuiteSettings, out: Path,
                on_run: Callable[[str, int], None] | None = None) -> dict[str, Any]:
     """Train `env_id` for every seed, score the baselines, and return the env's part of the report."""
-    run = suite_run(env_id, settings.env_api, settings.learner)
+    run = suite_run(env_id, settings.env_api, settings.learner, settings.envs_per_actor)
     runs = []
     for seed in range(settings.seeds):
         if on_run is not None:
@@ -271,7 +281,7 @@ def env_entry(run: SuiteRun, runs: list[dict[str, Any]], settings: SuiteSettings
         "recipe": {"learner": recipe.learner_spec, "learners": jsonable(run.learners),
                    "agent_groups": run.config["agent_groups"], "self_play": recipe.self_play, "league": recipe.league,
                    "env_kwargs": dict(recipe.env_kwargs), "wrappers": list(recipe.wrappers),
-                   "envs_per_actor": recipe.envs_per_actor, "reason": recipe.reason,
+                   "envs_per_actor": run.config["envs_per_actor"], "reason": recipe.reason,
                    "evidence": recipe.evidence, "notes": run.notes},
         "baselines": {name: baseline_json(results, metric) for name, results in scored_base.items()},
         "runs": runs,
@@ -289,7 +299,8 @@ def side_by_side(envs: list[str], settings: SuiteSettings, out: Path,
     from pzasync.bench.side_by_side import SideBySide
     from pzasync.runtime.stop_signals import StopSignals
 
-    suite_runs = {env_id: suite_run(env_id, settings.env_api, settings.learner) for env_id in envs}
+    suite_runs = {env_id: suite_run(env_id, settings.env_api, settings.learner, settings.envs_per_actor)
+                  for env_id in envs}
     queue = [(env_id, seed) for env_id in envs for seed in range(settings.seeds)]
     done: dict[tuple[str, int], dict[str, Any]] = {}
     stop: list[int] = []
@@ -389,7 +400,7 @@ def run_suite(settings: SuiteSettings, on_run: Callable[[str, int], None] | None
     try:
         for entry in entries:
             entry["plot"] = plot_env(entry, str(out / f"{entry['short']}.png"), settings.minutes * 60,
-                                     settings.learner)
+                                     settings.learner, settings.envs_per_actor)
             report["envs"].append(entry)
             write_report(report, out)
     except KeyboardInterrupt:
@@ -410,11 +421,12 @@ def write_report(report: dict[str, Any], out: Path) -> str:
     return str(path)
 
 
-def plot_env(entry: dict[str, Any], path: str, seconds: float | None = None, learner: str | None = None) -> str | None:
+def plot_env(entry: dict[str, Any], path: str, seconds: float | None = None, learner: str | None = None,
+             envs_per_actor: int | None = None) -> str | None:
     """One env's PNG: the evaluator's score against wall seconds (0 to the budget, `seconds`) for every seed, with
     the random and untrained baselines as bands (95% intervals); beside it the training team return. Its title
-    names the recipe's learner, or `learner` where the suite trained another (`--learner`). None without
-    matplotlib."""
+    names the recipe's learner, or `learner` where the suite trained another (`--learner`), and the env copies
+    where the suite set them (`--envs-per-actor`). None without matplotlib."""
     from pzasync.runtime.rundir import pyplot
 
     plt = pyplot()
@@ -439,7 +451,8 @@ def plot_env(entry: dict[str, Any], path: str, seconds: float | None = None, lea
             ax.axhspan(*base["ci95"], color="grey" if name == "random" else "black", alpha=0.08)
     ax.set_xlabel("wall-clock seconds")
     ax.set_ylabel(score_label(entry))
-    ax.set_title(f"{entry['short']}: {learner or entry['recipe']['learner']}", fontsize="medium")
+    copies = f", {envs_per_actor} env copies" if envs_per_actor is not None else ""
+    ax.set_title(f"{entry['short']}: {learner or entry['recipe']['learner']}{copies}", fontsize="medium")
     if entry["metric"] == "win_rate":
         ax.set_ylim(-0.02, 1.02)
     if exact is not None:  # leduc: exact exploitability instead of the training returns

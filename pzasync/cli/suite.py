@@ -33,8 +33,12 @@ from pzasync.extras import require
               help="Train every env with this learner spec (as `pzasync train --learner` takes it, e.g. "
                    "'mappo,lr_schedule=linear') in place of its recipe's; the recipe's groups, wrappers and env copies "
                    "stay.  [default: each recipe's]")
+@click.option("--envs-per-actor", type=int, default=None, metavar="N",
+              help="Env copies every run's actor steps in place of its recipe's (as `pzasync train --envs-per-actor` "
+                   "takes it).  [default: each recipe's]")
 def suite(envs: tuple[str, ...], minutes: float, seeds: int, out: str, eval_every_s: float | None,
-          eval_episodes: int, baseline_episodes: int, env_api: str, parallel: int, learner: str | None) -> None:
+          eval_episodes: int, baseline_episodes: int, env_api: str, parallel: int, learner: str | None,
+          envs_per_actor: int | None) -> None:
     """Train each suite env (or the ENVs named) with its recipe for --minutes per seed, and score it against wall
     time beside random play and an untrained network: OUT/suite.json (docs/suite-schema.json), OUT/ENV.png and a
     summary table. Each run's directory (metrics.jsonl, TensorBoard's tb/ with the extra) is under OUT/runs/."""
@@ -45,7 +49,7 @@ def suite(envs: tuple[str, ...], minutes: float, seeds: int, out: str, eval_ever
     require("torch", "pzasync suite")
     settings = SuiteSettings(envs=list(envs), minutes=minutes, seeds=seeds, out=out, eval_every_s=eval_every_s,
                              eval_episodes=eval_episodes, baseline_episodes=baseline_episodes, env_api=env_api,
-                             parallel=parallel, learner=learner)
+                             parallel=parallel, learner=learner, envs_per_actor=envs_per_actor)
     try:
         settings.validate()
     except ConfigError as exc:
