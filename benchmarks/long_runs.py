@@ -55,6 +55,7 @@ def main() -> None:
     suite["command"] = (f"pzasync suite --minutes {settings['minutes']:g} --seeds {settings['seeds']} "
                         f"--eval-every {settings['eval_every_s']:g} --out OUT "
                         + (f"--learner {settings['learner']} " if settings.get("learner") else "")
+                        + (f"--envs-per-actor {settings['envs_per_actor']} " if settings.get("envs_per_actor") else "")
                         + " ".join(settings["envs"])
                         + f"; python benchmarks/long_runs.py OUT {as_given(args.report)} --episodes {args.episodes}")
     args.report.write_text(json.dumps(suite, indent=1) + "\n")

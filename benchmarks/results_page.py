@@ -720,11 +720,12 @@ def long_runs_table() -> str:
     rows = []
     for name in names:
         data = report(name)
-        learner = data["settings"].get("learner")
+        learner, copies = data["settings"].get("learner"), data["settings"].get("envs_per_actor")
+        variant = (f"`{learner}`" if learner else "the recipe's") + (f", {copies} env copies" if copies else "")
         for env in data["envs"]:
             for run in env["runs"]:
                 rescored = run["rescored"]
-                rows.append([env["short"], f"`{learner}`" if learner else "the recipe's", str(run["seed"]),
+                rows.append([env["short"], variant, str(run["seed"]),
                              f"{run['agent_steps'] / 1e6:.1f}M", at(run["curve"], 600), at(run["curve"], 1800),
                              num(run["final"], 2), f"{num(rescored['mean'], 2)} ± {num(rescored['ci95'], 2)}",
                              baseline(env["baselines"]["untrained"], 2), baseline(env["baselines"]["random"], 2)])
