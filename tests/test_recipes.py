@@ -223,3 +223,12 @@ def test_a_team_recipe_shares_parameters_unless_independent_or_a_seat_is_chosen_
     assert train_choices(pursuit, learner_for=("pursuers=dqn",)).config["agent_groups"] == {"pursuers": ["pursuer_*"]}
     kaz = train_choices("knights_archers_zombies_v11", self_play=True)  # --self-play: one learner for all
     assert kaz.config["agent_groups"] == {"players": ["*"]}
+
+
+@pytest.mark.parametrize("env_id, auto", [("pettingzoo.sisl.pursuit_v5", "aec"),
+                                          ("mpe2.simple_spread_v3", "parallel")])
+def test_auto_keeps_the_envs_declared_turn_based_on_the_aec_path(env_id, auto):
+    """pursuit moves each pursuer at its turn, and its recipe was measured so: "auto" steps it in turn order, while
+    an env whose agents all act on the cycle's observations takes the parallel path; "parallel" still may."""
+    assert RunPlan(EnvSpec.of(env_id), "random", RunConfig()).env_api == auto
+    assert RunPlan(EnvSpec.of(env_id), "random", RunConfig(env_api="parallel")).env_api == "parallel"

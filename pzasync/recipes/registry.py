@@ -154,10 +154,12 @@ SCORING: dict[str, str] = {
 }
 
 
-#: Envs whose parallel API `env_api="auto"` must not take (docs/transitions.md, "The parallel path"): turn-based
-#: games whose `parallel_env()` is PettingZoo's `aec_to_parallel`, which hides from a later agent of a cycle what
-#: the earlier ones just did.
-TURN_BASED: tuple[str, ...] = ("pzasync.envs.forage",)
+#: Envs whose parallel API `env_api="auto"` must not take (docs/transitions.md, "The parallel path"): games whose
+#: agents act in turn within a cycle and whose `parallel_env()` is PettingZoo's `aec_to_parallel`, which hides from
+#: a later agent of a cycle what the earlier ones just did. pursuit is one by measurement: its recipe's row was
+#: trained in turn order, and through the parallel API its greedy pursuers fall into lockstep
+#: (docs/benchmarks.md, "The parallel path").
+TURN_BASED: tuple[str, ...] = ("pzasync.envs.forage", "pettingzoo.sisl.pursuit_v5")
 
 
 def env_api_for(env_name: str) -> str | None:
