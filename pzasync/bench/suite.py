@@ -119,6 +119,11 @@ def suite_run(env_id: str, env_api: str = "auto", learner: str | None = None,
                     trainer.notes)
 
 
+def settings_run(env_id: str, settings: SuiteSettings) -> SuiteRun:
+    """`suite_run` with the overrides a suite's settings give every env (API, learner, env copies)."""
+    return suite_run(env_id, settings.env_api, settings.learner, settings.envs_per_actor)
+
+
 def seat_score(result: Any, metric: str) -> float:
     """One seat's score: its win rate or its mean return (an EvalResult, or an evaluator row)."""
     if isinstance(result, dict):
@@ -237,7 +242,7 @@ def baselines(run: SuiteRun, units: dict[str, list[str]], episodes: int, seed: i
 def env_report(env_id: str, settings: SuiteSettings, out: Path,
                on_run: Callable[[str, int], None] | None = None) -> dict[str, Any]:
     """Train `env_id` for every seed, score the baselines, and return the env's part of the report."""
-    run = suite_run(env_id, settings.env_api, settings.learner, settings.envs_per_actor)
+    run = settings_run(env_id, settings)
     runs = []
     for seed in range(settings.seeds):
         if on_run is not None:
@@ -299,8 +304,7 @@ def side_by_side(envs: list[str], settings: SuiteSettings, out: Path,
     from pzasync.bench.side_by_side import SideBySide
     from pzasync.runtime.stop_signals import StopSignals
 
-    suite_runs = {env_id: suite_run(env_id, settings.env_api, settings.learner, settings.envs_per_actor)
-                  for env_id in envs}
+    suite_runs = {env_id: settings_run(env_id, settings) for env_id in envs}
     queue = [(env_id, seed) for env_id in envs for seed in range(settings.seeds)]
     done: dict[tuple[str, int], dict[str, Any]] = {}
     stop: list[int] = []
