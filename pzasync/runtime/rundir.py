@@ -66,13 +66,19 @@ class RunDirectory:
 
     @classmethod
     def new(cls, root: str | os.PathLike, env_name: str) -> RunDirectory:
+        """A fresh directory ROOT/ENV-STAMP (ENV-STAMP-2, -3, ... where taken), claimed by an atomic mkdir: runs
+        started in the same second, in other processes too (`pzasync suite --parallel`), never share one."""
         check_out_dir(root)
         stamp = time.strftime("%Y%m%d-%H%M%S")
         base = Path(root) / f"{safe_name(env_name.rsplit('.', 1)[-1])}-{stamp}"
         path, n = base, 1
-        while path.exists():
-            n += 1
-            path = Path(f"{base}-{n}")
+        while True:
+            try:
+                path.mkdir()
+                break
+            except FileExistsError:
+                n += 1
+                path = Path(f"{base}-{n}")
         return cls(path)
 
     def checkpoint_path(self, agent: str) -> str:
@@ -83,7 +89,7 @@ class RunDirectory:
         return self.path / "snapshots" / f"{safe_name(unit)}-{int(agent_steps)}.npy"
 
     def write_json(self, name: str, data: Any) -> None:
-        tmp = self.path / f".{name}.tmp"
+        tmp = self.path / f".{name}.{os.getpid()}.tmp"
         tmp.write_text(json.dumps(data, indent=2, default=str))
         os.replace(tmp, self.path / name)
 
