@@ -89,7 +89,7 @@ class RunDirectory:
         return self.path / "snapshots" / f"{safe_name(unit)}-{int(agent_steps)}.npy"
 
     def write_json(self, name: str, data: Any) -> None:
-        tmp = self.path / f".{name}.{os.getpid()}.tmp"
+        tmp = self.path / f".{name}.tmp"
         tmp.write_text(json.dumps(data, indent=2, default=str))
         os.replace(tmp, self.path / name)
 
