@@ -220,6 +220,7 @@ def test_the_sequential_runner_steps_the_same_copies_in_one_actor():
 
 
 # ----------------------------------------------------------------------------------------- whole runs
+@pytest.mark.slow  # 8 s; the default run starts two actors in test_actors_start_acting_together_however_long_...
 @pytest.mark.timeout(240)
 def test_two_actors_write_their_own_shards_and_the_results_add_up(tmp_path):
     learners = {"player_0": ("dqn", {"learning_starts": 100}), "player_1": ("ppo", {"batch_size": 64})}

@@ -182,10 +182,13 @@ def test_bench_command_writes_json_and_plot(tmp_path):
 
 
 def test_bench_command_rejects_an_unknown_configuration():
-    proc = subprocess.run([sys.executable, "-m", "pzasync.cli", "bench", "--configs", "sequential,warp"],
-                          capture_output=True, text=True, timeout=60)
-    assert proc.returncode == 2
-    assert "bench option configs=('sequential', 'warp'): unknown ['warp']" in proc.stderr
+    from click.testing import CliRunner
+
+    from pzasync.cli import main
+
+    result = CliRunner().invoke(main, ["bench", "--configs", "sequential,warp"])
+    assert result.exit_code == 2
+    assert "bench option configs=('sequential', 'warp'): unknown ['warp']" in result.stderr
 
 
 def test_vector_configurations_are_labelled_and_held_against_the_single_env_references(tmp_path):

@@ -154,7 +154,7 @@ def test_samples_are_never_torn_under_a_flat_out_writer(spawn_ctx, storage):
 
 
 @pytest.mark.timeout(120)
-@pytest.mark.parametrize("storage", ["twice", "once"])
+@pytest.mark.parametrize("storage", ["twice", pytest.param("once", marks=pytest.mark.slow)])  # 5 s each
 def test_in_order_reader_counts_every_drop_exactly(spawn_ctx, storage):
     count, size = 200_000, 1024
     buf, writer, start = _run_writer(spawn_ctx, capacity=64, count=count, obs_size=size, storage=storage)

@@ -52,6 +52,7 @@ def test_train_then_eval_on_a_tiny_budget(tmp_path):
     assert "player_1" in evaluated.output and "40 episodes per agent" in evaluated.output
 
 
+@pytest.mark.slow  # 5 s; test_train_then_eval_on_a_tiny_budget scores a run by default
 def test_snapshots_are_kept_in_the_run_directory_and_scored_by_eval(tmp_path):
     """--snapshot-every-steps writes each learning unit's policy once per snapshot (a group's members share it);
     `pzasync eval --snapshot STEPS` scores that policy, not the final checkpoint, and an unknown count is one line

@@ -93,7 +93,7 @@ CASES = [
     ("multiwalker parallel", ("pettingzoo.sisl.multiwalker_v9:parallel_env", {"max_cycles": 60}), PPO,
      {"agent_groups": {"walkers": ["walker_*"]}}, [slow, needs("Box2D")]),
     ("pursuit, pursuers grouped", ("pettingzoo.sisl.pursuit_v5", {"max_cycles": 60}), DQN,
-     {"agent_groups": {"pursuers": ["pursuer_*"]}}, []),
+     {"agent_groups": {"pursuers": ["pursuer_*"]}}, [slow]),  # 3 s; KAZ's archers and knights are grouped
     # Gymnasium, as a one-agent env.
     ("CartPole-v1", "CartPole-v1", DQN, {}, []),
     ("Pendulum-v1 (continuous)", "Pendulum-v1", PPO, {}, [slow]),  # CartPole, simple continuous cover it

@@ -70,6 +70,7 @@ def test_a_killed_host_brings_all_its_learners_back_each_counted(tmp_path, capfd
     assert all(f"restarting the learner of agent {a!r}" in err for a in AGENTS)
 
 
+@pytest.mark.slow  # 4 s
 @pytest.mark.timeout(120)
 def test_every_learner_in_a_host_keeps_its_replay_ratio():
     ratio, starts = 0.05, 200

@@ -87,11 +87,13 @@ def test_value_normalisation_tracks_the_returns_moments():
     ("mpe2.simple_speaker_listener_v4", {}, ("mappo", {"batch_size": 128}), {}),  # independent agents, unequal spaces
     ("mpe2.simple_spread_v3", {"N": 2, "continuous_actions": True}, ("mappo", {"batch_size": 128}),
      {"team": ["agent_*"]}),                                                        # Box actions
-    ("pettingzoo.classic.connect_four_v3", {}, ("mappo", {"batch_size": 128, "critic_obs": True}), {}),  # masks
+    pytest.param("pettingzoo.classic.connect_four_v3", {}, ("mappo", {"batch_size": 128, "critic_obs": True}), {},
+                 marks=pytest.mark.slow),                                           # masks (3 s)
     ("pzasync.envs.recall", {}, ("mappo", {"batch_size": 128, "memory": "gru", "seq_len": 4}),
      {"team": ["agent_*"]}),                                                        # a recurrent policy
-    ("pzasync.envs.recall", {}, ("mappo", {"batch_size": 128, "memory": "gru", "seq_len": 4, "critic_memory": True}),
-     {"team": ["agent_*"]}),                                                        # and a recurrent critic
+    pytest.param("pzasync.envs.recall", {}, ("mappo", {"batch_size": 128, "memory": "gru", "seq_len": 4,
+                                                       "critic_memory": True}),
+                 {"team": ["agent_*"]}, marks=pytest.mark.slow),                    # and a recurrent critic (3 s)
 ])
 def test_mappo_trains_on_each_kind_of_env(env, kwargs, learner, groups, tmp_path):
     config = RunConfig(seed=1, agent_groups=groups, out_dir=str(tmp_path), max_episode_steps=100)

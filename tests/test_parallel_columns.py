@@ -89,7 +89,8 @@ def _run(plan, actor, steps, seed):
     ("mpe2.simple_spread_v3", {"N": 3, "max_cycles": 10}, IDLE_DQN, {"team": ["agent_*"]}, 4, 1_000, None),
     ("mpe2.simple_tag_v3", {"max_cycles": 9}, {"chasers": IDLE_DQN, "agent_0": "ppo"},
      {"chasers": ["adversary_*"]}, 3, 900, 20),                            # unequal spaces; PPO's extras; a cut
-    ("pettingzoo.sisl.pursuit_v5", {"max_cycles": 30}, IDLE_DQN, {"pursuers": ["pursuer_*"]}, 1, 1_000, None),
+    pytest.param("pettingzoo.sisl.pursuit_v5", {"max_cycles": 30}, IDLE_DQN, {"pursuers": ["pursuer_*"]}, 1, 1_000,
+                 None, marks=pytest.mark.slow),                            # 3 s
 ], ids=["dying-and-joining", "nonfinite", "simple_spread-group", "simple_tag-teams", "pursuit"])
 def test_columns_write_what_the_reference_writes(env_id, kwargs, learners, groups, copies, steps, max_steps):
     config = RunConfig(envs_per_actor=copies, env_api="parallel", agent_groups=groups, progress=False,

@@ -90,7 +90,8 @@ def assert_same(got: dict, expected: dict, what: str) -> None:
 PACED = "--workers 2 --pace-ms 1"  # a server that answers instances as they finish, in varying order
 
 
-@pytest.mark.parametrize("env_id, flags", [(C4, ""), (FORAGE, ""), (C4, PACED)], ids=["c4", "forage", "c4-paced"])
+@pytest.mark.parametrize("env_id, flags", [(C4, ""), (FORAGE, ""), pytest.param(C4, PACED, marks=pytest.mark.slow)],
+                         ids=["c4", "forage", "c4-paced"])
 def test_connect_passes_api_test_and_rolls_out_exactly_the_in_process_transitions(env_id, flags):
     """A Python server in its own process (whole replies, or paced): PettingZoo's api_test on `connect`, then
     `rollout` through it equals `rollout` in process, field for field (cut at the budget included: it observes
@@ -109,7 +110,8 @@ def test_connect_passes_api_test_and_rolls_out_exactly_the_in_process_transition
 
 
 @pytest.mark.parametrize("env_id, copies, servers, flags", [
-    (C4, 5, 1, ""), (FORAGE, 6, 2, ""), (C4, 5, 1, "--workers 4 --pace-ms 2 --hold 0"),
+    (C4, 5, 1, ""), pytest.param(FORAGE, 6, 2, "", marks=pytest.mark.slow),  # 3 s each in the slow tier
+    pytest.param(C4, 5, 1, "--workers 4 --pace-ms 2 --hold 0", marks=pytest.mark.slow),
     (FORAGE, 6, 2, PACED)], ids=["c4", "forage", "c4-paced", "forage-paced"])
 def test_each_remote_copy_equals_an_independent_rollout_with_seed_plus_k(env_id, copies, servers, flags):
     """The actor over remote env copies (one connection per server, a frame per group of copies, or per reply
@@ -286,7 +288,7 @@ def test_when_one_of_two_servers_fails_the_healthy_copies_are_cut_and_the_failed
         assert not [e for e in episodes if e.copy == k and e.cut_by_actor], "no summary for a dropped episode"
 
 
-@pytest.mark.parametrize("flags", ["", PACED], ids=["whole", "paced"])
+@pytest.mark.parametrize("flags", ["", pytest.param(PACED, marks=pytest.mark.slow)], ids=["whole", "paced"])
 def test_a_restart_budget_launches_a_dead_server_again_and_its_copies_start_fresh_episodes(capfd, flags):
     """restarts=5: the server exits every 150 env steps; it is launched again each time, its copies start new
     episodes, and the run takes its whole budget. Nothing of the lost episodes is completed."""

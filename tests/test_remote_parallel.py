@@ -191,8 +191,10 @@ def assert_copies_are_rollouts(spec: EnvSpec, writers: dict, layouts: dict, copi
 @pytest.mark.parametrize("env_id, kwargs, flags, copies, servers", [
     (SPREAD, SPREAD_KWARGS, "", 5, 1),
     pytest.param(GENERATED, {}, "", 4, 2, marks=pytest.mark.slow),                 # agents that die and join
-    ("pettingzoo.sisl.pursuit_v5", {"max_cycles": 12, "n_pursuers": 4, "n_evaders": 10}, "", 3, 1),
-    ("pettingzoo.butterfly.knights_archers_zombies_v11", {"max_cycles": 30}, "", 3, 1),  # agents die
+    pytest.param("pettingzoo.sisl.pursuit_v5", {"max_cycles": 12, "n_pursuers": 4, "n_evaders": 10}, "", 3, 1,
+                 marks=pytest.mark.slow),
+    pytest.param("pettingzoo.butterfly.knights_archers_zombies_v11", {"max_cycles": 30}, "", 3, 1,
+                 marks=pytest.mark.slow),                                          # agents die
     (SPREAD, SPREAD_KWARGS, PACED, 4, 1),                                          # replies at the server's pace
 ], ids=["simple_spread", "generated-agents", "sisl-pursuit", "butterfly-kaz", "simple_spread-paced"])
 def test_each_remote_parallel_copy_equals_its_own_parallel_rollout_with_seed_plus_k(monkeypatch, env_id, kwargs, flags,

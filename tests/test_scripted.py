@@ -152,7 +152,8 @@ def positions(game: str, n: int = 300) -> list[dict]:
     return out
 
 
-PLAYERS = [("connect_four", "one_ply"), ("tictactoe", "one_ply"), ("connect_four", ("negamax", {"depth": 2})),
+PLAYERS = [pytest.param("connect_four", "one_ply", marks=pytest.mark.slow),  # 4 s: in the slow tier
+           ("tictactoe", "one_ply"), ("connect_four", ("negamax", {"depth": 2})),
            ("connect_four", "negamax"), ("tictactoe", "negamax"), ("tictactoe", "perfect")]
 
 

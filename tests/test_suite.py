@@ -47,7 +47,13 @@ def test_every_suite_env_has_a_recipe_that_pzasync_train_and_the_suite_resolve_a
     assert run.yardstick == chosen.yardstick
 
 
-@pytest.mark.parametrize("env_id", SUITE, ids=lambda e: e.rsplit(".", 1)[-1])
+#: The recipes whose brief run takes 3-6 s on 2 cores train with `-m slow`; the default run trains the others.
+SLOW_BRIEF = ("pettingzoo.butterfly.pistonball_v6", "pettingzoo.sisl.pursuit_v5",
+              "pettingzoo.butterfly.knights_archers_zombies_v11")
+
+
+@pytest.mark.parametrize("env_id", [pytest.param(e, marks=pytest.mark.slow) if e in SLOW_BRIEF else e for e in SUITE],
+                         ids=lambda e: e.rsplit(".", 1)[-1])
 def test_every_suite_recipe_trains_briefly(env_id, tmp_path):
     """The recipe's plan is built and run: its learners act and train (on-policy learners update at least once),
     groups share one learner, and run.json records the env as the recipe makes it."""
