@@ -7,8 +7,9 @@ Two measurements (docs/benchmarks.md#pistonball):
   seeded from `--seed`, with a 95% interval. Such a policy cannot see the ball, so what it scores is the part of
   a score that needs no observation at all.
 - `--run RUN_DIR`: plays `--episodes` episodes of the run's env (its wrappers) with its trained policy sampling,
-  and reports how the policy's mean action and value spread over the states it met, and the share of the heads'
-  first hidden units past |3| before their tanh (saturated: no gradient through them).
+  and reports how the policy's mean action and value spread over the states it met, the share of the heads'
+  first hidden units past |3| before their tanh (saturated: no gradient through them), and per ReLU of the
+  image encoder the share of units that are 0 on every state (dead).
 
     python benchmarks/pistonball_blind.py --blind 0,-0.3,-0.6,-1 --stds 0,0.67 --episodes 30
     python benchmarks/pistonball_blind.py --run runs/pistonball_v6-20261126-221447 --episodes 2
@@ -58,7 +59,7 @@ def summary(returns: list[float]) -> dict[str, float]:
     return {"mean": float(r.mean()), "ci95": float(1.96 * r.std(ddof=1) / math.sqrt(len(r))), "episodes": len(r)}
 
 
-def sensitivity(run_dir: str, episodes: int, seed: int) -> dict[str, dict[str, float]]:
+def sensitivity(run_dir: str, episodes: int, seed: int) -> dict[str, dict[str, Any]]:
     """Per trained policy: the spread of its mean action and value over the states of `episodes` sampled
     episodes, and the saturated share of its heads' first tanh layer."""
     spec = EnvSpec.of_run(RunDirectory(run_dir, create=False).read_json("run.json"))
@@ -86,6 +87,7 @@ def sensitivity(run_dir: str, episodes: int, seed: int) -> dict[str, dict[str, f
     for key, (name, policy, layout) in units.items():
         batch = {"obs": np.stack(states[key])}
         with torch.inference_mode():
+            dead = dead_relu_units(policy.encoder, obs_tensors(batch, layout))
             features = policy.encoder(obs_tensors(batch, layout))
             mean, value = policy.pi(features), policy.v(features).squeeze(-1)
             pre_pi, pre_v = policy.pi[0](features), policy.v[0](features)
@@ -98,8 +100,27 @@ def sensitivity(run_dir: str, episodes: int, seed: int) -> dict[str, dict[str, f
             "pi_first_layer_saturated": float((pre_pi.abs() > 3).float().mean()),
             "v_first_layer_saturated": float((pre_v.abs() > 3).float().mean()),
             "action_std": float(policy.log_std.exp().mean()) if hasattr(policy, "log_std") else float("nan"),
+            "encoder_dead_units": dead,
         }
     return report
+
+
+def dead_relu_units(encoder: torch.nn.Module, obs: dict[str, torch.Tensor]) -> dict[str, float]:
+    """Per ReLU of the encoder, the share of its units (a conv channel at any position, or a feature) that is 0 on
+    every state: a dead unit passes no gradient and tells the heads nothing."""
+    outputs: dict[str, torch.Tensor] = {}
+    hooks = [module.register_forward_hook(lambda m, i, out, name=name: outputs.__setitem__(name, out))
+             for name, module in encoder.named_modules() if isinstance(module, torch.nn.ReLU)]
+    try:
+        encoder(obs)
+    finally:
+        for hook in hooks:
+            hook.remove()
+    shares = {}
+    for name, out in outputs.items():
+        units = out.transpose(0, 1).reshape(out.shape[1], -1) if out.dim() == 4 else out.T  # unit x (state, position)
+        shares[name] = float((units.abs().amax(dim=1) == 0).float().mean())
+    return shares
 
 
 def main() -> None:

@@ -93,6 +93,36 @@ def test_uint8_images_are_scaled_to_unit_range_and_odd_sizes_work():
     assert Encoder(board).out_dim == 64 * 3 * 4 + 6 * 7 * 2, "by default they get the line convolution"
 
 
+def test_image_encoder_options_orthogonal_start_and_inverted_frames():
+    """image_init="orthogonal": every conv and linear layer starts with orthogonal rows of norm sqrt(2) and zero
+    biases; invert_frames: the encoder reads 255 - x of uint8 frames (a bright background becomes 0)."""
+    frames = agent_layout("a", spaces.Box(0, 255, (40, 40, 3), np.uint8), spaces.Box(-1, 1, (1,)))
+    torch.manual_seed(0)
+    ortho = Encoder(frames, image_init="orthogonal")
+    layers = [m for m in ortho.modules() if isinstance(m, (torch.nn.Conv2d, torch.nn.Linear))]
+    assert len(layers) == 4
+    for layer in layers:
+        rows = layer.weight.reshape(layer.weight.shape[0], -1)
+        if rows.shape[0] <= rows.shape[1]:
+            torch.testing.assert_close(rows @ rows.T, 2 * torch.eye(rows.shape[0]), atol=1e-4, rtol=0)
+        assert torch.count_nonzero(layer.bias) == 0
+    plain = Encoder(frames)
+    assert any(torch.count_nonzero(m.bias) for m in plain.modules() if isinstance(m, torch.nn.Conv2d)), \
+        "PyTorch's default init (image_init='torch') keeps its random biases"
+    inverted = Encoder(frames, invert_frames=True)
+    inverted.load_state_dict(plain.state_dict())
+    pixels = np.random.default_rng(0).integers(0, 256, (3, 40, 40, 3)).astype(np.uint8)
+    with torch.no_grad():
+        torch.testing.assert_close(inverted({"obs": torch.as_tensor(pixels)}),
+                                   plain({"obs": torch.as_tensor(255 - pixels)}))
+        assert not torch.allclose(inverted({"obs": torch.as_tensor(pixels)}), plain({"obs": torch.as_tensor(pixels)}))
+    policy = ppo(frames, image_init="orthogonal", invert_frames=True).net
+    assert policy.encoder.leaves[0].invert and torch.count_nonzero(policy.encoder.leaves[0].fc[0].bias) == 0
+    with pytest.raises(ConfigError, match=r"PPOLearner option image_init='xavier': must be one of 'torch', "
+                                          r"'orthogonal'$"):
+        ppo(image_init="xavier")
+
+
 def test_tuple_with_multidiscrete_is_one_hot_per_component():
     space = spaces.Tuple((spaces.MultiDiscrete([2, 3]), spaces.Box(-1, 1, (2, 2), np.float32)))
     layout = agent_layout("a", space, spaces.Discrete(2))

@@ -65,17 +65,25 @@ def explore_uniformly(actions: np.ndarray, epsilon: float, mask: np.ndarray | No
     return actions
 
 
+#: How ImageEncoder's layers start: PyTorch's default ("torch") or orthogonal weights of gain sqrt(2) and zero biases
+#: ("orthogonal", as CleanRL's and SB3's ortho_init have them).
+IMAGE_INITS = ("torch", "orthogonal")
+
+
 class ImageEncoder(nn.Module):
     """HWC image -> `out` features: channels-last input permuted to NCHW, three convs, adaptive pooling.
 
     Large images (both sides >= 36) get the Atari-style 8/4, 4/2, 3/1 kernels/strides; smaller ones 3x3 convs
-    with padding, so any size works. Adaptive pooling to 4x4 fixes the flattened size.
+    with padding, so any size works. Adaptive pooling to 4x4 fixes the flattened size. `init`: one of IMAGE_INITS.
+    `invert`: read 1 - x of uint8 frames scaled to [0, 1], so that a bright background (pistonball's white) is 0
+    and only what differs from it drives the convs.
     """
 
-    def __init__(self, space: spaces.Box, out: int = 256) -> None:
+    def __init__(self, space: spaces.Box, out: int = 256, init: str = "torch", invert: bool = False) -> None:
         super().__init__()
         h, w, c = (int(d) for d in space.shape)
         self.scale = 1.0 / 255.0 if space.dtype == np.uint8 else 1.0
+        self.invert = invert and space.dtype == np.uint8
         if min(h, w) >= 36:
             convs = [(c, 32, 8, 4, 0), (32, 64, 4, 2, 0), (64, 64, 3, 1, 0)]
         else:
@@ -86,10 +94,20 @@ class ImageEncoder(nn.Module):
         self.conv = nn.Sequential(*layers, nn.AdaptiveAvgPool2d((4, 4)), nn.Flatten())
         self.fc = nn.Sequential(nn.Linear(64 * 16, out), nn.ReLU())
         self.out_dim = out
+        if init not in IMAGE_INITS:
+            from pzasync.errors import ConfigError
+
+            raise ConfigError(f"image_init must be one of {list(IMAGE_INITS)}, got {init!r}")
+        if init == "orthogonal":
+            for module in self.modules():
+                if isinstance(module, (nn.Conv2d, nn.Linear)):
+                    nn.init.orthogonal_(module.weight, 2 ** 0.5)
+                    if module.bias is not None:
+                        nn.init.zeros_(module.bias)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = x.permute(0, 3, 1, 2).float() * self.scale
-        return self.fc(self.conv(x))
+        return self.fc(self.conv(1.0 - x if self.invert else x))
 
 
 class OneHotEncoder(nn.Module):
@@ -215,11 +233,13 @@ def leaf_kind(space: spaces.Space, torso: str = "auto") -> str:
     return auto_torso(space)
 
 
-def leaf_encoder(space: spaces.Space, torso: str = "auto", board_channels: int | None = None) -> LeafEncoder:
-    """The encoder for one leaf space (see `leaf_kind`); `board_channels`: a BoardEncoder's filters."""
+def leaf_encoder(space: spaces.Space, torso: str = "auto", board_channels: int | None = None,
+                 image_init: str = "torch", invert_frames: bool = False) -> LeafEncoder:
+    """The encoder for one leaf space (see `leaf_kind`); `board_channels`: a BoardEncoder's filters;
+    `image_init` and `invert_frames`: an ImageEncoder's `init` and `invert`."""
     kind = leaf_kind(space, torso)
     if kind == "image" and isinstance(space, spaces.Box):  # "image" and "board" are 3-dim Boxes
-        return ImageEncoder(space)
+        return ImageEncoder(space, init=image_init, invert=invert_frames)
     if kind == "board" and isinstance(space, spaces.Box):
         return BoardEncoder(space, board_channels)
     if isinstance(space, spaces.Discrete):
@@ -238,7 +258,7 @@ class Encoder(nn.Module):
     leaves under that top-level key of a Dict observation (e.g. "state" for a centralized critic)."""
 
     def __init__(self, layout: AgentLayout, torso: str = "auto", board_channels: int | None = None,
-                 only: str | None = None) -> None:
+                 only: str | None = None, image_init: str = "torch", invert_frames: bool = False) -> None:
         super().__init__()
         self.keys = obs_keys(layout)
         leaves = leaf_spaces(layout.obs_space)
@@ -250,7 +270,7 @@ class Encoder(nn.Module):
 
             raise ConfigError(f"agent {layout.agent!r}: torso='cnn' needs a 3-dim Box observation (HWC board or "
                               f"image), got {layout.obs_space!r}; use 'auto' or 'mlp'")
-        encoders = [leaf_encoder(space, torso, board_channels) for space in leaves]
+        encoders = [leaf_encoder(space, torso, board_channels, image_init, invert_frames) for space in leaves]
         self.leaves = nn.ModuleList(encoders)
         self.out_dim = sum(encoder.out_dim for encoder in encoders)
 

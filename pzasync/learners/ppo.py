@@ -24,7 +24,7 @@ from pzasync.core.spaces import AgentLayout
 from pzasync.errors import UnsupportedSpaceError
 from pzasync.learners.acting import ActingModule
 from pzasync.learners.base import Batch, Learner, LearnerContext, Policy, trajectory_ids
-from pzasync.learners.networks import ACTIVATIONS, TORSOS, Encoder, masked_logits, mlp, obs_tensors
+from pzasync.learners.networks import ACTIVATIONS, IMAGE_INITS, TORSOS, Encoder, masked_logits, mlp, obs_tensors
 from pzasync.learners.options import LearnerOptions, Option
 from pzasync.learners.recurrent import Chunk, gru_core, memory_tensor, sequence_chunks, sequence_outputs
 
@@ -68,7 +68,8 @@ class ActorCritic(Policy):
             raise UnsupportedSpaceError(f"agent {layout.agent!r}: action space {space!r} has no shape")
         else:
             self.start, self.action_shape, outputs = 0, tuple(space.shape), int(np.prod(space.shape))
-        self.encoder = Encoder(layout, config.torso, only=observation_key)
+        self.encoder = Encoder(layout, config.torso, only=observation_key, image_init=config.image_init,
+                               invert_frames=config.invert_frames)
         hidden, activation = config.hidden, config.activation
         recurrent = config.memory == "gru"
         #: With memory="gru": a GRU cell between the encoder and the heads (learners/recurrent.py).
@@ -230,6 +231,10 @@ class PPOOptions(LearnerOptions):
     normalize_advantages: bool = option(True, "Standardise advantages per minibatch.", Option(bool))
     torso: str = option("auto", "How 3-dim Box observations are encoded: 'auto', 'mlp' or 'cnn' "
                                 "(networks.leaf_kind).", Option(str, choices=TORSOS))
+    image_init: str = option("torch", "How the image encoder's layers start: PyTorch's default ('torch') or "
+                                      "'orthogonal' (gain sqrt(2), zero biases).", Option(str, choices=IMAGE_INITS))
+    invert_frames: bool = option(False, "The image encoder reads 1 - x of uint8 frames scaled to [0, 1]: a bright "
+                                        "background becomes 0 (docs/benchmarks.md#pistonball).", Option(bool))
     memory: str = option("none", "'gru': a recurrent core trained on sequences of seq_len rows "
                                  "(learners/recurrent.py).", Option(str, choices=("none", "gru")))
     memory_size: int = option(64, "Floats of the recurrent core's memory.", Option(int, ge=1))
