@@ -70,6 +70,7 @@ def test_grouped_and_own_learners_side_by_side(tmp_path):
         plan.release()
 
 
+@pytest.mark.slow  # 3.5 s; grouped runs train by default in test_compat.py (KAZ) and test_suite.py
 def test_a_grouped_dqn_run_trains_and_reports_per_member(tmp_path):
     config = RunConfig(seed=1, agent_groups={"pack": ["forager_*"]}, out_dir=str(tmp_path), replay_ratio=0.25)
     result = AsyncRunner("pzasync.envs.forage", ("dqn", {"learning_starts": 100}), config).run(agent_steps=1500)

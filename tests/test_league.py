@@ -192,8 +192,8 @@ def test_with_several_copies_a_drawn_snapshot_serves_that_many_episodes_and_all_
 
 # ---------------------------------------------------------------------------------------------- in a run
 @pytest.mark.timeout(120)
-@pytest.mark.parametrize("runner", [pytest.param(SequentialRunner, marks=pytest.mark.slow), AsyncRunner],
-                         ids=lambda r: getattr(r, "__name__", r))
+@pytest.mark.slow  # 4 s
+@pytest.mark.parametrize("runner", [SequentialRunner, AsyncRunner], ids=lambda r: getattr(r, "__name__", r))
 def test_only_the_trainee_seat_is_recorded_and_every_episode_says_whom_it_played(runner, tmp_path):
     """tictactoe: player_1 moves first, so in an episode of k decisions it made ceil(k/2) and player_2 the rest;
     the group's buffer must hold exactly the trainees' decisions of scripted episodes plus every decision of

@@ -554,6 +554,7 @@ def test_dqn_learns_cartpole_beyond_random_play():
     assert time.monotonic() - start < 60
 
 
+@pytest.mark.slow  # 9 s; the default run keeps test_learning.py's DQN bar against the perfect tictactoe player
 def test_ppo_learns_continuous_and_masked_discrete_tasks():
     start = time.monotonic()
     torch.manual_seed(0)

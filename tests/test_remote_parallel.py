@@ -327,7 +327,7 @@ def test_the_node_server_stays_on_the_aec_protocol():
 @pytest.mark.parametrize("fault, end", [
     ("--exit-after 90", "exited with code 3"),
     pytest.param("--hang-after 90", "has not answered for 2s", marks=pytest.mark.slow),
-    (f"--exit-after 90 {PACED}", "exited with code 3"),
+    pytest.param(f"--exit-after 90 {PACED}", "exited with code 3", marks=pytest.mark.slow),
 ], ids=["dies", "hangs", "paced-dies"])
 def test_when_one_of_two_servers_fails_on_the_parallel_path_the_healthy_copies_are_cut_and_nothing_is_made_up(fault,
                                                                                                              end):
