@@ -115,6 +115,7 @@ def test_bad_settings_name_the_option(option, value, message):
         BenchSettings(**{option: value}).validate()
 
 
+@pytest.mark.slow  # 3 s
 def test_an_error_inside_a_trial_process_is_raised_here_as_the_same_type():
     settings = BenchSettings(env=C4, learners="ppo", agent_steps=100, seeds=1, configs=("async_idle",))
     with pytest.raises(ConfigError, match="bench config 'async_idle' needs off-policy learners") as info:

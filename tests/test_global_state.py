@@ -137,6 +137,7 @@ def test_both_runners_train_mappo_on_the_recorded_state(runner, workers):
     assert result.agents["agent_0"].updates >= 2, result.agents
 
 
+@pytest.mark.slow  # 3 s
 @pytest.mark.usefixtures("no_remote_server_left")
 def test_mappo_trains_over_remote_env_copies_on_every_agents_observation():
     """A served env has no `state()` in remote protocol v1, so "auto" takes the concat fallback, built on the

@@ -516,6 +516,7 @@ def test_the_node_server_passes_api_test_through_connect():
         env.close()
 
 
+@pytest.mark.slow  # 3 s
 @needs_node
 def test_the_node_servers_game_trains_end_to_end(tmp_path):
     """DQN on both seats over 4 copies of the JavaScript game (the sequential runner: its learners update
