@@ -86,13 +86,20 @@ def sensitivity(run_dir: str, episodes: int, seed: int) -> dict[str, dict[str, A
     report = {}
     for key, (name, policy, layout) in units.items():
         batch = {"obs": np.stack(states[key])}
-        with torch.inference_mode():
-            dead = dead_relu_units(policy.encoder, obs_tensors(batch, layout))
-            features = policy.encoder(obs_tensors(batch, layout))
-            mean, value = policy.pi(features), policy.v(features).squeeze(-1)
-            pre_pi, pre_v = policy.pi[0](features), policy.v[0](features)
-        report[name] = {
-            "states": len(states[key]), "pixel_std_over_states": float(batch["obs"].std(0).mean()),
+        report[name] = {"states": len(states[key]), "pixel_std_over_states": float(batch["obs"].std(0).mean()),
+                        **policy_spread(policy, obs_tensors(batch, layout))}
+    return report
+
+
+def policy_spread(policy: Any, obs: dict[str, torch.Tensor]) -> dict[str, Any]:
+    """How an actor-critic policy's encoder features, mean action and value spread over the states `obs`, the share
+    of its heads' first hidden units past |3| before their activation (saturated, under tanh), and its encoder's
+    dead ReLU units (`dead_relu_units`)."""
+    with torch.inference_mode():
+        features = policy.encoder(obs)
+        mean, value = policy.pi(features), policy.v(features).squeeze(-1)
+        pre_pi, pre_v = policy.pi[0](features), policy.v[0](features)
+        return {
             "mean_action_std": float(mean.std(0).mean()), "mean_action_min": float(mean.min()),
             "mean_action_max": float(mean.max()), "value_std": float(value.std()),
             "features_std_over_states": float(features.std(0).mean()),
@@ -100,9 +107,8 @@ def sensitivity(run_dir: str, episodes: int, seed: int) -> dict[str, dict[str, A
             "pi_first_layer_saturated": float((pre_pi.abs() > 3).float().mean()),
             "v_first_layer_saturated": float((pre_v.abs() > 3).float().mean()),
             "action_std": float(policy.log_std.exp().mean()) if hasattr(policy, "log_std") else float("nan"),
-            "encoder_dead_units": dead,
+            "encoder_dead_units": dead_relu_units(policy.encoder, obs),
         }
-    return report
 
 
 def dead_relu_units(encoder: torch.nn.Module, obs: dict[str, torch.Tensor]) -> dict[str, float]:

@@ -7,10 +7,10 @@ state, then reports, for the run's
 trained encoder and for the same network freshly initialised (PyTorch's default init, seed 0):
 
 - per ReLU of the encoder, the share of its units (a conv channel at any position, or a feature) that are 0 on
-  every state (`pistonball_blind.dead_relu_units`);
+  every state;
 - the features' standard deviation over the states (mean over features) and their mean |value|;
-- for the trained policy, the spread of its mean action and value over the states, and the share of its policy
-  head's first layer past |3| before the activation.
+- the spread of the mean action and value over the states, and the share of the heads' first layers past |3|
+  before the activation (`pistonball_blind.policy_spread`, which the sight check reports too).
 
     python benchmarks/pistonball_encoder.py --run runs/pistonball_v6-20261128-092612 --json OUT.json
 """
@@ -20,11 +20,10 @@ from __future__ import annotations
 import argparse
 import copy
 import json
-from typing import Any
 
 import numpy as np
 import torch
-from pistonball_blind import dead_relu_units
+from pistonball_blind import policy_spread
 
 from pzasync.core.environments import EnvSpec
 from pzasync.evaluation.evaluate import load_run_policies
@@ -54,14 +53,6 @@ def random_play_states(run_dir: str, states: int, seed: int) -> list[np.ndarray]
     return seen
 
 
-def encoder_report(policy: Any, obs: dict[str, torch.Tensor]) -> dict[str, Any]:
-    with torch.inference_mode():
-        features = policy.encoder(obs)
-        return {"dead_units": dead_relu_units(policy.encoder, obs),
-                "features_std_over_states": float(features.std(0).mean()),
-                "features_mean_abs": float(features.abs().mean())}
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--run", required=True, help="a pistonball run directory")
@@ -78,16 +69,10 @@ def main() -> None:
     for module in fresh.modules():
         if module is not fresh and hasattr(module, "reset_parameters"):
             module.reset_parameters()
-    trained = encoder_report(policy, obs)
-    with torch.inference_mode():
-        features = policy.encoder(obs)
-        mean, value = policy.pi(features), policy.v(features)
-        trained.update({"mean_action_std": float(mean.std(0).mean()), "mean_action_min": float(mean.min()),
-                        "mean_action_max": float(mean.max()), "value_std": float(value.std()),
-                        "pi_first_layer_past_3": float((policy.pi[0](features).abs() > 3).float().mean())})
     out = {"command": "python benchmarks/pistonball_encoder.py --run RUN_DIR", "run": args.run, "agent": args.agent,
-           "states": len(states), "seed": args.seed, "trained": trained,
-           "untrained": encoder_report(fresh, obs)}
+           "states": len(states), "seed": args.seed, "trained": policy_spread(policy, obs),
+           # the copy keeps the trained log std (a parameter, not a module): no action_std for it
+           "untrained": {k: v for k, v in policy_spread(fresh, obs).items() if k != "action_std"}}
     print(json.dumps(out, indent=1))
     if args.json:
         with open(args.json, "w") as f:
