@@ -157,10 +157,8 @@ SUITE = [
      "team return, greedy", 1, {"SB3": 1}, ""),
     ("multiwalker_v9", "side_by_side_multiwalker_10min_8copies_sampled", "suite_multiwalker_10min_8copies",
      "team return, sampled", 1, {"SB3": 1}, ""),
-    ("pistonball_v6", "side_by_side_pistonball_10min_5seeds", "suite_pistonball_10min_5seeds",
-     "team return, greedy", 1, {}, ""),
-    ("pistonball_v6", None, "suite_pistonball_10min_5seeds",
-     "team return, sampled, at the budget (10 episodes; baselines 50)", 1, {}, ""),
+    ("pistonball_v6", "side_by_side_pistonball_10min_recipe", "suite_pistonball_10min_recipe",
+     "team return, greedy", 1, {"SB3": "not run on drawn frames"}, "Butterfly-Baselines: [per piston](#pistonball)"),
     ("knights_archers_zombies_v11", "side_by_side_kaz_10min", "suite_kaz_10min",
      "zombies killed per episode (team)", 2, {"SB3": 1}, ""),
     ("connect_four_v3", "side_by_side_connect_four_10min", "suite_connect_four_10min",
@@ -191,14 +189,6 @@ def suite_table() -> str:
                     peer_cells[peer] = where
             seeds = len(ours["values"])
             pz = interval(ours, digits)
-        elif env.startswith("pistonball"):
-            tutorial, at_budget = report("pistonball_peer_tutorial_10min"), report(
-                "pistonball_10min_5seeds_sampled_at_budget")
-            names += ["pistonball_10min_5seeds_sampled_at_budget", "pistonball_peer_tutorial_10min"]
-            random = baseline(tutorial["baselines"]["sampled"]["random"], digits)
-            untrained = baseline(tutorial["baselines"]["sampled"]["untrained"], digits)
-            pz, seeds = interval(at_budget["at_budget_sampled"], digits), len(at_budget["at_budget_sampled"]["values"])
-            peer_cells["SB3"] = interval(tutorial["peer"]["sampled"]["at_budget"], digits)
         else:
             exp = report("leduc_exploitability_10min")
             names.append("leduc_exploitability_10min")
@@ -206,9 +196,6 @@ def suite_table() -> str:
             ours = exp["pzasync"]["sampled"]["over_seeds"]
             pz, seeds = interval(ours, digits), len(ours["values"])
             peer_cells["SB3"] = "MaskablePPO " + interval(exp["peer"]["sampled"]["over_seeds"], digits)
-        if env.startswith("pistonball") and name is not None:
-            tutorial = report("pistonball_peer_tutorial_10min")
-            peer_cells["SB3"] = interval(tutorial["peer"]["greedy"]["episodes_50"], digits)
         rows.append([env, recipe_cell(suite), score, seeds, random, untrained, pz, peer_cells["SB3"],
                      peer_cells["AgileRL"], published, curves(name, suite)])
     columns = ["env", "recipe", "score", "seeds", "random", "untrained", "pzasync at 10 min",
@@ -327,9 +314,36 @@ def pistonball_variants() -> str:
         ["side_by_side_pistonball_10min_5seeds", "pistonball_10min_5seeds_sampled_at_budget",
          "side_by_side_pistonball_10min", "side_by_side_pistonball_10min_sampled", "pistonball_peer_tutorial_10min",
          "pistonball_discount_seed1", "pistonball_blind", "pistonball_sight_recipe", "suite_pistonball_10min",
-         "vector_pistonball", "vector_pistonball_shm", "pistonball_raw_workers_shm", "pistonball_raw_workers_pipe"],
+         "suite_pistonball_10min_5seeds", "vector_pistonball", "vector_pistonball_shm", "pistonball_raw_workers_shm",
+         "pistonball_raw_workers_pipe"],
         plots=["side_by_side_pistonball_10min.png", "side_by_side_pistonball_10min_sampled.png",
-               "suite_pistonball_10min.png", "vector_pistonball.png"])
+               "suite_pistonball_10min.png", "suite_pistonball_10min_5seeds.png", "vector_pistonball.png"])
+
+
+def pistonball_seeds() -> str:
+    """pistonball's recipe over seeds (benchmarks/pistonball_seeds.py): each seed's greedy rounds per piston at
+    their agent steps, its final evaluation, where it first reached the bar, beside Butterfly-Baselines' curve."""
+    data = report("pistonball_recipe_seeds")
+
+    def at(points: list[dict]) -> str:
+        return "; ".join(f"{p['per_piston']:.1f} ({p['agent_steps'] / 1e3:.0f}k)" for p in points)
+
+    rows = []
+    for run in data["runs"]:
+        rounds = [p for p in run["greedy"] if p["source"] != "final evaluation"]
+        final = [p for p in run["greedy"] if p["source"] == "final evaluation"]
+        first = run["bar_first_reached_at_agent_steps"]
+        rows.append([f"seed {run['seed']}", at(rounds),
+                     f"{final[0]['per_piston']:.1f} ± {final[0]['ci95'] / run['pistons']:.1f} "
+                     f"({final[0]['agent_steps'] / 1e3:.0f}k, {final[0]['episodes']} episodes)" if final else "-",
+                     f"{first / 1e3:.0f}k" if first is not None else "not reached",
+                     f"{run['agent_steps'] / 1e3:.0f}k in {run['wall_seconds'] / 60:.1f} min"])
+    reference = data["reference"]
+    shown = [p for p in reference["points"] if p["agent_steps"] <= 400_000] + reference["points"][-1:]
+    rows.append([reference["label"], at(shown), "", "300k (mean of runs)", "SB3, its own hardware"])
+    return md_table(["run", "greedy return per piston (agent steps)", "final evaluation", "90 first reached at",
+                     "agent steps, wall time"], rows) + "\n\n" + footer(
+        ["pistonball_recipe_seeds", "butterfly_baselines_pistonball_v4"], plots=["pistonball_recipe_seeds.png"])
 
 
 def team_learners() -> str:
@@ -777,6 +791,7 @@ TABLES: dict[str, Callable[[], str]] = {
     "pursuit_variants": pursuit_variants,
     "multiwalker_variants": multiwalker_variants,
     "pistonball_variants": pistonball_variants,
+    "pistonball_seeds": pistonball_seeds,
     "candidates_leduc": lambda: transcribed("suite_recipe_candidates", "leduc", also=["leduc_exploitability_10min"],
                                             plots=["suite_leduc_10min_exploitability_1seed.png"]),
     "async_vs_sequential": async_vs_sequential,

@@ -34,6 +34,7 @@ from __future__ import annotations
 import argparse
 import glob
 import json
+import textwrap
 from pathlib import Path
 from typing import Any
 
@@ -143,7 +144,9 @@ def plot(entry: dict[str, Any], sides: list[dict[str, Any]], base: dict[str, Any
     ax.set_ylabel(score_label(entry))
     ax.set_title(f"{entry['short']}: the same wall budget, scored alike ({acting} actions)", fontsize="medium")
     ax.grid(alpha=0.3)
-    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize="small")
+    handles, labels = ax.get_legend_handles_labels()  # a recipe's learner spec is long: wrap, not cut
+    ax.legend(handles, [textwrap.fill(label, 48) for label in labels], loc="upper left", bbox_to_anchor=(1.01, 1.0),
+              fontsize="small")
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)

@@ -1,0 +1,162 @@
+"""Pistonball's recipe over seeds against Butterfly-Baselines' published curve (issue 56, item 1): every run's
+greedy evaluation rounds and final evaluation per piston at their agent steps, the first agent steps where greedy
+play reaches the bar (90 per piston), whether each seed did so by 400k agent steps, and the sampled training
+return per two minutes; the reference curve is read from docs/bench/butterfly_baselines_pistonball_v4.json. The
+plot (the report's name with .png) draws each seed's greedy curve per piston beside the reference.
+
+    for S in 0 1 2; do pzasync train pettingzoo.butterfly.pistonball_v6 --minutes 17 --seed $S --no-progress \\
+        --eval-every 180 --out OUT/s$S; done
+    for S in 0 1 2; do python benchmarks/pistonball_blind.py --run OUT/s$S/*/ --episodes 1 --json OUT/sight$S.json; done
+    python benchmarks/pistonball_seeds.py docs/bench/pistonball_recipe_seeds.json OUT/s*/*/ --sight OUT/sight*.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+REFERENCE = Path(__file__).resolve().parents[1] / "docs" / "bench" / "butterfly_baselines_pistonball_v4.json"
+#: Issue 56's bar: greedy mean return per piston, reached by BY_AGENT_STEPS.
+BAR_PER_PISTON, BY_AGENT_STEPS = 90.0, 400_000
+#: What makes the runs and the report (the docstring's commands, for the results page).
+COMMANDS = ["for S in 0 1 2; do pzasync train pettingzoo.butterfly.pistonball_v6 --minutes 17 --seed $S --no-progress "
+            "--eval-every 180 --out OUT/s$S; done",
+            "for S in 0 1 2; do python benchmarks/pistonball_blind.py --run OUT/s$S/*/ --episodes 1 "
+            "--json OUT/sight$S.json; done",
+            "python benchmarks/pistonball_seeds.py docs/bench/pistonball_recipe_seeds.json OUT/s*/*/ "
+            "--sight OUT/sight*.json"]
+#: The windows the sampled training returns are averaged over.
+WINDOW_S = 120.0
+
+
+def per_piston(team_return: float, pistons: int) -> float:
+    return team_return / pistons
+
+
+def greedy_points(run_dir: Path, pistons: int) -> list[dict[str, Any]]:
+    """The evaluator's rounds while training, then the final evaluation's trained row when the run has one."""
+    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    points = [{"source": f"round {r['round']}", "wall_s": r["wall_s"], "agent_steps": r["agent_steps"],
+               "episodes": r["episodes"], "team_return": r["mean_return"], "ci95": r["mean_return_ci95"],
+               "per_piston": per_piston(r["mean_return"], pistons)}
+              for r in rows if r.get("kind") == "eval"]
+    final_file = run_dir / "final_evaluation.json"
+    if final_file.exists():
+        result = json.loads((run_dir / "result.json").read_text())
+        final = json.loads(final_file.read_text())
+        for row in final["results"]:
+            if row["policy"] == "trained":
+                points.append({"source": "final evaluation", "wall_s": result["wall_seconds"],
+                               "agent_steps": result["agent_steps"], "episodes": row["episodes"],
+                               "team_return": row["mean_return"], "ci95": row["mean_return_ci95"],
+                               "per_piston": per_piston(row["mean_return"], pistons)})
+    return points
+
+
+def baselines(run_dir: Path, pistons: int) -> dict[str, dict[str, float]]:
+    """The final evaluation's untrained and random rows (same episodes as the trained row), per piston."""
+    final_file = run_dir / "final_evaluation.json"
+    if not final_file.exists():
+        return {}
+    return {row["policy"]: {"team_return": row["mean_return"], "ci95": row["mean_return_ci95"],
+                            "per_piston": per_piston(row["mean_return"], pistons)}
+            for row in json.loads(final_file.read_text())["results"] if row["policy"] != "trained"}
+
+
+def sampled_windows(run_dir: Path) -> list[dict[str, Any]]:
+    """Mean team return of the training episodes (sampled actions) per WINDOW_S of wall time; the episodes the
+    run's stop cut short are left out."""
+    windows: dict[int, list[float]] = {}
+    for line in (run_dir / "episodes.jsonl").read_text().splitlines():
+        episode = json.loads(line)
+        if episode.get("cut_by_actor"):
+            continue
+        windows.setdefault(int(episode["wall_s"] // WINDOW_S), []).append(sum(episode["returns"].values()))
+    return [{"minutes": [k * WINDOW_S / 60, (k + 1) * WINDOW_S / 60], "episodes": len(v),
+             "team_return": sum(v) / len(v)} for k, v in sorted(windows.items())]
+
+
+def run_report(run_dir: Path) -> dict[str, Any]:
+    run = json.loads((run_dir / "run.json").read_text())
+    result = json.loads((run_dir / "result.json").read_text())
+    pistons = len(result["agents"])
+    learner = next(iter(run["learners"].values()))
+    points = greedy_points(run_dir, pistons)
+    reached = [p["agent_steps"] for p in points if p["per_piston"] >= BAR_PER_PISTON]
+    return {"run_dir": str(run_dir), "seed": run["config"]["seed"], "learner": learner["name"],
+            "learner_options": learner["options"], "env_wrappers": run["env_wrappers"], "pistons": pistons,
+            "agent_steps": result["agent_steps"], "wall_seconds": result["wall_seconds"],
+            "greedy": points, "baselines": baselines(run_dir, pistons),
+            "bar_first_reached_at_agent_steps": min(reached) if reached else None,
+            "bar_by_400k": any(s <= BY_AGENT_STEPS for s in reached),
+            "training_return_sampled": sampled_windows(run_dir)}
+
+
+def sight_figures(sight: dict[str, Any]) -> dict[str, Any]:
+    """A sight check's figures for one piston (every piston shares the policy): how its mean action and encoder
+    features spread over the states of its episodes, and its encoder's dead units."""
+    piston = next(iter(sight["sensitivity"].values()))
+    keep = ("states", "mean_action_std", "mean_action_min", "mean_action_max", "features_std_over_states",
+            "encoder_dead_units")
+    return {"episodes_seed": sight["seed"], **{k: piston[k] for k in keep if k in piston}}
+
+
+def plot(report: dict[str, Any], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4.2))
+    for run in report["runs"]:
+        points = run["greedy"]
+        ax.errorbar([p["agent_steps"] for p in points], [p["per_piston"] for p in points],
+                    [p["ci95"] / run["pistons"] for p in points], marker="o", capsize=3,
+                    label=f"pzasync recipe, seed {run['seed']} (greedy)")
+    reference = report["reference"]
+    ax.plot([p["agent_steps"] for p in reference["points"]], [p["per_piston"] for p in reference["points"]],
+            "k--s", label=reference["label"])
+    ax.fill_between([p["agent_steps"] for p in reference["points"]], [p["runs_min"] for p in reference["points"]],
+                    [p["runs_max"] for p in reference["points"]], color="grey", alpha=0.15,
+                    label="Butterfly-Baselines: lowest to highest run")
+    ax.axhline(BAR_PER_PISTON, color="grey", linestyle=":", label=f"bar: {BAR_PER_PISTON:g} per piston")
+    ax.axvline(BY_AGENT_STEPS, color="grey", linestyle="-.", linewidth=0.8)
+    ax.set_xlim(0, max(BY_AGENT_STEPS * 1.15, max(r["agent_steps"] for r in report["runs"]) * 1.05))
+    ax.set_xlabel("agent steps")
+    ax.set_ylabel("mean return per piston")
+    ax.set_title("pistonball_v6: pzasync's recipe (2 cores) vs Butterfly-Baselines (v4)")
+    ax.legend(fontsize=7, loc="lower right")
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("report", type=Path, help="the JSON report; its plot beside it (.png)")
+    parser.add_argument("runs", type=Path, nargs="+", help="run directories of `pzasync train pistonball_v6`")
+    parser.add_argument("--note", default="", help="how the runs were made, kept in the report")
+    parser.add_argument("--sight", type=Path, nargs="*", default=[],
+                        help="sight checks of the runs (`pistonball_blind.py --run RUN --json FILE`), kept with each")
+    args = parser.parse_args()
+    runs = sorted((run_report(run) for run in args.runs), key=lambda r: r["seed"])
+    sights = [json.loads(path.read_text()) for path in args.sight]
+    for run in runs:
+        here = Path(run["run_dir"]).resolve()
+        run["sight"] = next((sight_figures(s) for s in sights if Path(s["run"]).resolve() == here), None)
+    reference = json.loads(REFERENCE.read_text())
+    report = {"what": __doc__.split("\n\n")[0].replace("\n", " "), "note": args.note, "command": COMMANDS,
+              "bar": {"per_piston": BAR_PER_PISTON, "by_agent_steps": BY_AGENT_STEPS},
+              "seeds_reaching_bar_by_400k": sum(r["bar_by_400k"] for r in runs), "seeds": len(runs),
+              "reference": reference, "runs": runs}
+    args.report.write_text(json.dumps(report, indent=1) + "\n")
+    plot(report, args.report.with_suffix(".png"))
+    for run in runs:
+        best = max(run["greedy"], key=lambda p: p["per_piston"])
+        print(f"seed {run['seed']}: bar first at {run['bar_first_reached_at_agent_steps']} agent steps; best greedy "
+              f"{best['per_piston']:.1f} per piston at {best['agent_steps']} ({best['source']})")
+
+
+if __name__ == "__main__":
+    main()
