@@ -114,7 +114,7 @@ def plot(report: dict[str, Any], path: Path) -> None:
         points = run["greedy"]
         ax.errorbar([p["agent_steps"] for p in points], [p["per_piston"] for p in points],
                     [p["ci95"] / run["pistons"] for p in points], marker="o", capsize=3,
-                    label=f"pzasync recipe, seed {run['seed']} (greedy)")
+                    label=f"pzasync {report['label']}, seed {run['seed']} (greedy)")
     reference = report["reference"]
     ax.plot([p["agent_steps"] for p in reference["points"]], [p["per_piston"] for p in reference["points"]],
             "k--s", label=reference["label"])
@@ -126,7 +126,7 @@ def plot(report: dict[str, Any], path: Path) -> None:
     ax.set_xlim(0, max(BY_AGENT_STEPS * 1.15, max(r["agent_steps"] for r in report["runs"]) * 1.05))
     ax.set_xlabel("agent steps")
     ax.set_ylabel("mean return per piston")
-    ax.set_title("pistonball_v6: pzasync's recipe (2 cores) vs Butterfly-Baselines (v4)")
+    ax.set_title(f"pistonball_v6: pzasync, {report['label']} (2 cores) vs Butterfly-Baselines (v4)", fontsize=10)
     ax.legend(fontsize=7, loc="lower right")
     fig.tight_layout()
     fig.savefig(path, dpi=90)
@@ -137,6 +137,8 @@ def main() -> None:
     parser.add_argument("report", type=Path, help="the JSON report; its plot beside it (.png)")
     parser.add_argument("runs", type=Path, nargs="+", help="run directories of `pzasync train pistonball_v6`")
     parser.add_argument("--note", default="", help="how the runs were made, kept in the report")
+    parser.add_argument("--label", default="recipe", help="what the runs are, in the plot: the recipe or a variant")
+    parser.add_argument("--train-command", default="", help="the command that trained a variant's runs")
     parser.add_argument("--sight", type=Path, nargs="*", default=[],
                         help="sight checks of the runs (`pistonball_blind.py --run RUN --json FILE`), kept with each")
     args = parser.parse_args()
@@ -146,7 +148,8 @@ def main() -> None:
         here = Path(run["run_dir"]).resolve()
         run["sight"] = next((sight_figures(s) for s in sights if Path(s["run"]).resolve() == here), None)
     reference = json.loads(REFERENCE.read_text())
-    report = {"what": __doc__.split("\n\n")[0].replace("\n", " "), "note": args.note, "command": COMMANDS,
+    report = {"what": __doc__.split("\n\n")[0].replace("\n", " "), "note": args.note, "label": args.label,
+              "command": [args.train_command, *COMMANDS[1:]] if args.train_command else COMMANDS,
               "bar": {"per_piston": BAR_PER_PISTON, "by_agent_steps": BY_AGENT_STEPS},
               "seeds_reaching_bar_by_400k": sum(r["bar_by_400k"] for r in runs), "seeds": len(runs),
               "reference": reference, "runs": runs}
