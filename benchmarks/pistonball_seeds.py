@@ -31,38 +31,21 @@ COMMANDS = ["for S in 0 1 2; do pzasync train pettingzoo.butterfly.pistonball_v6
 WINDOW_S = 120.0
 
 
-def per_piston(team_return: float, pistons: int) -> float:
-    return team_return / pistons
+def scored(mean: float, ci95: float, pistons: int) -> dict[str, float]:
+    """A team return with its 95% half-width, and the same per piston."""
+    return {"team_return": mean, "ci95": ci95, "per_piston": mean / pistons}
 
 
-def greedy_points(run_dir: Path, pistons: int) -> list[dict[str, Any]]:
+def greedy_points(rounds: list[dict[str, Any]], final: list[dict[str, Any]], result: dict[str, Any],
+                  pistons: int) -> list[dict[str, Any]]:
     """The evaluator's rounds while training, then the final evaluation's trained row when the run has one."""
-    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     points = [{"source": f"round {r['round']}", "wall_s": r["wall_s"], "agent_steps": r["agent_steps"],
-               "episodes": r["episodes"], "team_return": r["mean_return"], "ci95": r["mean_return_ci95"],
-               "per_piston": per_piston(r["mean_return"], pistons)}
-              for r in rows if r.get("kind") == "eval"]
-    final_file = run_dir / "final_evaluation.json"
-    if final_file.exists():
-        result = json.loads((run_dir / "result.json").read_text())
-        final = json.loads(final_file.read_text())
-        for row in final["results"]:
-            if row["policy"] == "trained":
-                points.append({"source": "final evaluation", "wall_s": result["wall_seconds"],
-                               "agent_steps": result["agent_steps"], "episodes": row["episodes"],
-                               "team_return": row["mean_return"], "ci95": row["mean_return_ci95"],
-                               "per_piston": per_piston(row["mean_return"], pistons)})
+               "episodes": r["episodes"], **scored(r["mean_return"], r["mean_return_ci95"], pistons)}
+              for r in rounds]
+    points += [{"source": "final evaluation", "wall_s": result["wall_seconds"], "agent_steps": result["agent_steps"],
+                "episodes": row["episodes"], **scored(row["mean_return"], row["mean_return_ci95"], pistons)}
+               for row in final if row["policy"] == "trained"]
     return points
-
-
-def baselines(run_dir: Path, pistons: int) -> dict[str, dict[str, float]]:
-    """The final evaluation's untrained and random rows (same episodes as the trained row), per piston."""
-    final_file = run_dir / "final_evaluation.json"
-    if not final_file.exists():
-        return {}
-    return {row["policy"]: {"team_return": row["mean_return"], "ci95": row["mean_return_ci95"],
-                            "per_piston": per_piston(row["mean_return"], pistons)}
-            for row in json.loads(final_file.read_text())["results"] if row["policy"] != "trained"}
 
 
 def sampled_windows(run_dir: Path) -> list[dict[str, Any]]:
@@ -79,16 +62,23 @@ def sampled_windows(run_dir: Path) -> list[dict[str, Any]]:
 
 
 def run_report(run_dir: Path) -> dict[str, Any]:
+    """One run's figures; a run stopped before its final evaluation has only the evaluator's rounds."""
     run = json.loads((run_dir / "run.json").read_text())
     result = json.loads((run_dir / "result.json").read_text())
+    rounds = [row for row in map(json.loads, (run_dir / "metrics.jsonl").read_text().splitlines())
+              if row.get("kind") == "eval"]
+    final_file = run_dir / "final_evaluation.json"
+    final = json.loads(final_file.read_text())["results"] if final_file.exists() else []
     pistons = len(result["agents"])
     learner = next(iter(run["learners"].values()))
-    points = greedy_points(run_dir, pistons)
+    points = greedy_points(rounds, final, result, pistons)
     reached = [p["agent_steps"] for p in points if p["per_piston"] >= BAR_PER_PISTON]
     return {"run_dir": str(run_dir), "seed": run["config"]["seed"], "learner": learner["name"],
             "learner_options": learner["options"], "env_wrappers": run["env_wrappers"], "pistons": pistons,
             "agent_steps": result["agent_steps"], "wall_seconds": result["wall_seconds"],
-            "greedy": points, "baselines": baselines(run_dir, pistons),
+            "greedy": points,
+            "baselines": {row["policy"]: scored(row["mean_return"], row["mean_return_ci95"], pistons)
+                          for row in final if row["policy"] != "trained"},
             "bar_first_reached_at_agent_steps": min(reached) if reached else None,
             "bar_by_400k": any(s <= BY_AGENT_STEPS for s in reached),
             "training_return_sampled": sampled_windows(run_dir)}
