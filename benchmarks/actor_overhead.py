@@ -30,7 +30,6 @@ import os
 import statistics
 import time
 
-
 ENV = "pettingzoo.classic.connect_four_v3"
 
 
@@ -193,7 +192,8 @@ def main() -> None:
                 profiler.enable()
                 actor.run(agent_steps=args.steps, seed=7, keep_going=lambda: True, on_episode=lambda s: None)
                 profiler.disable()
-                pstats.Stats(profiler).sort_stats("tottime").print_stats(os.environ.get("PROFILE_FILTER", ""), int(os.environ.get("PROFILE_LINES", "35")))
+                pstats.Stats(profiler).sort_stats("tottime").print_stats(
+                    os.environ.get("PROFILE_FILTER", ""), int(os.environ.get("PROFILE_LINES", "35")))
                 continue
             plain = []
             for r in range(args.repeats):  # untimed parts: the actor's rate as a run sees it
@@ -203,7 +203,7 @@ def main() -> None:
                 plain.append((time.perf_counter() - start) / done)
             runs = [timed_run(actor, args.steps, 200 + r) for r in range(args.repeats)]
 
-            def med(key: str) -> float:
+            def med(key: str, runs: list[dict[str, float]] = runs) -> float:
                 return statistics.median(r.get(key, 0.0) for r in runs)
 
             own = [r["total"] - r.get("env", 0.0) - r.get("forward", 0.0) - r["calls"] * per_wrap for r in runs]
@@ -265,7 +265,7 @@ def paired(args) -> None:
             w.stdin.close()
             w.wait()
 
-        def med(i: int, key: str) -> float:
+        def med(i: int, key: str, runs: list[list[dict[str, float]]] = runs) -> float:
             return round(statistics.median(r.get(key, 0.0) for r in runs[i]) * 1e6, 2)
 
         print(json.dumps({

@@ -3,13 +3,13 @@
     python benchmarks/agent_scaling.py [--agents 2,4,8,16,32] [--hosts auto] [--steps-per-agent 2500] [--seeds 2]
     python benchmarks/agent_scaling.py --table-only       # table and plot from the reports already written
 
-For each N it runs `pzasync bench mpe2.simple_spread_v3 --env-arg N=<N> --learner dqn` for
-max(20,000, N x --steps-per-agent) agent steps (each agent must pass DQN's 1,000 learning starts by enough to
-have updates to overlap) with the bare loop, the sequential runner and the async runner at the same replay ratio (0.25), the async learners in `--hosts`
-learner host processes ("auto": the default, one per core beyond the actor's), and writes docs/bench/hosts_n<N>.json. Then it
-prints the scaling table and plots async/sequential wall time, start-up and peak memory of all processes
-against N (docs/bench/agent_scaling.png), beside the reports measured with one process per learner
-(docs/bench/spread_n<N>.json, written by benchmarks/run_all.sh before learner hosts existed), where present.
+For each N it runs `pzasync bench mpe2.simple_spread_v3 --env-arg N=<N> --learner dqn` for max(20,000, N x
+--steps-per-agent) agent steps (each agent must pass DQN's 1,000 learning starts by enough to have updates to
+overlap) with the bare loop, the sequential runner and the async runner at the same replay ratio (0.25), the async
+learners in `--hosts` learner host processes ("auto": the default, one per core beyond the actor's), and writes
+docs/bench/hosts_n<N>.json. Then it prints the scaling table and plots async/sequential wall time, start-up and peak
+memory of all processes against N (docs/bench/agent_scaling.png), beside the reports measured with one process per
+learner (docs/bench/spread_n<N>.json, written by benchmarks/run_all.sh before learner hosts existed), where present.
 """
 
 from __future__ import annotations
@@ -58,11 +58,11 @@ def load(prefix: str) -> list[dict]:
 
 
 def table(rows: list[dict]) -> str:
-    lines = ["| N agents | agent steps x seeds | learner processes | bare + policies | sequential | async | async / sequential wall | "
-             "async start-up | peak RSS async / sequential | shm |", "|" + " --- |" * 10]
+    lines = ["| N agents | agent steps x seeds | learner processes | bare + policies | sequential | async | "
+             "async / sequential wall | async start-up | peak RSS async / sequential | shm |", "|" + " --- |" * 10]
     for r in rows:
-        lines.append(f"| {r['n']} | {r['steps']:,} x {r['seeds']} | {r['learner_processes']} | {r['bare']:,.0f} | {r['sequential']:,.0f} | "
-                     f"{r['async']:,.0f} | **{r['ratio']:.2f}** | {r['startup']:.1f} s | "
+        lines.append(f"| {r['n']} | {r['steps']:,} x {r['seeds']} | {r['learner_processes']} | {r['bare']:,.0f} | "
+                     f"{r['sequential']:,.0f} | {r['async']:,.0f} | **{r['ratio']:.2f}** | {r['startup']:.1f} s | "
                      f"{r['rss_async']:,.0f} / {r['rss_sequential']:,.0f} MB | {r['shm_mb']:,.0f} MB |")
     return "\n".join(lines)
 

@@ -18,10 +18,9 @@ import json
 import time
 
 from pzasync import AsyncRunner, RunConfig, SequentialRunner
-from pzasync.recipes import (TRAIN_ENV, default_trainee_weights, default_train_learner, default_yardstick,
-                             train_recipe)
-from pzasync.specs import parse_learner_spec
 from pzasync.evaluation.evaluate import evaluate_against, load_run_policies, untrained_baseline
+from pzasync.recipes import TRAIN_ENV, default_train_learner, default_trainee_weights, default_yardstick, train_recipe
+from pzasync.specs import parse_learner_spec
 
 
 def main() -> None:
@@ -59,7 +58,7 @@ def main() -> None:
     unit = "players" if groups else None
     league = {}
     if args.league:
-        league = {u: args.league for u in ([unit] if unit else agents)}
+        league = dict.fromkeys([unit] if unit else agents, args.league)
     if league and groups:  # `pzasync train`'s self-play default; --option "league_trainee_weights={}" for uniform
         options.setdefault("league_trainee_weights", default_trainee_weights(args.env))
     yardsticks = (args.vs or default_yardstick(args.env)).split("/")
@@ -80,15 +79,15 @@ def main() -> None:
     print(f"{result.agent_steps:,} agent steps in {wall:.0f}s; updates {row['updates']}; run {result.run_dir}")
     for vs in yardsticks:
         trained = evaluate_against(args.env, policies, vs, args.episodes, seed=4321)
-        untrained = untrained_baseline(args.env, {a: learner for a in agents}, vs, args.episodes, seed=4321)
+        untrained = untrained_baseline(args.env, dict.fromkeys(agents, learner), vs, args.episodes, seed=4321)
         for r in trained:
             base = next(b for b in untrained if b.agent == r.agent)
             lo, hi = r.win_rate_ci95
             row["scores"][f"{r.agent} vs {vs}"] = {"win": r.win_rate, "ci95": [lo, hi], "draw": r.draws / r.episodes,
                                                    "loss": 1 - (r.wins + r.draws) / r.episodes,
                                                    "untrained_win": base.win_rate}
-            print(f"  {r.agent} vs {vs:>16}: win {r.win_rate:6.1%} [{lo:.1%}, {hi:.1%}]  draw {r.draws / r.episodes:5.1%}"
-                  f"   untrained: win {base.win_rate:6.1%}")
+            print(f"  {r.agent} vs {vs:>16}: win {r.win_rate:6.1%} [{lo:.1%}, {hi:.1%}]  "
+                  f"draw {r.draws / r.episodes:5.1%}   untrained: win {base.win_rate:6.1%}")
     if args.json:
         with open(args.json, "a") as f:
             f.write(json.dumps(row) + "\n")

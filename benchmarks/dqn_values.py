@@ -24,10 +24,10 @@ def main() -> None:
     import torch
 
     from pzasync import RunConfig, SequentialRunner, rollout
-    from pzasync.specs import parse_learner_spec
     from pzasync.core.environments import EnvSpec
     from pzasync.evaluation.evaluate import evaluate_against
     from pzasync.learners import vector_to_policy
+    from pzasync.specs import parse_learner_spec
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--learner", default="dqn")

@@ -2,10 +2,11 @@
 
     python benchmarks/league_cost.py [--steps 60000] [--repeats 3] [--envs-per-actor N] [--frozen]
 
-Both configurations are the same async run on connect_four (both seats share one DQN through an agent group;
-the learner runs free, so the actor never waits for it and its rate is the acting cost); "league" adds the opponent mix latest=0.5;snapshot=0.5 with a snapshot every
-2,000 decisions, so that snapshot opponents change often. Runs are interleaved (off, on, off, on, ...) and
-the medians compared. Agent steps per second count every decision, the opponents' included.
+Both configurations are the same async run on connect_four (both seats share one DQN through an agent group; the
+learner runs free, so the actor never waits for it and its rate is the acting cost); "league" adds the opponent mix
+latest=0.5;snapshot=0.5 with a snapshot every 2,000 decisions, so that snapshot opponents change often. Runs are
+interleaved (off, on, off, on, ...) and the medians compared. Agent steps per second count every decision, the
+opponents' included.
 
 League episodes against past snapshots are shorter than self-play ones, so part of the measured drop is the
 env's own reset cost rather than the league's. `--frozen` trains with a learning rate of 1e-12: versions are

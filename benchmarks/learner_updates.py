@@ -295,7 +295,7 @@ def matmul_shapes(learner, buffer, rng, updates: int) -> list[tuple[int, int, in
                 a, b = (args[0], args[1]) if packet is aten.mm else (args[1], args[2])
                 shapes.append((int(a.shape[0]), int(a.shape[1]), int(b.shape[1])))
             elif packet is aten.convolution:
-                x, w = args[0], args[1]
+                w = args[1]
                 out = func(*args, **(kwargs or {}))
                 places = int(out.shape[0]) * int(out[0, 0].numel())
                 shapes.append((places, int(w[0].numel()), int(w.shape[0])))
@@ -367,7 +367,8 @@ def profile(kind: str, learner, buffer, rng, updates: int) -> None:
         profiler.disable()
         pstats.Stats(profiler).sort_stats("tottime").print_stats(30)
         return
-    from torch.profiler import ProfilerActivity, profile as torch_profile, record_function
+    from torch.profiler import ProfilerActivity, record_function
+    from torch.profiler import profile as torch_profile
 
     with torch_profile(activities=[ProfilerActivity.CPU]) as prof:
         for _ in range(updates):

@@ -308,7 +308,9 @@ def setup_rllib(env_runners: int) -> tuple[Measure, str]:
 
         def __init__(self) -> None:
             super().__init__(connect_four_v3.env())
-            box = lambda n: gym.spaces.Box(0.0, 1.0, (n,), np.float32)
+            def box(n: int) -> gym.spaces.Box:
+                return gym.spaces.Box(0.0, 1.0, (n,), np.float32)
+
             self.observation_spaces = {a: gym.spaces.Dict({"observations": box(84), "action_mask": box(7)})
                                        for a in self._agent_ids}
             self.observation_space = gym.spaces.Dict(self.observation_spaces)
@@ -387,7 +389,9 @@ def setup_bare() -> tuple[Measure, str]:
     """pzasync.bench.harness.bare_loop: the env alone with random legal actions (the env's own limit)."""
     from pzasync.bench.harness import bare_loop
 
-    measure: Measure = lambda steps: bare_loop(ENV, None, steps)
+    def measure(steps: int) -> float:
+        return bare_loop(ENV, None, steps)
+
     measure(WARMUP)
     return measure, "-"
 

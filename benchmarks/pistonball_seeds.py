@@ -17,6 +17,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+from pzasync.runtime.rundir import RunDirectory
+
 REFERENCE = Path(__file__).resolve().parents[1] / "docs" / "bench" / "butterfly_baselines_pistonball_v4.json"
 #: Issue 56's bar: greedy mean return per piston, reached by BY_AGENT_STEPS.
 BAR_PER_PISTON, BY_AGENT_STEPS = 90.0, 400_000
@@ -25,8 +27,7 @@ COMMANDS = ["for S in 0 1 2; do pzasync train pettingzoo.butterfly.pistonball_v6
             "--eval-every 180 --out OUT/s$S; done",
             "for S in 0 1 2; do python benchmarks/pistonball_blind.py --run OUT/s$S/*/ --episodes 1 "
             "--json OUT/sight$S.json; done",
-            "python benchmarks/pistonball_seeds.py docs/bench/pistonball_recipe_seeds.json OUT/s*/*/ "
-            "--sight OUT/sight*.json"]
+            "python benchmarks/pistonball_seeds.py {report} OUT/s*/*/"]
 #: The windows the sampled training returns are averaged over.
 WINDOW_S = 120.0
 
@@ -52,8 +53,7 @@ def sampled_windows(run_dir: Path) -> list[dict[str, Any]]:
     """Mean team return of the training episodes (sampled actions) per WINDOW_S of wall time; the episodes the
     run's stop cut short are left out."""
     windows: dict[int, list[float]] = {}
-    for line in (run_dir / "episodes.jsonl").read_text().splitlines():
-        episode = json.loads(line)
+    for episode in RunDirectory(run_dir, create=False).read_jsonl("episodes.jsonl"):
         if episode.get("cut_by_actor"):
             continue
         windows.setdefault(int(episode["wall_s"] // WINDOW_S), []).append(sum(episode["returns"].values()))
@@ -63,12 +63,9 @@ def sampled_windows(run_dir: Path) -> list[dict[str, Any]]:
 
 def run_report(run_dir: Path) -> dict[str, Any]:
     """One run's figures; a run stopped before its final evaluation has only the evaluator's rounds."""
-    run = json.loads((run_dir / "run.json").read_text())
-    result = json.loads((run_dir / "result.json").read_text())
-    rounds = [row for row in map(json.loads, (run_dir / "metrics.jsonl").read_text().splitlines())
-              if row.get("kind") == "eval"]
-    final_file = run_dir / "final_evaluation.json"
-    final = json.loads(final_file.read_text())["results"] if final_file.exists() else []
+    files = RunDirectory(run_dir, create=False)
+    run, result, rounds = files.read_json("run.json"), files.read_json("result.json"), files.evaluation_rows()
+    final = files.read_json("final_evaluation.json")["results"] if (run_dir / "final_evaluation.json").exists() else []
     pistons = len(result["agents"])
     learner = next(iter(run["learners"].values()))
     points = greedy_points(rounds, final, result, pistons)
@@ -122,6 +119,22 @@ def plot(report: dict[str, Any], path: Path) -> None:
     fig.savefig(path, dpi=90)
 
 
+def as_given(report: Path) -> str:
+    """The report's path as the command to rerun it names it: relative to the repository where it lies inside."""
+    try:
+        return str(report.resolve().relative_to(REFERENCE.parents[2]))
+    except ValueError:
+        return str(report)
+
+
+def commands(report: Path, label: str, train_command: str, sight: bool) -> list[str]:
+    """The commands that make the runs and this report (a variant's: its train command, its label)."""
+    last = COMMANDS[2].format(report=as_given(report)) + (" --sight OUT/sight*.json" if sight else "")
+    if train_command:
+        last += f" --label '{label}' --train-command CMD"
+    return [train_command or COMMANDS[0], *([COMMANDS[1]] if sight else []), last]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("report", type=Path, help="the JSON report; its plot beside it (.png)")
@@ -139,7 +152,7 @@ def main() -> None:
         run["sight"] = next((sight_figures(s) for s in sights if Path(s["run"]).resolve() == here), None)
     reference = json.loads(REFERENCE.read_text())
     report = {"what": __doc__.split("\n\n")[0].replace("\n", " "), "note": args.note, "label": args.label,
-              "command": [args.train_command, *COMMANDS[1:]] if args.train_command else COMMANDS,
+              "command": commands(args.report, args.label, args.train_command, bool(args.sight)),
               "bar": {"per_piston": BAR_PER_PISTON, "by_agent_steps": BY_AGENT_STEPS},
               "seeds_reaching_bar_by_400k": sum(r["bar_by_400k"] for r in runs), "seeds": len(runs),
               "reference": reference, "runs": runs}

@@ -18,6 +18,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from pzasync.runtime.rundir import RunDirectory
+
 #: The configurations: (key, env id, env arguments). Neither has a recipe for what it shows: cooperative_pong
 #: has none at all, knights_archers_zombies' recipe was measured on its vector observations.
 CONFIGS: tuple[tuple[str, str, dict[str, str]], ...] = (
@@ -38,10 +40,8 @@ def train(out: Path, key: str, env: str, env_args: dict[str, str], seed: int, mi
 
 def run_figures(run_dir: Path) -> dict[str, Any]:
     """A run's seed, agent steps, final evaluation (mean and 95% half-width per policy) and evaluation curve."""
-    run = json.loads((run_dir / "run.json").read_text())
-    result = json.loads((run_dir / "result.json").read_text())
-    final = json.loads((run_dir / "final_evaluation.json").read_text())
-    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    files = RunDirectory(run_dir, create=False)
+    run, result, final = (files.read_json(name) for name in ("run.json", "result.json", "final_evaluation.json"))
     return {"run_dir": str(run_dir), "seed": run["config"]["seed"], "agent_steps": result["agent_steps"],
             "wall_seconds": result["wall_seconds"], "wrappers": run["env_wrappers"], "env_kwargs": run["env_kwargs"],
             "learners": sorted({a["learner"] for a in result["agents"].values()}),
@@ -49,7 +49,7 @@ def run_figures(run_dir: Path) -> dict[str, Any]:
             "final": {r["policy"]: {"mean": r["mean_return"], "ci95": r["mean_return_ci95"]}
                       for r in final["results"]},
             "curve": [{"wall_s": r["wall_s"], "agent_steps": r["agent_steps"], "mean": r["mean_return"],
-                       "episodes": r["episodes"]} for r in rows if r.get("kind") == "eval"]}
+                       "episodes": r["episodes"]} for r in files.evaluation_rows()]}
 
 
 def passes(final: dict[str, dict[str, float]]) -> bool:

@@ -19,8 +19,9 @@ from pzasync.runtime.processes import START_METHOD_VARIABLE, process_context
 
 
 def _answer(conn) -> None:
-    import pzasync.learners  # noqa: F401 - what a learner host imports before it does anything
     import torch  # noqa: F401
+
+    import pzasync.learners  # noqa: F401 - what a learner host imports before it does anything
 
     conn.send(os.getpid())
     conn.close()

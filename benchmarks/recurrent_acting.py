@@ -45,7 +45,7 @@ def one_run(env_id: str, copies: int, memory: str, steps: int, seed: int) -> flo
     from pzasync.core.environments import EnvSpec
     from pzasync.core.spaces import env_layouts, probe_info_masks
     from pzasync.learners.ppo import PPOLearner
-    from pzasync.runtime.actor import Actor, ActingAgent
+    from pzasync.runtime.actor import ActingAgent, Actor
 
     spec = EnvSpec.of(env_id)
     probe = spec.make()

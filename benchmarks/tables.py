@@ -11,7 +11,8 @@ import sys
 from pathlib import Path
 
 from pzasync.bench.harness import rescore
-from pzasync.bench.report import LABELS, format_spread as spread
+from pzasync.bench.report import LABELS
+from pzasync.bench.report import format_spread as spread
 
 DIR = Path(sys.argv[1] if len(sys.argv) > 1 else "docs/bench")
 #: report -> (target, window) used in the docs.

@@ -98,7 +98,7 @@ def main() -> None:
         wins = sum(g.returns[seat] > 0 for g in games)
         losses = sum(g.returns[seat] < 0 for g in games)
         row = {"seat": seat, "games": len(games), "win": wins / len(games), "loss": losses / len(games),
-               **{k: v for k, v in tally.items()},
+               **tally,
                **{f"{k}_per_game": round(v / len(games), 3) for k, v in tally.items() if k != "decisions"},
                **{f"mean_{k}": round(float(np.mean(v)), 3) for k, v in values.items() if v}}
         rows.append(row)

@@ -1,8 +1,8 @@
 """Team return against wall time for cooperative MPE games: `mappo` (centralized critic) against independent
 `ppo`, the same wall budget each, several seeds, beside the random team.
 
-    python benchmarks/team_learners.py --envs simple_spread,speaker_listener --learners "mappo;ppo,lr=1e-3,batch_size=256" \\
-        --seeds 0,1,2 --seconds 180 --out /tmp/team_learners
+    python benchmarks/team_learners.py --envs simple_spread,speaker_listener \\
+        --learners "mappo;ppo,lr=1e-3,batch_size=256" --seeds 0,1,2 --seconds 180 --out /tmp/team_learners
     python benchmarks/team_learners.py --from-json /tmp/team_learners/runs.jsonl --out /tmp/team_learners
 
 Each run is `AsyncRunner(env, learner, RunConfig(seed=S, agent_groups=...)).run(seconds=W)` (the learner's

@@ -5,11 +5,12 @@ one or more checkouts of pzasync, seeds interleaved so that load drifts hit ever
     python benchmarks/time_to_target.py --checkouts ".::--learner dqn,gamma=0.9,mirror=True" ...
     python benchmarks/time_to_target.py --from-json runs.jsonl          # re-read earlier runs
 
-Each run is `pzasync train --minutes M --seed S --eval-every E --final-episodes 0` from that checkout
-(`PYTHONPATH`; a checkout written `PATH::ARGS` adds ARGS to its command line), evaluated while training by the run's own evaluator against the recipe's yardstick. A run
-reaches the target at the first evaluation round in which every seat's win rate is >= --target; the script
-prints, per checkout, each seed's time to target (wall seconds since the run started, and agent steps and
-learner updates at that round) and the median, and appends one JSON line per run to --json.
+Each run is `pzasync train --minutes M --seed S --eval-every E --final-episodes 0` from that checkout (`PYTHONPATH`;
+a checkout written `PATH::ARGS` adds ARGS to its command line), evaluated while training by the run's own evaluator
+against the recipe's yardstick. A run reaches the target at the first evaluation round in which every seat's win
+rate is >= --target; the script prints, per checkout, each seed's time to target (wall seconds since the run
+started, and agent steps and learner updates at that round) and the median, and appends one JSON line per run to
+--json.
 """
 
 from __future__ import annotations

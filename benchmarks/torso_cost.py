@@ -13,8 +13,8 @@ import numpy as np
 import torch
 
 from pzasync.core.environments import make_env
-from pzasync.learners.dqn import DQNLearner, QNetwork
 from pzasync.core.spaces import env_layouts, probe_info_masks
+from pzasync.learners.dqn import DQNLearner, QNetwork
 
 
 def main() -> None:

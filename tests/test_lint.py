@@ -1,5 +1,5 @@
-"""The package passes its linter and its type checker, with the settings in pyproject.toml ([tool.ruff],
-[tool.mypy]), run from the repository root whatever the working directory."""
+"""The package and its benchmark scripts pass the linter, the package its type checker, with the settings in
+pyproject.toml ([tool.ruff], [tool.mypy]), run from the repository root whatever the working directory."""
 
 from __future__ import annotations
 
@@ -20,9 +20,9 @@ def _run(module: str, *args: str, timeout: float) -> subprocess.CompletedProcess
                           timeout=timeout)
 
 
-def test_ruff_passes_on_the_package():
-    done = _run("ruff", "check", "pzasync", timeout=120)
-    assert done.returncode == 0, f"ruff check pzasync failed:\n{done.stdout}{done.stderr}"
+def test_ruff_passes_on_the_package_and_benchmarks():
+    done = _run("ruff", "check", "pzasync", "benchmarks", timeout=120)
+    assert done.returncode == 0, f"ruff check pzasync benchmarks failed:\n{done.stdout}{done.stderr}"
 
 
 @pytest.mark.slow

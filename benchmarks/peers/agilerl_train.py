@@ -51,7 +51,6 @@ import torch
 from agilerl.algorithms import IPPO
 from agilerl.utils.algo_utils import get_vect_dim
 from agilerl.vector.pz_async_vec_env import AsyncPettingZooVecEnv
-
 from specs import parse_spec
 
 #: The `algorithm` section of AgileRL's IPPO manifest for MPE (configs/training/multi_agent/ippo.yaml).

@@ -39,10 +39,9 @@ import torch
 from sb3_contrib import MaskablePPO
 from sb3_contrib.common.maskable.policies import MaskableActorCriticPolicy
 from sb3_contrib.common.wrappers import ActionMasker
-from stable_baselines3.common.utils import set_random_seed
-
 from sb3_ppo import Actor, learn_within, model_settings, versions, write_run
 from specs import parse_spec
+from stable_baselines3.common.utils import set_random_seed
 
 
 class TurnTakingEnv(pettingzoo.utils.BaseWrapper, gymnasium.Env):
@@ -81,7 +80,7 @@ def export(model: MaskablePPO, env_id: str, kwargs: dict[str, Any], seed: int, o
     env = make_env(env_id, kwargs)
     env.reset(seed=seed + 777)
     rows, masks = [], []
-    for agent in env.agent_iter(max_iter=200):
+    for _agent in env.agent_iter(max_iter=200):
         observation, _reward, termination, truncation, _info = env.last()
         if termination or truncation:
             env.reset()

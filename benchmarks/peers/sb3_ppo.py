@@ -50,12 +50,11 @@ import pettingzoo
 import stable_baselines3
 import supersuit as ss
 import torch
+from specs import parse_spec
 from stable_baselines3 import PPO
 from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.preprocessing import is_image_space
 from stable_baselines3.common.utils import set_random_seed
-
-from specs import parse_spec
 
 
 @dataclass(frozen=True)

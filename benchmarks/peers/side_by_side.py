@@ -62,7 +62,7 @@ def pzasync_side(entry: dict[str, Any], episodes: int, seed: int, acting: str = 
     episodes."""
     runs = []
     for run in entry["runs"]:
-        def score(episodes: int, seed: int) -> float:
+        def score(episodes: int, seed: int, run: dict[str, Any] = run) -> float:
             return trained_score(pzasync.evaluate(run["run_dir"], vs=entry["yardstick"], episodes=episodes, seed=seed,
                                                   baselines=False, acting=acting).to_json(), entry["metric"])
         at_budget = run["final"] if acting == "greedy" else score(budget_episodes, EVAL_SEED_OFFSET + run["seed"])

@@ -194,7 +194,7 @@ def train_one(run: SuiteRun, seed: int, seconds: float, out: Path, settings: Sui
         raise KeyboardInterrupt
     assert result.run_dir is not None, "a run with out_dir has its run directory"
     rd = RunDirectory(result.run_dir, create=False)
-    evaluations = [r for r in rd.read_jsonl("metrics.jsonl") if r.get("kind") == "eval"]
+    evaluations = rd.evaluation_rows()
     evaluations += final_round(result, run, settings.eval_episodes, seed + EVAL_SEED_OFFSET,
                                1 + max((r["round"] for r in evaluations), default=-1))
     return {"seed": seed, "run_dir": str(result.run_dir), "agent_steps": result.agent_steps,

@@ -106,6 +106,10 @@ class RunDirectory:
             return []
         return [json.loads(line) for line in file.read_text().splitlines() if line.strip()]
 
+    def evaluation_rows(self) -> list[dict[str, Any]]:
+        """The evaluator's rows while training (metrics.jsonl lines of "kind": "eval"), in the order written."""
+        return [row for row in self.read_jsonl("metrics.jsonl") if row.get("kind") == "eval"]
+
     def open_trackers(self, names: Sequence[str]) -> None:
         """Open the run's experiment trackers (runtime/trackers: TensorBoard wherever it is installed, and those
         of RunConfig.tracker), the run named as this directory, run.json their parameters."""
