@@ -16,11 +16,11 @@ from proc_helpers import write_numbered_transitions
 from test_buffer import check_rows, numbered
 
 from pzasync import AsyncRunner, RunConfig, SequentialRunner, SharedRingBuffer
-from pzasync.runtime.actor_pool import split_budget
+from pzasync.core.spaces import agent_layout
 from pzasync.errors import ConfigError, EnvCrashedError
+from pzasync.runtime.actor_pool import split_budget
 from pzasync.transport.shards import ShardedBuffer
 from pzasync.transport.shm import list_segments
-from pzasync.core.spaces import agent_layout
 
 C4 = "pettingzoo.classic.connect_four_v3"
 
@@ -341,7 +341,6 @@ def test_an_orphaned_actor_process_removes_the_runs_shared_memory_and_its_env_wo
     from pzasync.runtime import actor_pool
     from pzasync.runtime.actor_pool import ActorSetup, actor_process_main
     from pzasync.runtime.plan import RunPlan
-
     from pzasync.transport.obs_slots import ObservationSlots
 
     plan = RunPlan(C4, "dqn", RunConfig(seed=0, actors=2, envs_per_actor=2, env_workers=1))

@@ -67,5 +67,6 @@ def test_the_layer_chart_of_the_docs_is_the_import_contract():
     expected = [" | ".join(part.strip().removeprefix("pzasync.") for part in layer.split("|")) for layer in layers]
     text = (ROOT / "docs" / "architecture.md").read_text()
     chart = text.split("## Layers", 1)[1].split("```", 2)[1]
-    charted = [line[1:].split("  ")[0].strip() for line in chart.splitlines() if line.startswith(" ") and line[1] != " "]
+    charted = [line[1:].split("  ")[0].strip() for line in chart.splitlines()
+               if line.startswith(" ") and line[1] != " "]
     assert charted == expected

@@ -15,8 +15,18 @@ import pytest
 import torch
 
 from pzasync import RunConfig, SequentialRunner
-from pzasync.bench.harness import (BenchSettings, TrialSpec, headline, plan_trials, rescore, run_bench, run_trial,
-                           run_trial_in_fresh_process, summarize_trials, time_to_target)
+from pzasync.bench.harness import (
+    BenchSettings,
+    TrialSpec,
+    headline,
+    plan_trials,
+    rescore,
+    run_bench,
+    run_trial,
+    run_trial_in_fresh_process,
+    summarize_trials,
+    time_to_target,
+)
 from pzasync.errors import ConfigError
 
 SCHEMA = json.loads((Path(__file__).parents[1] / "docs" / "bench-schema.json").read_text())
@@ -129,7 +139,8 @@ def test_snapshots_follow_the_run_and_hold_the_acting_policy():
     snaps = result.snapshots
     assert [s.agent_steps // 500 for s in snaps] == list(range(len(snaps)))  # one per 500 steps, at episode ends
     assert len(snaps) >= 5 and all(set(s.vectors) == {"player_0"} for s in snaps)
-    assert all(b.seconds > a.seconds and b.updates["player_0"] >= a.updates["player_0"] for a, b in zip(snaps, snaps[1:]))
+    assert all(b.seconds > a.seconds and b.updates["player_0"] >= a.updates["player_0"]
+               for a, b in zip(snaps, snaps[1:]))
     assert snaps[-1].updates["player_0"] > 0 and snaps[-1].versions["player_0"] > snaps[0].versions["player_0"]
     assert not np.array_equal(snaps[0].vectors["player_0"], snaps[-1].vectors["player_0"])  # it learned
     assert "snapshots" not in result.to_dict()  # vectors stay out of result.json
@@ -238,8 +249,8 @@ def test_actor_counts_are_a_trial_dimension_with_labels_that_round_trip():
         assert trial_label(*split_label(label)) == label
     assert split_label("async_idle@16w2a3") == ("async_idle", 16, 2, 3)
     assert describe("async_idle@16w2a3").endswith("16 envs, 2 workers, 3 actors")
-    report = {"summary": {}, "headline": {"vector": {"async_idle@1a2": {"over_bare_policy": 1.5, "over_bare_random": None,
-                                                         "over_one_env": 1.2}}}}
+    headline = {"async_idle@1a2": {"over_bare_policy": 1.5, "over_bare_random": None, "over_one_env": 1.2}}
+    report = {"summary": {}, "headline": {"vector": headline}}
     assert headline_lines(report) == [f"{describe('async_idle@1a2')} / single-env bare loop with the same "
                                       f"policies: 1.50x; / one env copy: 1.20x"]
     with pytest.raises(ConfigError, match="bench option actors"):

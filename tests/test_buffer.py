@@ -285,7 +285,8 @@ def test_transitions_written_in_batches_read_back_as_written_one_by_one(layout, 
                 assert _same(single.read_new(max_rows=rows), batched.read_new(max_rows=rows))
                 assert single.dropped == batched.dropped
             seed = int(rng.integers(2**31))
-            assert _same(single.sample(32, np.random.default_rng(seed)), batched.sample(32, np.random.default_rng(seed)))
+            assert _same(single.sample(32, np.random.default_rng(seed)),
+                         batched.sample(32, np.random.default_rng(seed)))
         assert single.written == batched.written == len(stream)
         if storage == "once":
             assert batched._frames_written <= single._frames_written < 1.3 * len(stream)

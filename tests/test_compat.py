@@ -124,6 +124,6 @@ def test_async_runner_trains_on_the_env_unmodified(env, learners, options):
     for agent, r in result.agents.items():
         assert r.error is None, f"{agent}: {r.error}"
         assert r.updates >= 1, f"the learner of {agent} ({r.group or 'own'}) never updated"
-    for group, members in options.get("agent_groups", {}).items():
+    for group in options.get("agent_groups", {}):
         grouped = [r for r in result.agents.values() if r.group == group]
         assert grouped and len({r.updates for r in grouped}) == 1, f"group {group} members disagree on updates"

@@ -3,7 +3,6 @@ the dueling head, soft and hard target updates, and the convolutional board tors
 
 from __future__ import annotations
 
-import copy
 import time
 
 import numpy as np
@@ -13,14 +12,13 @@ from gymnasium import spaces
 from proc_helpers import write_numbered_transitions
 
 from pzasync import RunConfig, SequentialRunner, SharedRingBuffer
+from pzasync.core.spaces import agent_layout
+from pzasync.core.transitions import Transition
 from pzasync.errors import ConfigError
-from pzasync.learners import LearnerContext, policy_to_vector, vector_to_policy
-from pzasync.learners import networks
+from pzasync.learners import LearnerContext, networks, policy_to_vector, vector_to_policy
 from pzasync.learners.dqn import DQNLearner, DuelingHead, mirror_batch, nstep_window
 from pzasync.learners.networks import BoardEncoder, Encoder, FlatEncoder, ImageEncoder, auto_torso
 from pzasync.learners.ppo import PPOLearner
-from pzasync.core.spaces import agent_layout
-from pzasync.core.transitions import Transition
 
 torch.set_num_threads(1)
 
@@ -334,7 +332,8 @@ def test_layer_norm_normalises_every_hidden_layer_and_its_vector_round_trips(due
 
 
 def random_batch(n, rng):
-    return {"obs": rng.uniform(-1, 1, (n, 4)).astype(np.float32), "next_obs": rng.uniform(-1, 1, (n, 4)).astype(np.float32),
+    return {"obs": rng.uniform(-1, 1, (n, 4)).astype(np.float32),
+            "next_obs": rng.uniform(-1, 1, (n, 4)).astype(np.float32),
             "action": rng.integers(0, 3, n), "reward": rng.normal(size=n).astype(np.float32),
             "terminated": np.zeros(n, bool), "truncated": np.zeros(n, bool), "action_mask": np.ones((n, 3), bool),
             "next_action_mask": np.ones((n, 3), bool), "policy_version": np.ones(n, np.int64)}

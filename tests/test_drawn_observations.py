@@ -51,8 +51,8 @@ class Screen(ParallelEnv):
         self.t += 1
         self._draw()
         done = self.t >= 20
-        return (self._observe(), {a: 0.0 for a in self.agents}, {a: False for a in self.agents},
-                {a: done for a in self.agents}, {a: {} for a in self.agents})
+        return (self._observe(), dict.fromkeys(self.agents, 0.0), dict.fromkeys(self.agents, False),
+                dict.fromkeys(self.agents, done), {a: {} for a in self.agents})
 
 
 def screen_env(**kwargs):

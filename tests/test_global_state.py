@@ -9,6 +9,7 @@ from collections import defaultdict
 import numpy as np
 import pytest
 from gymnasium import spaces
+from test_vector_actor import hashed_choice, per_copy, vector_actor
 
 from pzasync import AsyncRunner, RunConfig, SequentialRunner, rollout
 from pzasync.core.environments import EnvSpec
@@ -16,8 +17,6 @@ from pzasync.core.global_state import StateRequest
 from pzasync.errors import ConfigError, EnvSpecError
 from pzasync.learners.mappo import MAPPOLearner
 from pzasync.runtime.plan import RunPlan
-
-from test_vector_actor import hashed_choice, per_copy, vector_actor
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -51,7 +50,8 @@ def test_state_at_each_decision_and_at_the_next_turn_equals_env_state():
                                       states[1:n][goes_on[:n - 1]])
         # the agent's own observation is untouched, and MPE's state is every agent's observation side by side
         index = int(agent.split("_")[1])
-        np.testing.assert_array_equal(arrays["obs"]["observation"], arrays["obs"]["state"][:, 18 * index:18 * (index + 1)])
+        np.testing.assert_array_equal(arrays["obs"]["observation"],
+                                      arrays["obs"]["state"][:, 18 * index:18 * (index + 1)])
 
 
 def test_without_state_the_fallback_concatenates_every_agents_observation_mask_left_out():

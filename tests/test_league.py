@@ -12,9 +12,9 @@ import pytest
 
 from pzasync import AsyncRunner, RunConfig, SequentialRunner
 from pzasync.errors import ConfigError
-from pzasync.league import League, Ratings, SnapshotPool, Snapshot
-from pzasync.specs import parse_mix
+from pzasync.league import League, Ratings, Snapshot, SnapshotPool
 from pzasync.runtime.plan import RunPlan
+from pzasync.specs import parse_mix
 
 TTT = "pettingzoo.classic.tictactoe_v3"
 GROUP = {"players": ["player_1", "player_2"]}

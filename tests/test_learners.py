@@ -12,15 +12,14 @@ import torch
 from gymnasium import spaces
 
 from pzasync import SharedRingBuffer, make_env
-from pzasync.core.spaces import env_action_converter
 from pzasync.core.collect import run_episodes
+from pzasync.core.spaces import agent_layout, env_action_converter, env_layouts, probe_info_masks
 from pzasync.errors import ConfigError, UnsupportedSpaceError
 from pzasync.learners import LearnerContext, policy_size, policy_to_vector, resolve_learner, vector_to_policy
 from pzasync.learners.dqn import DQNLearner
 from pzasync.learners.networks import Encoder, obs_tensors
 from pzasync.learners.players import FixedPlayer, RandomPlayer, load_checkpoint_policy, save_checkpoint
 from pzasync.learners.ppo import PPOLearner
-from pzasync.core.spaces import agent_layout, env_layouts, probe_info_masks
 
 torch.set_num_threads(1)
 
@@ -254,7 +253,8 @@ def test_dqn_double_targets_pick_with_online_and_evaluate_with_target():
 
 
 def test_dqn_refuses_continuous_actions_naming_the_agent():
-    with pytest.raises(UnsupportedSpaceError, match=r"agent 'walker_0': DQN needs a Discrete action space, got Box.*'ppo'"):
+    with pytest.raises(UnsupportedSpaceError,
+                       match=r"agent 'walker_0': DQN needs a Discrete action space, got Box.*'ppo'"):
         DQNLearner.check_spaces(CONT)
     DQNLearner.check_spaces(VEC)
 
@@ -572,7 +572,8 @@ def test_ppo_learns_continuous_and_masked_discrete_tasks():
     policy, layout = train(make_env(Pick()), PPOLearner, {}, agent_steps=4096)  # the env asserts legality
     random_player = RandomPlayer.build_policy(layout, {})
     random_player.seed(0)
-    picked, random = mean_return(make_env(Pick()), policy, layout, 40), mean_return(make_env(Pick()), random_player, layout, 40)
+    picked = mean_return(make_env(Pick()), policy, layout, 40)
+    random = mean_return(make_env(Pick()), random_player, layout, 40)
     sampled = mean_return(make_env(Pick()), policy, layout, 40, explore=True)
     # Uniform over legal actions earns E[1/(1 + Bin(3, 1/2))] ~ 0.47 per step, ~2.3 of 5. Measured over seeds
     # 0-3: greedy 5.0, sampling (still exploring) 4.1-4.4; the bars sit halfway or more above random.

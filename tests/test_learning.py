@@ -13,7 +13,14 @@ import pytest
 
 from pzasync import AsyncRunner, RunConfig, SequentialRunner
 from pzasync.core.environments import EnvSpec, make_env
-from pzasync.evaluation.evaluate import EvalResult, evaluate_against, load_run_policies, play, random_actor, untrained_baseline
+from pzasync.evaluation.evaluate import (
+    EvalResult,
+    evaluate_against,
+    load_run_policies,
+    play,
+    random_actor,
+    untrained_baseline,
+)
 
 RUNNERS = [SequentialRunner, AsyncRunner]
 TTT = "pettingzoo.classic.tictactoe_v3"

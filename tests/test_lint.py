@@ -1,4 +1,4 @@
-"""The package and its benchmark scripts pass the linter, the package its type checker, with the settings in
+"""The package, its benchmark scripts and its tests pass the linter, the package its type checker, with the settings in
 pyproject.toml ([tool.ruff], [tool.mypy]), run from the repository root whatever the working directory."""
 
 from __future__ import annotations
@@ -20,9 +20,9 @@ def _run(module: str, *args: str, timeout: float) -> subprocess.CompletedProcess
                           timeout=timeout)
 
 
-def test_ruff_passes_on_the_package_and_benchmarks():
-    done = _run("ruff", "check", "pzasync", "benchmarks", timeout=120)
-    assert done.returncode == 0, f"ruff check pzasync benchmarks failed:\n{done.stdout}{done.stderr}"
+def test_ruff_passes_on_the_package_benchmarks_and_tests():
+    done = _run("ruff", "check", "pzasync", "benchmarks", "tests", timeout=120)
+    assert done.returncode == 0, f"ruff check pzasync benchmarks tests failed:\n{done.stdout}{done.stderr}"
 
 
 @pytest.mark.slow

@@ -19,6 +19,7 @@ from pzasync.core.transitions import EpisodeSummary, LayoutBook, Transition
 from pzasync.errors import ConfigError
 from pzasync.runtime.plan import RunPlan
 
+
 class Comings(ParallelEnv):
     """Agents that die and join: a0, a1, a2 start; a1 dies at step 2; a3 joins at step 3 (and is paid at the step
     it appears, before its first decision); everyone left is truncated at step 6. Observations: the step count
@@ -48,7 +49,7 @@ class Comings(ParallelEnv):
         acted = list(self.agents)
         rewards = {a: float(actions[a]) + int(a[1]) for a in acted}
         terminations = {a: a == "a1" and self.t == 2 for a in acted}
-        truncations = {a: self.t >= self.steps for a in acted}
+        truncations = dict.fromkeys(acted, self.t >= self.steps)
         live = [a for a in acted if not (terminations[a] or truncations[a])]
         if self.t == 3:
             live.append("a3")
@@ -234,7 +235,7 @@ def test_the_global_state_rides_beside_every_agents_observation_once_a_cycle():
     for agent, obs in observations.items():
         np.testing.assert_array_equal(obs["state"], state)
         assert env.observation_space(agent)["state"].shape == state.shape
-    observations, *_ = env.step({a: 1 for a in env.agents})
+    observations, *_ = env.step(dict.fromkeys(env.agents, 1))
     np.testing.assert_array_equal(observations["agent_2"]["state"], env.unwrapped.state())
 
 
@@ -263,7 +264,7 @@ def test_each_parallel_copy_of_the_actor_equals_its_own_parallel_rollout(env_id,
     probe.close()
     writers = {agent: ListWriter(agent) for agent in layouts}
     shared = {}  # one module per observation shape: every agent of a team in one forward
-    for agent, layout in layouts.items():
+    for layout in layouts.values():
         shared.setdefault(layout.obs_space.shape, LocalPolicy(HashedPolicy(layout)))
     agents = {agent: ActingAgent(agent, layout, shared[layout.obs_space.shape], learns=False,
                                  buffer=writers[agent], tracks=copies) for agent, layout in layouts.items()}
@@ -277,7 +278,7 @@ def test_each_parallel_copy_of_the_actor_equals_its_own_parallel_rollout(env_id,
     for k in range(copies):
         decisions = sum(len(by_copy[k]) for by_copy in streams.values())
         n = {a: layouts[a].action_space.n for a in layouts}
-        expected = pzasync.rollout(spec, lambda agent, obs, mask: hashed_choice(obs, mask, n[agent]),
+        expected = pzasync.rollout(spec, lambda agent, obs, mask, n=n: hashed_choice(obs, mask, n[agent]),
                                    agent_steps=decisions, seed=seed + k, env_api="parallel")
         got = transitions_to_arrays([t for by_copy in streams.values() for t in by_copy[k]], layouts)
         assert set(got) == set(expected)

@@ -46,7 +46,7 @@ class Glitchy(ParallelEnv):
         if self.t == 2 and "b" in rewards:
             rewards["b"] = float("nan")
         terminations = {a: a == "c" and self.t == 3 for a in acted}
-        truncations = {a: self.t >= 5 for a in acted}
+        truncations = dict.fromkeys(acted, self.t >= 5)
         obs = {a: np.array([self.t, i], np.float32) for i, a in enumerate(self.possible_agents) if a in acted}
         if terminations.get("c"):
             obs["c"] = np.array([np.inf, 2], np.float32)
@@ -124,7 +124,7 @@ def test_the_nonfinite_env_is_reported_alike():
                        check_rewards=False)
     (plan_c, columns), (plan_r, reference) = _actors("test_parallel_columns:Glitchy", IDLE_DQN, config)
     try:
-        for plan, actor in ((plan_c, columns), (plan_r, reference)):
+        for actor in (columns, reference):
             actor.run(agent_steps=60, seed=1, keep_going=lambda: True, on_episode=lambda s: None)
             assert actor.agents["b"].count.nonfinite > 0 and actor.agents["c"].count.nonfinite > 0
             assert actor.agents["a"].count.nonfinite == 0

@@ -103,7 +103,7 @@ def test_evaluate_scores_the_peer_as_a_team_with_the_returns_of_playing_its_acti
         env.reset(seed=40 + episode)
         total = 0.0
         while env.agents:
-            _obs, rewards, *_ = env.step({agent: 2 for agent in env.agents})
+            _obs, rewards, *_ = env.step(dict.fromkeys(env.agents, 2))
             total += sum(rewards.values())
         env.close()
         by_hand.append(total)

@@ -16,8 +16,17 @@ from pzasync.bench.harness import BenchSettings
 from pzasync.cli import main, train_choices
 from pzasync.config import RunConfig
 from pzasync.core.environments import EnvSpec
-from pzasync.recipes import (DEFAULT_RECIPE, RECIPES, SELF_PLAY, TRAIN_ENV, Recipe, default_yardstick, recipe_for,
-                             same_env, train_recipe)
+from pzasync.recipes import (
+    DEFAULT_RECIPE,
+    RECIPES,
+    SELF_PLAY,
+    TRAIN_ENV,
+    Recipe,
+    default_yardstick,
+    recipe_for,
+    same_env,
+    train_recipe,
+)
 from pzasync.runtime.plan import RunPlan
 from pzasync.specs import parse_learner_spec
 

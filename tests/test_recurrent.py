@@ -11,6 +11,7 @@ from collections import defaultdict
 import numpy as np
 import pytest
 import torch
+from test_vector_actor import Counters, ListWriter
 
 from pzasync import RunConfig, SequentialRunner
 from pzasync.core.environments import EnvSpec
@@ -20,11 +21,9 @@ from pzasync.evaluation.evaluate import load_run_policies, play, policy_actor
 from pzasync.learners import LearnerContext, Policy
 from pzasync.learners.ppo import PPOLearner
 from pzasync.learners.recurrent import sequence_chunks
-from pzasync.runtime.actor import Actor, ActingAgent, ActorContext, LocalPolicy
+from pzasync.runtime.actor import ActingAgent, Actor, ActorContext, LocalPolicy
 from pzasync.runtime.copies import LocalEnvs
 from pzasync.runtime.copies.workers import EnvWorkers
-
-from test_vector_actor import Counters, ListWriter
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -52,8 +51,8 @@ def counting_actor(env_id, copies, workers=0):
     layouts = env_layouts(probe, probe_info_masks(probe, seed=0))
     probe.close()
     writers = {agent: ListWriter() for agent in layouts}
-    agents = {agent: ActingAgent(agent, layout, LocalPolicy(CountingPolicy(layout)), learns=False, buffer=writers[agent],
-                                 tracks=copies)
+    agents = {agent: ActingAgent(agent, layout, LocalPolicy(CountingPolicy(layout)), learns=False,
+                                 buffer=writers[agent], tracks=copies)
               for agent, layout in layouts.items()}
     envs = EnvWorkers(spec, copies, workers, 60.0) if workers else LocalEnvs([spec.make() for _ in range(copies)])
     actor = Actor(ActorContext(envs, agents, Counters(), max_episode_steps=30))

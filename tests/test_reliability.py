@@ -18,8 +18,13 @@ from faulty_envs import CrashingEnv, NaNEnv, StallingEnv, TextObsEnv
 
 from pzasync import AsyncRunner, RunConfig, SequentialRunner
 from pzasync.core.environments import EnvSpec
-from pzasync.errors import (EnvCrashedError, EnvSpecError, InsufficientSharedMemoryError, NonFiniteError,
-                            UnsupportedSpaceError)
+from pzasync.errors import (
+    EnvCrashedError,
+    EnvSpecError,
+    InsufficientSharedMemoryError,
+    NonFiniteError,
+    UnsupportedSpaceError,
+)
 from pzasync.transport.shm import clean_stale, list_segments
 
 RUNNERS = [AsyncRunner, SequentialRunner]

@@ -27,7 +27,16 @@ from pzasync.core.environments import EnvSpec, make_env
 from pzasync.core.spaces import env_layouts, probe_info_masks
 from pzasync.errors import RemoteEnvError, RemoteProtocolError, RemoteSpaceError
 from pzasync.remote import Connection, EnvServer, connect
-from pzasync.remote.protocol import MAGIC, EnvLayout, Kind, frame, json_frame, read_frame, space_from_json, space_to_json
+from pzasync.remote.protocol import (
+    MAGIC,
+    EnvLayout,
+    Kind,
+    frame,
+    json_frame,
+    read_frame,
+    space_from_json,
+    space_to_json,
+)
 from pzasync.runtime.actor import ActingAgent, Actor, ActorContext, LocalPolicy
 from pzasync.runtime.copies.remote import RemoteEnvs
 
@@ -330,7 +339,8 @@ def test_a_hung_server_hits_the_deadline_and_is_stopped():
 
 
 def test_a_server_that_cannot_start_is_reported_with_its_stderr():
-    with pytest.raises(RemoteEnvError, match=r"(?s)exited before listening.*exited with code 1.*unknown env 'no_such_env'"):
+    with pytest.raises(RemoteEnvError,
+                       match=r"(?s)exited before listening.*exited with code 1.*unknown env 'no_such_env'"):
         connect(python_server("no_such_env"))
 
 
@@ -521,7 +531,7 @@ def test_the_node_server_passes_api_test_through_connect():
 def test_the_node_servers_game_trains_end_to_end(tmp_path):
     """DQN on both seats over 4 copies of the JavaScript game (the sequential runner: its learners update
     inline, so a brief run surely updates them)."""
-    result = pzasync.SequentialRunner(NODE_ID, ("dqn", {"learning_starts": 100}), pzasync.RunConfig(seed=0, envs_per_actor=4,
-                                                                   out_dir=str(tmp_path))).run(agent_steps=800)
+    config = pzasync.RunConfig(seed=0, envs_per_actor=4, out_dir=str(tmp_path))
+    result = pzasync.SequentialRunner(NODE_ID, ("dqn", {"learning_starts": 100}), config).run(agent_steps=800)
     assert result.agent_steps >= 800 and result.episodes > 50
     assert all(result.agents[a].updates > 0 for a in ("player_0", "player_1")), result.agents

@@ -22,8 +22,8 @@ RUNNERS = [AsyncRunner, SequentialRunner]
 #: The async runner on the Ray backend (a local Ray instance per run, seconds to start): with `-m slow`.
 ON_RAY = pytest.param(RayAsyncRunner, marks=[pytest.mark.slow, needs_ray], id="RayAsyncRunner")
 #: For the heaviest runner tests: the sequential variant (same code paths, inline) runs with `-m slow` only.
-ASYNC_FAST_SEQUENTIAL_SLOW = [AsyncRunner, pytest.param(SequentialRunner, marks=pytest.mark.slow, id="SequentialRunner"),
-                              ON_RAY]
+ASYNC_FAST_SEQUENTIAL_SLOW = [AsyncRunner,
+                              pytest.param(SequentialRunner, marks=pytest.mark.slow, id="SequentialRunner"), ON_RAY]
 
 
 def recorded(record_dir, agent):
@@ -121,8 +121,9 @@ def test_crashed_learner_is_reported_restarted_and_the_actor_carries_on(runner, 
 def test_a_learner_that_keeps_crashing_stops_the_run_with_a_clear_error(runner, capfd):
     learners = {"player_0": ("custom_learners:RecordingLearner", {"raise_after": 0}), "player_1": "random"}
     config = RunConfig(seed=0, max_learner_restarts=2, restart_backoff_s=0.05)
-    with pytest.raises(LearnerCrashedError, match=r"the learner of agent 'player_0' failed 3 times \(restart budget "
-                                                  r"max_learner_restarts=2\); last failure: RuntimeError: deliberate") as info:
+    with pytest.raises(LearnerCrashedError,
+                       match=r"the learner of agent 'player_0' failed 3 times \(restart budget "
+                             r"max_learner_restarts=2\); last failure: RuntimeError: deliberate") as info:
         # The run ends at the third crash. The budget is only a backstop: on Ray a restarted learner takes
         # seconds to start on 2 cores, and with 100,000 steps the actor finished before the third crash.
         runner(C4, learners, config).run(agent_steps=2_000_000)
@@ -180,7 +181,8 @@ def test_a_hung_learner_is_killed_and_restarted(tmp_path, capfd):
 @pytest.mark.parametrize(
     "learners, message",
     [
-        ("dqm", r"agent 'player_0': unknown learner 'dqm'; known learners: bc, dqn, fixed, mappo, negamax, one_ply, perfect, ppo, random.*Did you mean 'dqn'"),
+        ("dqm", r"agent 'player_0': unknown learner 'dqm'; known learners: bc, dqn, fixed, mappo, negamax, one_ply, "
+                r"perfect, ppo, random.*Did you mean 'dqn'"),
         ({"player_9": "random", "*": "random"}, r"learners given for unknown agent\(s\) \['player_9'\]"),
         ({"player_0": "random"}, r"no learner for agent\(s\) \['player_1'\]"),
         ("custom_learners:Nope", r"agent 'player_0': module 'custom_learners' has no learner class 'Nope'"),

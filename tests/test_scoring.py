@@ -198,7 +198,7 @@ def test_a_recurrent_policy_carries_memory_per_copy_and_agent_and_forgets_it_at_
             return super().act(decisions)
 
     player = Recording(Counting(), next(iter(layouts.values())))
-    summaries = play_parallel("pzasync.envs.recall", {a: player for a in layouts}, episodes=7, seed=0, copies=3)
+    summaries = play_parallel("pzasync.envs.recall", dict.fromkeys(layouts, player), episodes=7, seed=0, copies=3)
     assert len(summaries) == 7 and {s.copy for s in summaries} == {0, 1, 2}
     count: dict[tuple[int, str], int] = {}
     for copy, agent, carried in seen:  # decisions in order; a count of 0 marks a new episode of that copy

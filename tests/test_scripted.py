@@ -9,7 +9,7 @@ to the highest-index empty row, tictactoe action a = cell [a // 3, a % 3]).
 
 from __future__ import annotations
 
-
+import custom_players
 import numpy as np
 import pytest
 import torch
@@ -17,16 +17,15 @@ from click.testing import CliRunner
 from gymnasium import spaces
 from pettingzoo.classic import connect_four_v3, tictactoe_v3
 
-import custom_players
 from pzasync import RunConfig, SequentialRunner
 from pzasync.cli import main
+from pzasync.core.spaces import agent_layout, env_layouts, probe_info_masks
 from pzasync.errors import ConfigError, UnsupportedSpaceError
 from pzasync.evaluation.evaluate import evaluate_against, load_run_policies, untrained_baseline
 from pzasync.learners import SCRIPTED, is_scripted, resolve_learner
 from pzasync.learners.scripted import NegamaxPlayer, ScriptedPlayer
 from pzasync.players.boards import ConnectFour, TicTacToe
 from pzasync.runners import AsyncRunner
-from pzasync.core.spaces import agent_layout, env_layouts, probe_info_masks
 
 torch.set_num_threads(1)
 

@@ -7,8 +7,8 @@ import pytest
 from gymnasium import spaces
 
 import pzasync
-from pzasync.errors import UnsupportedSpaceError
 from pzasync.core.spaces import agent_layout
+from pzasync.errors import UnsupportedSpaceError
 
 
 def test_image_box_keeps_uint8_and_shape():

@@ -105,7 +105,7 @@ class TrainRun:
         except subprocess.TimeoutExpired:
             self.kill()
             out, err = self.proc.communicate()
-            raise AssertionError(f"still running {STOP_WITHIN_S + 30:.0f}s after the signal:\n{err[-3000:]}")
+            raise AssertionError(f"still running {STOP_WITHIN_S + 30:.0f}s after the signal:\n{err[-3000:]}") from None
         return self.proc.returncode, time.monotonic() - sent, out, err
 
     def assert_nothing_left(self) -> None:

@@ -39,5 +39,5 @@ def test_check_learner_runs_a_plugin_in_both_runners():
 
 def test_check_learner_reports_a_learner_that_never_updates():
     with pytest.raises(AssertionError, match=r"the learner of 'player_0' never updated in 200 steps"):
-        check_learner(("custom_learners:RecordingLearner", {"batch_size": 10_000}), "pettingzoo.classic.connect_four_v3",
-                      agent_steps=200)
+        check_learner(("custom_learners:RecordingLearner", {"batch_size": 10_000}),
+                      "pettingzoo.classic.connect_four_v3", agent_steps=200)

@@ -10,8 +10,8 @@ from scripted_env import ScriptedEnv
 
 import pzasync
 from pzasync.core.collect import run_episodes, transitions_to_arrays
-from pzasync.errors import RewardConservationError, UnsupportedSpaceError
 from pzasync.core.transitions import LayoutBook, TransitionAssembler
+from pzasync.errors import RewardConservationError, UnsupportedSpaceError
 
 
 def always_one(agent, obs, mask):

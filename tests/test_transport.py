@@ -6,15 +6,23 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from gymnasium import spaces
 
-from pzasync import PolicyPublisher, PolicySlot, PolicySource, RunControl, SharedRingBuffer, TransitionSource
-from pzasync import TransitionWriter, agent_layout
-from pzasync.errors import ConfigError, LearnerCrashedError, RemoteTraceback, learner_error
+from pzasync import (
+    PolicyPublisher,
+    PolicySlot,
+    PolicySource,
+    RunControl,
+    SharedRingBuffer,
+    TransitionSource,
+    TransitionWriter,
+    agent_layout,
+)
 from pzasync.backends.ray.workers import VersionedVector
+from pzasync.core.transitions import Transition
+from pzasync.errors import ConfigError, LearnerCrashedError, RemoteTraceback, learner_error
 from pzasync.transport.shm import new_run_id
 from pzasync.transport.stats import RunStats
-from pzasync.core.transitions import Transition
-from gymnasium import spaces
 
 
 def _layout():

@@ -13,20 +13,19 @@ from collections import Counter, defaultdict
 import numpy as np
 import pytest
 import torch
+from faulty_envs import crash_in_seeded_copy, hanging_connect_four, leaky_connect_four
 
 from pzasync import AsyncRunner, RunConfig, SequentialRunner, rollout
-from pzasync.runtime.actor import Actor, ActingAgent, ActorContext, LocalPolicy
 from pzasync.core.collect import transitions_to_arrays
-from pzasync.runtime.copies import LocalEnvs
-from pzasync.runtime.copies.workers import EnvWorkers
 from pzasync.core.environments import EnvSpec
+from pzasync.core.spaces import env_layouts, probe_info_masks
+from pzasync.core.transitions import Transition
 from pzasync.errors import EnvCrashedError, RewardConservationError
 from pzasync.learners import LearnerContext, Policy
 from pzasync.learners.ppo import PPOLearner
-from pzasync.core.spaces import env_layouts, probe_info_masks
-from pzasync.core.transitions import Transition
-
-from faulty_envs import crash_in_seeded_copy, hanging_connect_four, leaky_connect_four
+from pzasync.runtime.actor import ActingAgent, Actor, ActorContext, LocalPolicy
+from pzasync.runtime.copies import LocalEnvs
+from pzasync.runtime.copies.workers import EnvWorkers
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -154,7 +153,7 @@ def test_each_copy_equals_an_independent_rollout_with_seed_plus_k(env_id, copies
     assert taken == 1500
     streams = {agent: per_copy(w, copies) for agent, w in writers.items()}
     decisions = Counter()
-    for agent, by_copy in streams.items():
+    for by_copy in streams.values():
         for k, rows in by_copy.items():
             decisions[k] += len(rows)
     assert sum(decisions.values()) == 1500 and set(decisions) == set(range(copies)), decisions
@@ -162,7 +161,7 @@ def test_each_copy_equals_an_independent_rollout_with_seed_plus_k(env_id, copies
     for k in range(copies):
         spec = EnvSpec.of(env_id)
         n = {a: layouts[a].action_space.n for a in layouts}
-        expected = rollout(spec.make(), lambda agent, obs, mask: hashed_choice(obs, mask, n[agent]),
+        expected = rollout(spec.make(), lambda agent, obs, mask, n=n: hashed_choice(obs, mask, n[agent]),
                            agent_steps=decisions[k], seed=seed + k, max_episode_steps=max_steps)
         got = transitions_to_arrays([t for by_copy in streams.values() for t in by_copy[k]], layouts)
         assert set(got) == set(expected), (k, sorted(got), sorted(expected))
@@ -262,8 +261,9 @@ def test_a_hung_env_worker_is_reported_and_stopped():
 def test_gae_keeps_interleaved_tracks_apart():
     """Two copies' rows interleaved in one chunk, tagged by `track`: PPO's advantages equal those computed on
     each copy's rows alone."""
-    from pzasync.core.spaces import agent_layout
     from gymnasium import spaces
+
+    from pzasync.core.spaces import agent_layout
 
     layout = agent_layout("a", spaces.Box(-1, 1, (3,), np.float32), spaces.Discrete(2), False)
     options = PPOLearner.validate_config("a", {"batch_size": 8})
@@ -383,8 +383,8 @@ def test_a_transition_crosses_the_worker_pipe_as_references_to_the_decisions_the
     array, a copy that started a new episode) travels in full."""
     import pickle
 
-    from pzasync.runtime.copies.wire import FINAL, AnsweredDecisions, wire_dumps
     from pzasync.core.stepper import PendingDecision
+    from pzasync.runtime.copies.wire import FINAL, AnsweredDecisions, wire_dumps
 
     rng = np.random.default_rng(0)
     worker, actor = AnsweredDecisions(), AnsweredDecisions()
@@ -452,9 +452,9 @@ def test_observation_slots_carry_nested_observations_and_masks_and_refuse_what_d
     copy; an observation that does not match its agent's layout is refused, so it goes through the pipe."""
     from gymnasium import spaces
 
+    from pzasync.core.spaces import agent_layout
     from pzasync.transport.obs_slots import ObservationSlots
     from pzasync.transport.shm import list_segments, new_run_id
-    from pzasync.core.spaces import agent_layout
 
     nested = spaces.Dict({"image": spaces.Box(0, 255, (3, 4), np.uint8), "cell": spaces.Discrete(5),
                           "pair": spaces.Tuple((spaces.Box(-1, 1, (2,), np.float32), spaces.MultiBinary(3)))})
