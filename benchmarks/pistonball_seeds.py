@@ -17,6 +17,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+from long_runs import as_given
+
 from pzasync.runtime.rundir import RunDirectory
 
 REFERENCE = Path(__file__).resolve().parents[1] / "docs" / "bench" / "butterfly_baselines_pistonball_v4.json"
@@ -117,14 +119,6 @@ def plot(report: dict[str, Any], path: Path) -> None:
     ax.legend(fontsize=7, loc="lower right")
     fig.tight_layout()
     fig.savefig(path, dpi=90)
-
-
-def as_given(report: Path) -> str:
-    """The report's path as the command to rerun it names it: relative to the repository where it lies inside."""
-    try:
-        return str(report.resolve().relative_to(REFERENCE.parents[2]))
-    except ValueError:
-        return str(report)
 
 
 def commands(report: Path, label: str, train_command: str, sight: bool) -> list[str]:

@@ -346,7 +346,7 @@ def pistonball_seeds() -> str:
                      "agent steps, wall time"], rows) + "\n\n" + md_table(
         ["PPO settings over seeds", "seeds at 90 greedy by 400k", f"greedy points from {STEADY_FROM // 1000}k "
          "at 90 or more", "lowest of them"], [variant_row(name) for name in PISTONBALL_VARIANTS]) + "\n\n" + footer(
-        ["pistonball_recipe_seeds", *PISTONBALL_VARIANTS[1:], "butterfly_baselines_pistonball_v4"],
+        [*PISTONBALL_VARIANTS, "butterfly_baselines_pistonball_v4"],
         plots=[f"{name}.png" for name in PISTONBALL_VARIANTS])
 
 
