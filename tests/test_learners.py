@@ -371,6 +371,31 @@ def test_ppo_linear_lr_schedule_follows_the_runs_progress_and_constant_ignores_i
         ppo(lr_schedule="cosine")
 
 
+def test_ppo_final_log_std_schedules_the_gaussian_and_the_published_policy_carries_it():
+    rng = np.random.default_rng(0)
+    obs = rng.uniform(-1, 1, (64, 3)).astype(np.float32)
+    scheduled = ppo(CONT, init_log_std=-0.5, final_log_std=-2.5, epochs=1, minibatch_size=64)
+    learned = ppo(CONT, init_log_std=-0.5, epochs=1, minibatch_size=64)
+    assert all(p is not scheduled.policy.log_std for p in scheduled.trainable()), "not stepped by the optimiser"
+    actor_copy = ppo(CONT).policy
+    for progress, expected in ((0.0, -0.5), (0.5, -1.5), (1.0, -2.5), (1.7, -2.5)):
+        actions, extras = scheduled.policy.act({"obs": obs}, None, True)
+        batch = {"obs": obs, "next_obs": obs, "action": actions, "reward": rng.normal(size=64).astype(np.float32),
+                 "terminated": np.zeros(64, bool), "truncated": np.zeros(64, bool), **extras}
+        scheduled.progress = learned.progress = progress
+        assert scheduled.update(dict(batch))["log_std"] == pytest.approx(expected)
+        assert torch.allclose(scheduled.policy.log_std, torch.full((2,), expected))
+        vector_to_policy(policy_to_vector(scheduled.policy), actor_copy)  # what the actor loads
+        assert torch.allclose(actor_copy.log_std, torch.full((2,), expected))
+        assert "log_std" not in learned.update(dict(batch))
+    assert not torch.allclose(learned.policy.log_std, torch.full((2,), -0.5)), "learned: gradients move it"
+    narrow, _ = scheduled.policy.act({"obs": np.zeros((2000, 3), np.float32)}, None, True)
+    mean, _ = scheduled.policy.act({"obs": np.zeros((2000, 3), np.float32)}, None, False)
+    assert np.std(narrow - mean) == pytest.approx(np.exp(-2.5), rel=0.1)
+    with pytest.raises(ConfigError, match="final_log_std"):
+        ppo(CONT, final_log_std="small")
+
+
 def test_ppo_state_round_trip_resumes_exactly_and_refuses_multidiscrete():
     rng = np.random.default_rng(0)
     learner = ppo(epochs=2, minibatch_size=16)

@@ -177,7 +177,7 @@ class MAPPOLearner(PPOLearner):
 
     def trainable(self) -> list[nn.Parameter]:
         critic = getattr(self, "critic", None)  # PPOLearner.__init__ asks before the critic exists
-        return list(self.net.parameters()) + (list(critic.parameters()) if critic is not None else [])
+        return super().trainable() + (list(critic.parameters()) if critic is not None else [])
 
     def _returns_scale(self, values: torch.Tensor) -> np.ndarray:
         """Critic outputs as returns (float64): mapped back from the normalised scale with value_norm."""

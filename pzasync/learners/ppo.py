@@ -228,6 +228,10 @@ class PPOOptions(LearnerOptions):
                                Option(list, item=Option(int, ge=1)))
     activation: str = option("tanh", "Activation between hidden layers.", Option(str, choices=tuple(ACTIVATIONS)))
     init_log_std: float = option(-0.5, "Initial log standard deviation of Box actions.", Option(float))
+    final_log_std: float | None = option(None, "Box actions' log standard deviation is no longer learned: it "
+                                               "falls linearly from init_log_std to this over the run's budget "
+                                               "(as lr_schedule='linear' does the learning rate); None: learned.",
+                                         Option(float, optional=True))
     normalize_advantages: bool = option(True, "Standardise advantages per minibatch.", Option(bool))
     torso: str = option("auto", "How 3-dim Box observations are encoded: 'auto', 'mlp' or 'cnn' "
                                 "(networks.leaf_kind).", Option(str, choices=TORSOS))
@@ -255,7 +259,9 @@ class PPOLearner(Learner):
         torch.manual_seed(ctx.seed)
         self.device = torch.device(ctx.device)
         self.net = self.build_policy(ctx.layout, self.config).to(self.device)
-        self.optimizer = torch.optim.Adam(self.net.parameters(), lr=self.config.lr, eps=1e-5)
+        if self.config.final_log_std is not None and not self.net.discrete:
+            self.net.log_std.requires_grad_(False)  # set by scheduled_log_std, not by gradients
+        self.optimizer = torch.optim.Adam(self.trainable(), lr=self.config.lr, eps=1e-5)
         self.rng = np.random.default_rng(ctx.seed)
 
     @classmethod
@@ -299,8 +305,8 @@ class PPOLearner(Learner):
             return self.net.value(obs_tensors(batch, self.ctx.layout, prefix, self.device)).cpu().double().numpy()
 
     def trainable(self) -> list[nn.Parameter]:
-        """The parameters the optimiser steps and the gradient norm clips."""
-        return list(self.net.parameters())
+        """The parameters the optimiser steps and the gradient norm clips (a scheduled log std is not one)."""
+        return [p for p in self.net.parameters() if p.requires_grad]
 
     def train_inputs(self, batch: Batch) -> dict[str, Any]:
         """What `evaluate_rows` reads for a chunk: the observation tensors and the masks."""
@@ -432,6 +438,7 @@ class PPOLearner(Learner):
         lr = self.scheduled_lr()
         for group in self.optimizer.param_groups:
             group["lr"] = lr
+        log_std = self.scheduled_log_std()
         clip = cfg.clip
         totals = dict.fromkeys(("policy_loss", "value_loss", "entropy", "approx_kl", "clip_fraction"), 0.0)
         steps = 0
@@ -463,7 +470,8 @@ class PPOLearner(Learner):
                     totals["approx_kl"] += float(((ratio - 1) - log_ratio).mean())
                     totals["clip_fraction"] += float(((ratio - 1).abs() > clip).float().mean())
                 steps += 1
-        return {**{k: v / max(1, steps) for k, v in totals.items()}, "lr": lr}
+        scheduled = {} if log_std is None else {"log_std": log_std}
+        return {**{k: v / max(1, steps) for k, v in totals.items()}, "lr": lr, **scheduled}
 
     def scheduled_lr(self) -> float:
         """The learning rate of this update: `lr`, or with `lr_schedule="linear"` lr x (1 - the share of the run's
@@ -471,6 +479,20 @@ class PPOLearner(Learner):
         if self.config.lr_schedule == "linear":
             return self.config.lr * (1.0 - self.progress)
         return self.config.lr
+
+    def scheduled_log_std(self) -> float | None:
+        """With `final_log_std`, set the Box policy's log std for this update and return it: init_log_std moved
+        towards final_log_std by the share of the run's budget spent. The actor reads it with the next published
+        policy; the transitions it trains on keep the log-probabilities they were drawn with, so the ratio
+        accounts for the change. None where the log std is learned (or the actions are discrete)."""
+        final = self.config.final_log_std
+        if final is None or self.net.discrete:
+            return None
+        start = self.config.init_log_std
+        value = start + (final - start) * min(1.0, max(0.0, self.progress))
+        with torch.no_grad():
+            self.net.log_std.fill_(value)
+        return value
 
     def state_dict(self) -> dict[str, Any]:
         return {"policy": self.net.state_dict(), "optimizer": self.optimizer.state_dict(),
