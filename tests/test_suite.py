@@ -184,10 +184,25 @@ def test_suite_env_copies_replace_each_recipes_and_keep_the_rest_of_it():
     assert copied.learners == recipe.learners and copied.config["agent_groups"] == recipe.config["agent_groups"]
 
 
+def test_first_seed_trains_the_seeds_after_an_earlier_suites(monkeypatch, tmp_path):
+    """`pzasync suite --seeds 2 --first-seed 3` trains seeds 3 and 4, in order, one after the other and side by
+    side alike (what each run gets is recorded here in place of training it)."""
+    from pzasync.bench import suite as suite_module
+
+    trained: list[int] = []
+    monkeypatch.setattr(suite_module, "train_one", lambda run, seed, *rest: trained.append(seed) or {"seed": seed})
+    monkeypatch.setattr(suite_module, "env_entry", lambda run, runs, settings: [r["seed"] for r in runs])
+    settings = SuiteSettings(envs=[SMALL], seeds=2, first_seed=3)
+    assert settings.seed_list == [3, 4]
+    assert suite_module.env_report(SMALL, settings, tmp_path) == [3, 4] and trained == [3, 4]
+    assert SuiteSettings(seeds=3).seed_list == [0, 1, 2], "seeds 0 .. K-1 by default"
+
+
 @pytest.mark.parametrize("bad, flag", [({"minutes": 0}, "--minutes"), ({"seeds": 0}, "--seeds"),
                                        ({"eval_episodes": 0}, "--eval-episodes"),
                                        ({"eval_every_s": -1}, "--eval-every"),
                                        ({"envs_per_actor": 0}, "--envs-per-actor"),
+                                       ({"first_seed": -1}, "--first-seed"),
                                        ({"learner": "ppo,lr_schedule=cosine"}, "--learner"),
                                        ({"learner": "nosuchlearner"}, "--learner")])
 def test_bad_suite_settings_are_refused_by_name(bad, flag):

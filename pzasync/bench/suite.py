@@ -40,8 +40,10 @@ class SuiteSettings:
     envs: list[str] = field(default_factory=list)
     #: Wall-clock minutes of training per env and seed.
     minutes: float = 10.0
-    #: Seeds per env (0 .. seeds-1).
+    #: Seeds per env (first_seed .. first_seed + seeds - 1).
     seeds: int = 3
+    #: The first seed: more seeds for an earlier suite's envs without training its seeds again.
+    first_seed: int = 0
     #: Where the report, the plots and the runs (runs/ENV/) go.
     out: str = "suite"
     #: Seconds between two evaluations while training; None: a tenth of the budget, at least 5 s.
@@ -63,6 +65,11 @@ class SuiteSettings:
     #: the recipe's.
     envs_per_actor: int | None = None
 
+    @property
+    def seed_list(self) -> list[int]:
+        """The seeds every env trains with, in order."""
+        return list(range(self.first_seed, self.first_seed + self.seeds))
+
     def validate(self) -> None:
         """ConfigError naming the setting at fault."""
         if not self.minutes > 0:
@@ -70,6 +77,8 @@ class SuiteSettings:
         for name in ("seeds", "eval_episodes", "baseline_episodes", "parallel"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"suite: {name}={getattr(self, name)}: must be >= 1")
+        if self.first_seed < 0:
+            raise ConfigError(f"suite: first_seed={self.first_seed}: must be >= 0")
         if self.envs_per_actor is not None and self.envs_per_actor < 1:
             raise ConfigError(f"suite: envs_per_actor={self.envs_per_actor}: must be >= 1")
         if self.eval_every_s is not None and not self.eval_every_s > 0:
@@ -244,7 +253,7 @@ def env_report(env_id: str, settings: SuiteSettings, out: Path,
     """Train `env_id` for every seed, score the baselines, and return the env's part of the report."""
     run = settings_run(env_id, settings)
     runs = []
-    for seed in range(settings.seeds):
+    for seed in settings.seed_list:
         if on_run is not None:
             on_run(env_id, seed)
         runs.append(train_one(run, seed, settings.minutes * 60, runs_dir(out, run), settings))
@@ -305,7 +314,7 @@ def side_by_side(envs: list[str], settings: SuiteSettings, out: Path,
     from pzasync.runtime.stop_signals import StopSignals
 
     suite_runs = {env_id: settings_run(env_id, settings) for env_id in envs}
-    queue = [(env_id, seed) for env_id in envs for seed in range(settings.seeds)]
+    queue = [(env_id, seed) for env_id in envs for seed in settings.seed_list]
     done: dict[tuple[str, int], dict[str, Any]] = {}
     stop: list[int] = []
     with StopSignals(stop.append), SideBySide(settings.parallel, name="suite run") as jobs:
@@ -331,9 +340,9 @@ def side_by_side(envs: list[str], settings: SuiteSettings, out: Path,
                     stop.append(0)
                     continue
                 done[outcome.key] = outcome.value  # type: ignore[index]
-            while next_env < len(envs) and all((envs[next_env], s) in done for s in range(settings.seeds)):
+            while next_env < len(envs) and all((envs[next_env], s) in done for s in settings.seed_list):
                 env_id = envs[next_env]
-                yield env_entry(suite_runs[env_id], [done.pop((env_id, s)) for s in range(settings.seeds)], settings)
+                yield env_entry(suite_runs[env_id], [done.pop((env_id, s)) for s in settings.seed_list], settings)
                 next_env += 1
 
 

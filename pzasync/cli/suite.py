@@ -14,7 +14,9 @@ from pzasync.extras import require
 @click.argument("envs", nargs=-1, metavar="[ENV ...]")
 @click.option("--minutes", type=float, default=10.0, show_default=True,
               help="Wall-clock minutes of training per env and seed.")
-@click.option("--seeds", type=int, default=3, show_default=True, help="Seeds per env (0 .. K-1).")
+@click.option("--seeds", type=int, default=3, show_default=True, help="Seeds per env (F .. F+K-1).")
+@click.option("--first-seed", type=int, default=0, show_default=True, metavar="F",
+              help="The first seed: more seeds for envs an earlier suite trained, without training its seeds again.")
 @click.option("--out", "out", default="suite", show_default=True, metavar="DIR",
               help="Where suite.json, ENV.png and the runs (runs/ENV/) go.")
 @click.option("--eval-every", "eval_every_s", type=float, default=None, metavar="SECONDS",
@@ -36,7 +38,7 @@ from pzasync.extras import require
 @click.option("--envs-per-actor", type=int, default=None, metavar="N",
               help="Env copies every run's actor steps in place of its recipe's (as `pzasync train --envs-per-actor` "
                    "takes it).  [default: each recipe's]")
-def suite(envs: tuple[str, ...], minutes: float, seeds: int, out: str, eval_every_s: float | None,
+def suite(envs: tuple[str, ...], minutes: float, seeds: int, first_seed: int, out: str, eval_every_s: float | None,
           eval_episodes: int, baseline_episodes: int, env_api: str, parallel: int, learner: str | None,
           envs_per_actor: int | None) -> None:
     """Train each suite env (or the ENVs named) with its recipe for --minutes per seed, and score it against wall
@@ -47,7 +49,8 @@ def suite(envs: tuple[str, ...], minutes: float, seeds: int, out: str, eval_ever
     from pzasync.recipes import SUITE
 
     require("torch", "pzasync suite")
-    settings = SuiteSettings(envs=list(envs), minutes=minutes, seeds=seeds, out=out, eval_every_s=eval_every_s,
+    settings = SuiteSettings(envs=list(envs), minutes=minutes, seeds=seeds, first_seed=first_seed, out=out,
+                             eval_every_s=eval_every_s,
                              eval_episodes=eval_episodes, baseline_episodes=baseline_episodes, env_api=env_api,
                              parallel=parallel, learner=learner, envs_per_actor=envs_per_actor)
     try:
