@@ -346,13 +346,13 @@ def pistonball_seeds() -> str:
                      "agent steps, wall time"], rows) + "\n\n" + md_table(
         ["PPO settings over seeds", "seeds at 90 greedy by 400k", f"greedy points from {STEADY_FROM // 1000}k "
          "at 90 or more", "lowest of them"], [variant_row(name) for name in PISTONBALL_VARIANTS]) + "\n\n" + footer(
-        [*PISTONBALL_VARIANTS, "butterfly_baselines_pistonball_v4"],
+        [*PISTONBALL_VARIANTS, "pistonball_stalls", "butterfly_baselines_pistonball_v4"],
         plots=[f"{name}.png" for name in PISTONBALL_VARIANTS])
 
 
 #: pistonball's recipe and the variants it was chosen against, as benchmarks/pistonball_seeds.py reports them.
-PISTONBALL_VARIANTS = ("pistonball_recipe_seeds", "pistonball_narrow_gaussian_seeds", "pistonball_entropy_bonus_seeds",
-                       "pistonball_lr_linear_seeds")
+PISTONBALL_VARIANTS = ("pistonball_recipe_seeds", "pistonball_narrow_gaussian_seeds", "pistonball_std_schedule_seeds",
+                       "pistonball_std_to_small_seeds", "pistonball_entropy_bonus_seeds", "pistonball_lr_linear_seeds")
 #: Where a pistonball run's greedy play counts as learned: what it scores from here on shows whether it holds.
 STEADY_FROM = 150_000
 
