@@ -25,10 +25,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from pzasync.core.environments import EnvSpec
-from pzasync.evaluation.evaluate import load_run_policies
+from pzasync.evaluation.evaluate import load_run_policies, run_env
 from pzasync.learners.networks import obs_tensors
-from pzasync.runtime.rundir import RunDirectory
 
 ENV = "pettingzoo.butterfly.pistonball_v6"
 
@@ -62,7 +60,7 @@ def summary(returns: list[float]) -> dict[str, float]:
 def sensitivity(run_dir: str, episodes: int, seed: int) -> dict[str, dict[str, Any]]:
     """Per trained policy: the spread of its mean action and value over the states of `episodes` sampled
     episodes, and the saturated share of its heads' first tanh layer."""
-    spec = EnvSpec.of_run(RunDirectory(run_dir, create=False).read_json("run.json"))
+    spec = run_env(run_dir)
     policies = load_run_policies(run_dir)
     units: dict[int, tuple[str, Any, Any]] = {}  # one entry per policy module (a group's members share one)
     for agent, (policy, layout) in policies.items():

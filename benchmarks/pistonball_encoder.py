@@ -25,16 +25,14 @@ import numpy as np
 import torch
 from pistonball_blind import policy_spread
 
-from pzasync.core.environments import EnvSpec
-from pzasync.evaluation.evaluate import load_run_policies
+from pzasync.evaluation.evaluate import load_run_policies, run_env
 from pzasync.learners.networks import obs_tensors
-from pzasync.runtime.rundir import RunDirectory
 
 
 def random_play_states(run_dir: str, states: int, seed: int) -> list[np.ndarray]:
     """Every agent's observations over `states` decisions of all agents acting uniformly at random (the pistons
     share one policy)."""
-    spec = EnvSpec.of_run(RunDirectory(run_dir, create=False).read_json("run.json"))
+    spec = run_env(run_dir)
     env = spec.make()
     rng = np.random.default_rng(seed)
     seen = []

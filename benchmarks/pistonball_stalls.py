@@ -16,9 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from pzasync.core.environments import EnvSpec
-from pzasync.evaluation.evaluate import load_run_policies
-from pzasync.runtime.rundir import RunDirectory
+from pzasync.evaluation.evaluate import load_run_policies, run_env
 
 #: The ball counts as moving in a cycle where its x changes by more than this many pixels.
 MOVING_PX = 0.5
@@ -63,7 +61,7 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=10007, help="the first episode's seed (the suite's)")
     parser.add_argument("--json", type=Path, default=None, help="write the report here")
     args = parser.parse_args()
-    spec = EnvSpec.of_run(RunDirectory(args.run, create=False).read_json("run.json"))
+    spec = run_env(args.run)
     policies = load_run_policies(args.run)
     env = spec.make()
     try:
