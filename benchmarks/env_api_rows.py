@@ -5,13 +5,6 @@ suite_env_api_10min.json, the results page's "env_api" table).
     for env in mpe2.simple_spread_v3 pettingzoo.sisl.pursuit_v5 ...; do for api in aec parallel; do
         pzasync suite --minutes 10 --seeds 1 --env-api $api --out OUT/$api-$env $env; done; done
     python benchmarks/env_api_rows.py OUT docs/bench/suite_env_api_10min.json --episodes 50
-
-More seeds for envs a report already has: train them with `--first-seed`, then `--add-to` that report (each env's
-runs of both paths appended to its lists, seeds not already there):
-
-    pzasync suite --minutes 10 --seeds 2 --first-seed 1 --env-api $api --out OUT2/$api-$env $env
-    python benchmarks/env_api_rows.py OUT2 docs/bench/suite_env_api_10min.json --add-to \
-        docs/bench/suite_env_api_10min.json --episodes 50
 """
 
 from __future__ import annotations
@@ -73,36 +66,6 @@ def merge(root: Path, episodes: int, seed: int, env_api: str) -> dict[str, Any]:
             "envs": envs}
 
 
-#: The per-run lists of a path's figures, in seed order.
-PER_RUN = ("scores", "suite_final", "agent_steps", "seeds")
-
-
-def add_to(report: dict[str, Any], merged: dict[str, Any]) -> dict[str, Any]:
-    """`report` with `merged`'s runs appended to its envs' (by seed; a seed already in the report is refused) and
-    `merged`'s envs it lacks; scored alike (episodes, seed, API) or refused."""
-    for key in ("episodes", "seed", "scored_through"):
-        if report[key] != merged[key]:
-            raise SystemExit(f"--add-to: the report's {key} is {report[key]!r}, these runs' {merged[key]!r}")
-    by_env = {entry["env"]: entry for entry in report["envs"]}
-    for entry in merged["envs"]:
-        old = by_env.get(entry["env"])
-        if old is None:
-            report["envs"].append(entry)
-            continue
-        for api in APIS:
-            known = set(old[api]["seeds"])
-            if known & set(entry[api]["seeds"]):
-                raise SystemExit(f"--add-to: {entry['env']} ({api}) has seeds {sorted(known)} already")
-            for key in PER_RUN:
-                old[api][key] = old[api][key] + entry[api][key]
-            old[api].setdefault("more_started", []).append(entry[api]["started"])
-    if "--first-seed" not in report["command"]:
-        report["command"] += ("; more seeds: pzasync suite --minutes 10 --seeds K --first-seed F "
-                              "--env-api aec|parallel --out OUT2/API-ENV ENV; python benchmarks/env_api_rows.py OUT2 "
-                              "REPORT --add-to REPORT --episodes 50")
-    return report
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("root", type=Path, help="the directory holding aec-ENV/ and parallel-ENV/ suite outputs")
@@ -112,12 +75,8 @@ def main() -> None:
     parser.add_argument("--env-api", default="aec", choices=("aec", "parallel"),
                         help="the API every run is scored through, whichever trained it (default: aec, the "
                              "suite's scoring before the parallel path)")
-    parser.add_argument("--add-to", type=Path, default=None, metavar="REPORT",
-                        help="append these runs to an earlier report's envs (more seeds, --first-seed) and write that")
     args = parser.parse_args()
     merged = merge(args.root, args.episodes, args.seed, args.env_api)
-    if args.add_to is not None:
-        merged = add_to(json.loads(args.add_to.read_text()), merged)
     args.out.write_text(json.dumps(merged, indent=1) + "\n")
     print(f"{args.out}: {len(merged['envs'])} envs")
 
