@@ -40,7 +40,19 @@ def path_figures(suite: dict[str, Any], episodes: int, seed: int, env_api: str) 
             "started": suite["started"]}
 
 
-def merge(root: Path, episodes: int, seed: int, env_api: str) -> dict[str, Any]:
+def command(envs: list[dict[str, Any]], out: Path, episodes: int) -> str:
+    """The commands that reproduce a report: the suite runs (their settings as the reports recorded them), then
+    this script."""
+    runs = []
+    for env in envs:
+        settings = env["settings"]
+        runs.append(f"for api in aec parallel; do pzasync suite --minutes {settings['minutes']:g} "
+                    f"--seeds {settings['seeds']} --first-seed {settings['first_seed']} --env-api $api "
+                    f"--out OUT/$api-{env['env']} {env['env']}; done")
+    return "; ".join([*runs, f"python benchmarks/env_api_rows.py OUT {out} --episodes {episodes}"])
+
+
+def merge(root: Path, episodes: int, seed: int, env_api: str, out: Path) -> dict[str, Any]:
     """Every env with both reports under `root` (aec-ENV/suite.json and parallel-ENV/suite.json)."""
     envs = []
     for aec_dir in sorted(root.glob("aec-*")):
@@ -51,7 +63,9 @@ def merge(root: Path, episodes: int, seed: int, env_api: str) -> dict[str, Any]:
             continue
         first = reports["aec"]["envs"][0]
         label = SCORE_LABELS.get(first["short"], "team return" if first["scoring"] == "team" else first["metric"])
+        settings = reports["aec"]["settings"]
         envs.append({"env": env_id, "short": first["short"], "score": label,
+                     "settings": {key: settings.get(key, 0) for key in ("minutes", "seeds", "first_seed")},
                      "random": first["baselines"]["random"]["score"],
                      "untrained": first["baselines"]["untrained"]["score"],
                      **{api: path_figures(reports[api], episodes, seed, env_api) for api in APIS}})
@@ -61,9 +75,7 @@ def merge(root: Path, episodes: int, seed: int, env_api: str) -> dict[str, Any]:
                     "per policy); scores: each run's final checkpoints, greedy, over `episodes` episodes from "
                     "`seed` (the suite's own final round beside them)",
             "episodes": episodes, "seed": seed, "scored_through": env_api,
-            "command": "pzasync suite --minutes 10 --seeds 1 --env-api aec|parallel --out OUT/API-ENV ENV; "
-                       "python benchmarks/env_api_rows.py OUT docs/bench/suite_env_api_10min.json --episodes 50",
-            "envs": envs}
+            "command": command(envs, out, episodes), "envs": envs}
 
 
 def main() -> None:
@@ -75,8 +87,11 @@ def main() -> None:
     parser.add_argument("--env-api", default="aec", choices=("aec", "parallel"),
                         help="the API every run is scored through, whichever trained it (default: aec, the "
                              "suite's scoring before the parallel path)")
+    parser.add_argument("--note", default="", help="what a reader should know about these runs (the report's note)")
     args = parser.parse_args()
-    merged = merge(args.root, args.episodes, args.seed, args.env_api)
+    merged = merge(args.root, args.episodes, args.seed, args.env_api, args.out)
+    if args.note:
+        merged["note"] = args.note
     args.out.write_text(json.dumps(merged, indent=1) + "\n")
     print(f"{args.out}: {len(merged['envs'])} envs")
 

@@ -345,26 +345,51 @@ def pistonball_seeds() -> str:
     return md_table(["run", "greedy return per piston (agent steps)", "final evaluation", "90 first reached at",
                      "agent steps, wall time"], rows) + "\n\n" + md_table(
         ["PPO settings over seeds", "seeds at 90 greedy by 400k", f"greedy points from {STEADY_FROM // 1000}k "
-         "at 90 or more", "lowest of them"], [variant_row(name) for name in PISTONBALL_VARIANTS]) + "\n\n" + footer(
-        [*PISTONBALL_VARIANTS, "pistonball_stalls", "butterfly_baselines_pistonball_v4"],
-        plots=[f"{name}.png" for name in PISTONBALL_VARIANTS])
+         "at 90 or more", "lowest of them", "points after a seed's first at 90: at 90 or more", "lowest of them"],
+        [*(variant_row(name) for name in PISTONBALL_VARIANTS), reference_row("butterfly_baselines_pistonball_v4")]
+    ) + "\n\n" + footer([*PISTONBALL_VARIANTS, "pistonball_stalls", "butterfly_baselines_pistonball_v4"],
+                        [*report(PISTONBALL_VARIANTS[0])["command"],
+                         report("butterfly_baselines_pistonball_v4")["command"]],
+                        plots=[f"{name}.png" for name in PISTONBALL_VARIANTS])
 
 
 #: pistonball's recipe and the variants it was chosen against, as benchmarks/pistonball_seeds.py reports them.
-PISTONBALL_VARIANTS = ("pistonball_recipe_seeds", "pistonball_narrow_gaussian_seeds", "pistonball_std_schedule_seeds",
+PISTONBALL_VARIANTS = ("pistonball_recipe_seeds", "pistonball_recipe_every_minute_seeds",
+                       "pistonball_narrow_gaussian_seeds", "pistonball_std_schedule_seeds",
                        "pistonball_std_to_small_seeds", "pistonball_entropy_bonus_seeds", "pistonball_lr_linear_seeds")
 #: Where a pistonball run's greedy play counts as learned: what it scores from here on shows whether it holds.
 STEADY_FROM = 150_000
 
 
+def steadiness(curves: list[list[tuple[int, float]]], bar: float) -> list[str]:
+    """How steady greedy play is once learned, over every seed's (agent steps, per piston) points: those from
+    STEADY_FROM agent steps on at the bar or more, and those after the seed's first point at the bar, each with the
+    lowest of them."""
+    def count(points: list[float]) -> list[str]:
+        return [f"{sum(v >= bar for v in points)} of {len(points)}", f"{min(points):.1f}" if points else "-"]
+    steady = [v for curve in curves for at, v in curve if at >= STEADY_FROM]
+    after = []
+    for curve in curves:
+        first = next((i for i, (_at, v) in enumerate(curve) if v >= bar), None)
+        after += [v for _at, v in curve[first + 1:]] if first is not None else []
+    return count(steady) + count(after)
+
+
 def variant_row(name: str) -> list[str]:
     """One pistonball variant over its seeds: how many reach the bar by 400k agent steps, and how steady greedy
-    play is once learned (the evaluation points from STEADY_FROM agent steps on, every seed's)."""
+    play is once learned (`steadiness`)."""
     data = report(name)
-    points = [p["per_piston"] for run in data["runs"] for p in run["greedy"] if p["agent_steps"] >= STEADY_FROM]
-    at_bar = sum(p >= data["bar"]["per_piston"] for p in points)
+    curves = [[(p["agent_steps"], p["per_piston"]) for p in run["greedy"]] for run in data["runs"]]
     return [data["label"], f"{data['seeds_reaching_bar_by_400k']} of {data['seeds']}",
-            f"{at_bar} of {len(points)}", f"{min(points):.1f}" if points else "-"]
+            *steadiness(curves, data["bar"]["per_piston"])]
+
+
+def reference_row(name: str) -> list[str]:
+    """Butterfly-Baselines' runs (benchmarks/butterfly_baselines.py) counted as `variant_row` counts our seeds."""
+    data = report(name)
+    curves = [[(p["agent_steps"], p["per_piston"]) for p in run["curve"]] for run in data["runs"]]
+    return ["Butterfly-Baselines' runs (SB3 PPO, 5 episodes a point, every 100k)",
+            f"{data['runs_reaching_bar']} of {len(data['runs'])}", *steadiness(curves, data["bar"]["per_piston"])]
 
 
 def team_learners() -> str:
@@ -696,27 +721,42 @@ def battle_table() -> str:
         ["battle_run", "parallel_battle"], [run["command"], report("parallel_battle")["command"]])
 
 
+#: The reports of `benchmarks/env_api_rows.py`, oldest first: each holds a day's seeds of some envs, every seed
+#: trained through both paths on that day (a seed's pair is compared, seeds of different days side by side).
+ENV_API_REPORTS = ("suite_env_api_10min", "suite_env_api_10min_spread_seeds12", "suite_env_api_10min_kaz_seeds12")
+
+
 def env_api_table() -> str:
     """Learning at equal wall time through the AEC path and the parallel path: `pzasync suite` on the same envs and
-    seeds with `--env-api aec` and `--env-api parallel` (docs/bench/suite_env_api_10min.json)."""
-    data = report("suite_env_api_10min")
+    seeds with `--env-api aec` and `--env-api parallel`, each seed's pair on one day; one row per env, its seeds
+    from every report in `ENV_API_REPORTS`."""
+    envs: dict[str, dict] = {}
+    for name in ENV_API_REPORTS:
+        for env in report(name)["envs"]:
+            row = envs.setdefault(env["short"], {"score": env["score"], "random": env["random"],
+                                                 "untrained": env["untrained"], "pairs": {}})
+            for api in ("aec", "parallel"):
+                path = env[api]
+                for seed, score, steps in zip(path["seeds"], path["scores"], path["agent_steps"]):
+                    row["pairs"].setdefault(seed, {})[api] = (score, steps)
 
-    def cell(path: dict) -> str:  # one seed: its figure; several: mean ± half the 95% interval
-        scores, steps = path["scores"], path["agent_steps"]
-        if len(scores) > 1:
-            return f"{pm(scores, 2)} ({steps_range(steps)})"
-        steps_text = f"{steps[0] / 1e6:.2f}M" if steps[0] >= 1e6 else f"{steps[0] / 1e3:.0f}k"
-        return f"{num(scores[0], 2)} ({steps_text})"
+    def steps_text(steps: float) -> str:
+        return f"{steps / 1e6:.2f}M" if steps >= 1e6 else f"{steps / 1e3:.0f}k"
 
     rows = []
-    for env in data["envs"]:
-        aec, par = env["aec"], env["parallel"]
-        rows.append([env["short"], env["score"], str(len(aec["scores"])), num(env["random"], 2),
-                     num(env["untrained"], 2), cell(aec), cell(par),
-                     ratio(sum(par["agent_steps"]), sum(aec["agent_steps"]))])
-    return md_table(["env", "score", "seeds", "random", "untrained", "AEC path (agent steps)",
-                     "parallel path (agent steps)", "agent steps, parallel / AEC"], rows) + "\n\n" + footer(
-        ["suite_env_api_10min"])
+    for short, env in envs.items():
+        pairs = [env["pairs"][seed] for seed in sorted(env["pairs"])]
+        each = {api: ", ".join(f"{num(pair[api][0], 2)} ({steps_text(pair[api][1])})" for pair in pairs)
+                for api in ("aec", "parallel")}
+        differences = [pair["parallel"][0] - pair["aec"][0] for pair in pairs]
+        rows.append([short, env["score"], ", ".join(str(seed) for seed in sorted(env["pairs"])),
+                     num(env["random"], 2), num(env["untrained"], 2), each["aec"], each["parallel"],
+                     pm(differences, 2) if len(differences) > 1 else num(differences[0], 2),
+                     ", ".join(ratio(pair["parallel"][1], pair["aec"][1]) for pair in pairs)])
+    return md_table(["env", "score", "seeds", "random", "untrained", "AEC path, each seed (agent steps)",
+                     "parallel path, each seed (agent steps)", "parallel - AEC, mean over seeds",
+                     "agent steps, parallel / AEC"], rows) + "\n\n" + footer(
+        list(ENV_API_REPORTS), [report(name)["command"] for name in ENV_API_REPORTS])
 
 
 def pixel_defaults_table() -> str:

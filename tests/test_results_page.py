@@ -94,3 +94,46 @@ def test_every_plot_and_report_in_docs_bench_is_linked():
 def test_anchors_follow_github(results_page):
     page = "# Peers: SB3 + SuperSuit PPO\n```\n# not a heading\n```\n## `pzasync bench`: async\n### x\n### x\n"
     assert results_page.anchors(page) == {"peers-sb3--supersuit-ppo", "pzasync-bench-async", "x", "x-1"}
+
+
+def test_env_api_rows_pairs_each_paths_seeds_and_records_the_suite_command(monkeypatch, tmp_path):
+    """benchmarks/env_api_rows.py merges an env's two suite reports: each path's seeds with their scores (the
+    rescoring stubbed: a figure per run directory) and agent steps, and the command that reruns them, the suite's
+    own seeds and first seed in it."""
+    spec = importlib.util.spec_from_file_location("env_api_rows", ROOT / "benchmarks" / "env_api_rows.py")
+    rows = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(rows)
+    scores = {}
+    for api, steps in (("aec", 1000), ("parallel", 1300)):
+        runs = []
+        for seed in (1, 2):
+            run_dir = str(tmp_path / api / f"seed{seed}")
+            scores[run_dir] = -40.0 - seed - (api == "parallel")
+            runs.append({"seed": seed, "run_dir": run_dir, "agent_steps": steps * seed, "final": -50.0})
+        env = {"env": "mpe2.simple_spread_v3", "short": "simple_spread_v3", "metric": "mean return", "scoring": "team",
+               "baselines": {"random": {"score": -84.0}, "untrained": {"score": -125.0}}, "runs": runs}
+        suite = {"started": "2026-11-29T00:00:00+0000", "envs": [env],
+                 "settings": {"minutes": 10.0, "seeds": 2, "first_seed": 1, "eval_episodes": 10}}
+        (tmp_path / f"{api}-mpe2.simple_spread_v3").mkdir()
+        (tmp_path / f"{api}-mpe2.simple_spread_v3" / "suite.json").write_text(json.dumps(suite))
+    monkeypatch.setattr(rows, "rescore", lambda run_dir, episodes, seed, env_api: scores[run_dir])
+    merged = rows.merge(tmp_path, 50, 10007, "aec", Path("docs/bench/out.json"))
+    (env,) = merged["envs"]
+    assert env["aec"]["seeds"] == env["parallel"]["seeds"] == [1, 2]
+    assert env["aec"]["scores"] == [-41.0, -42.0] and env["parallel"]["scores"] == [-42.0, -43.0]
+    assert env["parallel"]["agent_steps"] == [1300, 2600]
+    assert "--seeds 2 --first-seed 1 --env-api $api" in merged["command"]
+    assert merged["command"].endswith("env_api_rows.py OUT docs/bench/out.json --episodes 50")
+
+
+def test_the_env_api_table_pairs_each_seeds_paths_across_its_reports(results_page):
+    """One row per env, its seeds gathered from every env_api report, each seed's two paths side by side."""
+    table = results_page.env_api_table()
+    seeds = {}
+    for name in results_page.ENV_API_REPORTS:
+        for env in results_page.report(name)["envs"]:
+            assert env["aec"]["seeds"] == env["parallel"]["seeds"], (name, env["short"])
+            seeds.setdefault(env["short"], []).extend(env["aec"]["seeds"])
+    for short, env_seeds in seeds.items():
+        (row,) = [line for line in table.splitlines() if line.startswith(f"| {short} |")]
+        assert f"| {', '.join(str(s) for s in sorted(env_seeds))} |" in row
