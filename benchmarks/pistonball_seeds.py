@@ -144,7 +144,8 @@ def main() -> None:
     for run in runs:
         here = Path(run["run_dir"]).resolve()
         run["sight"] = next((sight_figures(s) for s in sights if Path(s["run"]).resolve() == here), None)
-    reference = {key: value for key, value in json.loads(REFERENCE.read_text()).items() if key != "runs"}  # its curve
+    # the anchor's per-run curves stay in its own file; a variant's report keeps its summary points
+    reference = {key: value for key, value in json.loads(REFERENCE.read_text()).items() if key != "runs"}
     report = {"what": __doc__.split("\n\n")[0].replace("\n", " "), "note": args.note, "label": args.label,
               "command": commands(args.report, args.label, args.train_command, bool(args.sight)),
               "bar": {"per_piston": BAR_PER_PISTON, "by_agent_steps": BY_AGENT_STEPS},
