@@ -36,6 +36,8 @@ def run_curve(path: Path) -> list[dict[str, float]]:
 
 
 def reference(repo: Path, bar: float, by_agent_steps: int, steady_from: int) -> dict[str, Any]:
+    """The reference report from a checkout's 10 runs: the mean, lowest and highest run at each point, and each
+    run's curve with where it first reaches `bar` and how many of its points from `steady_from` on are at it."""
     runs = [run_curve(path) for path in sorted((repo / "data" / "pistonball_v4").glob("run_*/evaluations.npz"),
                                                key=lambda p: int(p.parent.name.split("_")[1]))]
     if not runs:
