@@ -8,7 +8,8 @@ was chosen, and how its figures in docs/benchmarks.md were made).
 
 Trains (async runner, both seats sharing one learner through an agent group unless --no-group), then plays
 each seat's greedy policy for --episodes games against every yardstick, and the same for an untrained
-network of the same shape; prints a table and appends one JSON line per run to --json.
+network of the same shape; prints a table and appends one JSON line per run to --json, and adds the run to a
+results-page report with --report (docs/bench/default_run_c4_cleanup.json: the default run after issue 54's pass).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import time
+from pathlib import Path
 
 from pzasync import AsyncRunner, RunConfig, SequentialRunner
 from pzasync.evaluation.evaluate import evaluate_against, load_run_policies, untrained_baseline
@@ -39,6 +41,8 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--option", action="append", default=[], help="RunConfig KEY=VALUE")
     parser.add_argument("--json", default=None)
+    parser.add_argument("--report", default=None, help="a report for the results page (docs/bench/NAME.json): "
+                        "this run is added to its \"runs\"")
     args = parser.parse_args()
     recipe = train_recipe(args.env, self_play=True)  # `pzasync train ENV --self-play`'s choices
     args.learner = args.learner or default_train_learner(args.env)
@@ -75,7 +79,8 @@ def main() -> None:
            "runner": args.runner, "minutes": args.minutes, "seed": args.seed,
            "options": {"envs_per_actor": args.envs_per_actor, **options},
            "agent_steps": result.agent_steps, "wall_s": round(wall, 1),
-           "updates": {a: r.updates for a, r in result.agents.items()}, "run_dir": result.run_dir, "scores": {}}
+           "updates": {a: r.updates for a, r in result.agents.items()}, "run_dir": result.run_dir, "scores": {},
+           "commit": commit()}
     print(f"{result.agent_steps:,} agent steps in {wall:.0f}s; updates {row['updates']}; run {result.run_dir}")
     for vs in yardsticks:
         trained = evaluate_against(args.env, policies, vs, args.episodes, seed=4321)
@@ -91,6 +96,36 @@ def main() -> None:
     if args.json:
         with open(args.json, "a") as f:
             f.write(json.dumps(row) + "\n")
+    if args.report:
+        add_to_report(Path(args.report), row, command_of(args, "/".join(yardsticks)))
+
+
+def commit() -> str | None:
+    """The checkout this script runs in (git's short hash), which the report keeps beside each run."""
+    import subprocess
+
+    done = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=Path(__file__).parent, capture_output=True,
+                          text=True)
+    return done.stdout.strip() or None if done.returncode == 0 else None
+
+
+def command_of(args: argparse.Namespace, vs: str) -> str:
+    """The command that reproduces a report's runs, seed left as S (learner, league and copies: the recipe's unless
+    given)."""
+    parts = ["python benchmarks/default_run.py", f"--minutes {args.minutes:g}", f"--vs {vs}",
+             f"--episodes {args.episodes}", "--seed S", f"--report {args.report}"]
+    return " ".join(parts)
+
+
+def add_to_report(path: Path, row: dict, command: str) -> None:
+    """Add one run (the row --json writes) to a results-page report, made with its command if new."""
+    data = json.loads(path.read_text()) if path.exists() else {
+        "what": "The default `pzasync train` configuration trained by benchmarks/default_run.py, each seat scored "
+                "over greedy games against each yardstick, beside an untrained network of the same shape.",
+        "command": command, "runs": []}
+    data["runs"] = [run for run in data["runs"]
+                    if (run["seed"], run.get("commit")) != (row["seed"], row.get("commit"))] + [row]
+    path.write_text(json.dumps(data, indent=1) + "\n")
 
 
 if __name__ == "__main__":

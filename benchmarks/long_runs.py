@@ -42,6 +42,8 @@ def main() -> None:
     parser.add_argument("report", type=Path, help="docs/bench/suite_60min_SHORT.json; the plot goes beside it")
     parser.add_argument("--episodes", type=int, default=50)
     parser.add_argument("--seed", type=int, default=10007, help="the first episode's seed (the suite table's)")
+    parser.add_argument("--variant", default=None, help="what the results page calls the learner, where the run "
+                        "took a recipe that has changed since (default: the --learner given, else \"the recipe's\")")
     args = parser.parse_args()
     suite: dict[str, Any] = json.loads((args.suite_out / "suite.json").read_text())
     for env in suite["envs"]:
@@ -57,7 +59,10 @@ def main() -> None:
                         + (f"--learner {settings['learner']} " if settings.get("learner") else "")
                         + (f"--envs-per-actor {settings['envs_per_actor']} " if settings.get("envs_per_actor") else "")
                         + " ".join(settings["envs"])
-                        + f"; python benchmarks/long_runs.py OUT {as_given(args.report)} --episodes {args.episodes}")
+                        + f"; python benchmarks/long_runs.py OUT {as_given(args.report)} --episodes {args.episodes}"
+                        + (f" --variant {json.dumps(args.variant)}" if args.variant else ""))
+    if args.variant:
+        suite["variant"] = args.variant
     args.report.write_text(json.dumps(suite, indent=1) + "\n")
     for env in suite["envs"]:
         print(env["short"], [(run["seed"], run["agent_steps"], run["final"], run["rescored"]) for run in env["runs"]])

@@ -724,7 +724,7 @@ def battle_table() -> str:
 #: The reports of `benchmarks/env_api_rows.py`, oldest first: each holds a day's seeds of some envs, every seed
 #: trained through both paths on that day (a seed's pair is compared, seeds of different days side by side).
 ENV_API_REPORTS = ("suite_env_api_10min", "suite_env_api_10min_spread_seeds12", "suite_env_api_10min_kaz_seeds12",
-                   "suite_env_api_10min_speaker_listener")
+                   "suite_env_api_10min_speaker_listener", "suite_env_api_10min_speaker_listener_seeds12")
 
 
 def env_api_table() -> str:
@@ -784,9 +784,36 @@ def pixel_defaults_table() -> str:
         ["pixel_defaults_10min"], plots=["pixel_defaults_10min.png"])
 
 
+def default_run_table() -> str:
+    """The default run's seats against the one-ply player: the seeds transcribed from before issue 54's cleanup
+    pass, then a row per checkout of the runs measured since, paired by seed on one machine
+    (docs/bench/default_run_c4_cleanup.json, written by `benchmarks/default_run.py --report`)."""
+    before, after = report("default_run_c4"), report("default_run_c4_cleanup")
+    table = before["tables"]["seeds"]
+
+    def seat(run: dict, agent: str) -> str:
+        score = run["scores"][f"{agent} vs one_ply"]
+        low, high = score["ci95"]
+        return f"{score['win']:.1%} [{low * 100:.0f}-{high * 100:.0f}]"
+
+    rows = list(table["rows"])
+    for commit in dict.fromkeys(run["commit"] for run in after["runs"]):
+        runs = sorted((run for run in after["runs"] if run["commit"] == commit), key=lambda run: run["seed"])
+        steps = [run["agent_steps"] for run in runs]
+        updates = [max(run["updates"].values()) for run in runs]
+        rows.append([f"{after['labels'][commit]}, seeds {', '.join(str(run['seed']) for run in runs)}: "
+                     f"{min(steps) / 1e6:.2f}-{max(steps) / 1e6:.2f}M agent steps, {min(updates) / 1e3:.0f}-"
+                     f"{max(updates) / 1e3:.0f}k updates in {runs[0]['minutes']:g} minutes",
+                     "; ".join(f"{seat(run, 'player_0')} / {seat(run, 'player_1')}" for run in runs), "", ""])
+    return md_table(table["columns"], rows) + "\n\n" + footer(
+        ["default_run_c4", "default_run_c4_cleanup"], [table.get("command", before["command"]), after["command"]],
+        ["default_train_eval.png"])
+
+
 def long_runs_table() -> str:
     """Every `pzasync suite --minutes 60` report (docs/bench/suite_60min_*.json, benchmarks/long_runs.py): the
-    evaluation curve at 10 and 30 minutes, the suite's final round, and the final checkpoints scored again."""
+    evaluation curve at 10 and 30 minutes, the suite's final round, and the final checkpoints scored again. A
+    report's "variant" names a recipe that has changed since the run (long_runs.py --variant)."""
     names = sorted(path.stem for path in BENCH.glob("suite_60min_*.json"))
 
     def at(curve: list[dict], seconds: float) -> str:  # the last evaluation round begun by then
@@ -797,7 +824,8 @@ def long_runs_table() -> str:
     for name in names:
         data = report(name)
         learner, copies = data["settings"].get("learner"), data["settings"].get("envs_per_actor")
-        variant = (f"`{learner}`" if learner else "the recipe's") + (f", {copies} env copies" if copies else "")
+        variant = (data.get("variant") or (f"`{learner}`" if learner else "the recipe's")) + (
+            f", {copies} env copies" if copies else "")
         for env in data["envs"]:
             for run in env["runs"]:
                 rescored = run["rescored"]
@@ -833,17 +861,36 @@ def cleanup_table() -> str:
                  ratio(learner["updates_per_s"]["now"], learner["updates_per_s"]["before"]),
                  ratio(learner["updates_per_s"]["now"], learner["updates_per_s"]["plain"])])
     return md_table(["connect_four, player_1 random", *(label for _, label in CLEANUP_RUNS), "now / before",
-                     "by hand / plain"], rows) + "\n\n" + footer(
-        [f"cleanup_c4_{key}" for key, _ in CLEANUP_RUNS] + ["cleanup_learner", "hot_paths", "actor_and_learners_c4"],
+                     "by hand / plain"], rows) + "\n\n" + fused_adam_table() + "\n\n" + footer(
+        [f"cleanup_c4_{key}" for key, _ in CLEANUP_RUNS] + ["cleanup_learner", "hot_paths", "actor_and_learners_c4",
+                                                           "fused_adam_c4"],
         [runs["now"]["command"] + " (before: in the 8a06eed checkout; plain: `--learner dqn,by_hand=False`)",
-         learner["command"]],
+         learner["command"], report("fused_adam_c4")["command"]],
         plots=["hot_paths_ab_2026-11-27.txt", "acting_ab_2026-11-27.txt", "time_to_target_acting_2026-11-27.jsonl"])
+
+
+def fused_adam_table() -> str:
+    """DQN's `fused_adam` against torch's loop, paired on one machine (docs/bench/fused_adam_c4.json,
+    benchmarks/fused_adam.py): the learner's updates/s, and whole bench runs round by round."""
+    data = report("fused_adam_c4")
+    learner, bench = data["learner"], data["bench_agent_steps_per_s"]
+    rounds = learner["fused_over_loop_per_round"]
+    rows = [[f"learner updates/s, one thread ({len(rounds)} paired rounds, fused / loop per round: "
+             f"{', '.join(f'{r:.2f}' for r in rounds)})", num(learner["updates_per_s"]["loop"], 0),
+             num(learner["updates_per_s"]["fused"], 0), f"{learner['fused_over_loop']:.2f}"]]
+    for config, label in (("sequential", "sequential runner, agent-steps/s"),
+                          ("async_double_buffer", "async runner (double buffer), agent-steps/s")):
+        loop, fused = bench["loop"][config], bench["fused"][config]
+        rows.append([f"{label} (each round)", "; ".join(num(x, 0) for x in loop), "; ".join(num(x, 0) for x in fused),
+                     "; ".join(ratio(f, x) for f, x in zip(fused, loop))])
+    return md_table(["DQN's Adam, connect_four, one machine", "`fused_adam=False` (default: torch's loop)",
+                     "`fused_adam=True`", "fused / loop"], rows)
 
 
 # ---------------------------------------------------------------------------------------------- the registry
 TABLES: dict[str, Callable[[], str]] = {
     "suite": suite_table,
-    "default_run": lambda: transcribed("default_run_c4", "seeds", ["default_train_eval.png"]),
+    "default_run": default_run_table,
     "c4_yardstick": yardstick_table,
     "candidates": candidates,
     "recipe_connect_four": lambda: transcribed("recipe_choices_c4", "choices", also=["dqn_values", "runtime_costs"]),

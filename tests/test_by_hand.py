@@ -109,3 +109,28 @@ def test_updates_by_hand_equal_updates_through_autograd(options, weights, discou
     for net in ("q", "target"):
         for (name, a), b in zip(getattr(learners[0], net).named_parameters(), getattr(learners[1], net).parameters()):
             torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5, msg=f"{net}.{name}")
+
+
+def test_the_fused_adam_step_equals_torchs_loop_and_their_checkpoints_resume_in_each_other():
+    """fused_adam=True (torch.optim.Adam(fused=True)) against False (torch's loop over the parameters): learners
+    built alike take the same batches and stay equal to float rounding; a checkpoint of one resumes in the other."""
+    lay = layout(BOARD, 7)
+
+    def learner(fused: bool) -> DQNLearner:
+        return DQNLearner(LearnerContext("a", lay, {"fused_adam": fused, "target_update_interval": 3}, seed=4))
+
+    fused, plain = learner(True), learner(False)
+    assert fused.optimizer.defaults["fused"] and not plain.optimizer.defaults["fused"]
+    for step in range(12):
+        batch = batch_of(lay, 32, step, False, False)
+        a, b = fused.update(batch), plain.update(batch)
+        assert a["loss"] == pytest.approx(b["loss"], rel=1e-4, abs=1e-5), step
+    for (name, x), y in zip(fused.q.named_parameters(), plain.q.parameters()):
+        torch.testing.assert_close(x, y, rtol=1e-4, atol=1e-5, msg=name)
+        assert not torch.equal(x, learner(True).q.state_dict()[name]), f"{name} never moved"
+    for source, target in ((fused, learner(False)), (plain, learner(True))):
+        target.load_state_dict(source.state_dict())
+        batch = batch_of(lay, 32, 99, False, False)
+        assert target.update(batch)["loss"] == pytest.approx(source.update(batch)["loss"], rel=1e-4, abs=1e-5)
+        for x, y in zip(target.q.parameters(), source.q.parameters()):
+            torch.testing.assert_close(x, y, rtol=1e-4, atol=1e-5)

@@ -310,6 +310,9 @@ class DQNOptions(LearnerOptions):
     by_hand: bool = option(True, "On the CPU, compute the default network's forward and backward by hand "
                                  "(learners/by_hand.py: the same values, faster); False: through the modules and "
                                  "autograd.", Option(bool))
+    fused_adam: bool = option(False, "Adam's fused step on the CPU or a GPU (torch.optim.Adam(fused=True): the same "
+                                     "step to float rounding, often faster); False: torch's loop over the parameters.",
+                              Option(bool))
 
     def check_together(self, agent: str, learner: str) -> None:
         if self.prioritized and self.n_step != 1:
@@ -332,7 +335,8 @@ class DQNLearner(Learner):
         self.q = self.build_policy(ctx.layout, self.config).to(self.device)
         self.target = copy.deepcopy(self.q)
         self.target.requires_grad_(False)
-        self.optimizer = torch.optim.Adam(self.q.parameters(), lr=self.config.lr)
+        self.optimizer = torch.optim.Adam(self.q.parameters(), lr=self.config.lr,
+                                          fused=self.config.fused_adam and self.device.type in ("cpu", "cuda"))
         self.updates = 0
         #: The online and target networks by hand (learners/by_hand.py), where `update` takes its fast path.
         self.by_hand = self._by_hand_nets()
