@@ -801,7 +801,8 @@ def default_run_table() -> str:
         runs = sorted((run for run in after["runs"] if run["commit"] == commit), key=lambda run: run["seed"])
         steps = [run["agent_steps"] for run in runs]
         updates = [max(run["updates"].values()) for run in runs]
-        rows.append([f"{after['labels'][commit]}, seeds {', '.join(str(run['seed']) for run in runs)}: "
+        label = after.get("labels", {}).get(commit, f"at {commit}")  # "labels": how the page names a checkout
+        rows.append([f"{label}, seeds {', '.join(str(run['seed']) for run in runs)}: "
                      f"{min(steps) / 1e6:.2f}-{max(steps) / 1e6:.2f}M agent steps, {min(updates) / 1e3:.0f}-"
                      f"{max(updates) / 1e3:.0f}k updates in {runs[0]['minutes']:g} minutes",
                      "; ".join(f"{seat(run, 'player_0')} / {seat(run, 'player_1')}" for run in runs), "", ""])
