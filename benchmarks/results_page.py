@@ -724,7 +724,8 @@ def battle_table() -> str:
 #: The reports of `benchmarks/env_api_rows.py`, oldest first: each holds a day's seeds of some envs, every seed
 #: trained through both paths on that day (a seed's pair is compared, seeds of different days side by side).
 ENV_API_REPORTS = ("suite_env_api_10min", "suite_env_api_10min_spread_seeds12", "suite_env_api_10min_kaz_seeds12",
-                   "suite_env_api_10min_speaker_listener", "suite_env_api_10min_speaker_listener_seeds12")
+                   "suite_env_api_10min_speaker_listener", "suite_env_api_10min_speaker_listener_seeds12",
+                   "suite_env_api_10min_multiwalker")
 
 
 def env_api_table() -> str:
