@@ -106,7 +106,9 @@ def commit() -> str | None:
 
     done = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=Path(__file__).parent, capture_output=True,
                           text=True)
-    return done.stdout.strip() or None if done.returncode == 0 else None
+    if done.returncode != 0:
+        return None
+    return done.stdout.strip() or None
 
 
 def command_of(args: argparse.Namespace, vs: str) -> str:

@@ -14,6 +14,7 @@ import argparse
 import json
 import statistics
 import subprocess
+import sys
 from pathlib import Path
 
 LEARNER = "dqn,gamma=0.9,epsilon_end=0.2,mirror=True"
@@ -35,7 +36,7 @@ def measure(out: Path, rounds: int, learner_rounds: int) -> None:
     """Run the paired learner rounds, then `rounds` rounds of the bench, the loop first in each."""
     out.mkdir(parents=True, exist_ok=True)
     with learner_file(out).open("w") as f:
-        subprocess.run(["taskset", "-c", "1", "python", "benchmarks/learner_updates.py", "--paired", ".", ".",
+        subprocess.run(["taskset", "-c", "1", sys.executable, "benchmarks/learner_updates.py", "--paired", ".", ".",
                         "--learner-b", f"{LEARNER},fused_adam=True", "--updates", "300", "--rounds",
                         str(learner_rounds)], stdout=f, check=True, cwd=Path(__file__).parents[1])
     for round_ in range(1, rounds + 1):
