@@ -725,7 +725,9 @@ def battle_table() -> str:
 #: trained through both paths on that day (a seed's pair is compared, seeds of different days side by side).
 ENV_API_REPORTS = ("suite_env_api_10min", "suite_env_api_10min_spread_seeds12", "suite_env_api_10min_kaz_seeds12",
                    "suite_env_api_10min_speaker_listener", "suite_env_api_10min_speaker_listener_seeds12",
-                   "suite_env_api_10min_multiwalker", "suite_env_api_10min_multiwalker_seeds12")
+                   "suite_env_api_10min_multiwalker", "suite_env_api_10min_multiwalker_seeds12",
+                   "suite_env_api_10min_pistonball_seed0", "suite_env_api_10min_pistonball_seed1",
+                   "suite_env_api_10min_pistonball_seed2")
 
 
 def env_api_table() -> str:
