@@ -5,8 +5,12 @@ one report (docs/bench/pixel_defaults_10min.json) and one plot.
 
     python benchmarks/pixel_defaults.py OUT docs/bench/pixel_defaults_10min.json --seeds 0,1,2
     python benchmarks/pixel_defaults.py OUT docs/bench/pixel_defaults_10min.json --collect-only   # runs in OUT
+    python benchmarks/pixel_defaults.py OUT docs/bench/kaz_vector_at_image_steps.json --configs kaz_vector \
+        --steps 138000 --final-episodes 50 --seeds 0,1,2   # the yardstick: vector observations, as many samples
 
-A configuration passes where the trained team's 95% interval lies above both baselines' intervals.
+A configuration passes where the trained team's 95% interval lies above both baselines' intervals. The yardstick
+configuration (`kaz_vector`, not run unless named) trains knights_archers_zombies on its vector observations for
+as many agent steps as its image configuration takes in 10 minutes: whether that many samples could be enough.
 """
 
 from __future__ import annotations
@@ -26,12 +30,20 @@ CONFIGS: tuple[tuple[str, str, dict[str, str]], ...] = (
     ("cooperative_pong", "pettingzoo.butterfly.cooperative_pong_v6", {}),
     ("kaz_image", "pettingzoo.butterfly.knights_archers_zombies_v11", {"obs_method": "image"}),
 )
+#: Configurations run only when --configs names them: yardsticks for the ones above (module docstring).
+YARDSTICKS: tuple[tuple[str, str, dict[str, str]], ...] = (
+    ("kaz_vector", "pettingzoo.butterfly.knights_archers_zombies_v11", {}),
+)
 
 
-def train(out: Path, key: str, env: str, env_args: dict[str, str], seed: int, minutes: float) -> None:
-    """One bare `pzasync train` into OUT/KEY-sSEED/."""
-    command = ["pzasync", "train", env, "--minutes", str(minutes), "--seed", str(seed), "--no-progress",
+def train(out: Path, key: str, env: str, env_args: dict[str, str], seed: int, minutes: float,
+          steps: int | None = None, final_episodes: int | None = None) -> None:
+    """One bare `pzasync train` into OUT/KEY-sSEED/: for `minutes`, or `steps` agent steps where given."""
+    budget = ["--steps", str(steps)] if steps else ["--minutes", str(minutes)]
+    command = ["pzasync", "train", env, *budget, "--seed", str(seed), "--no-progress",
                "--out-dir", str(out / f"{key}-s{seed}")]
+    if final_episodes:
+        command += ["--final-episodes", str(final_episodes)]
     for name, value in env_args.items():
         command += ["--env-arg", f"{name}={value}"]
     print(" ".join(command), flush=True)
@@ -58,24 +70,24 @@ def passes(final: dict[str, dict[str, float]]) -> bool:
     return all(low > final[b]["mean"] + final[b]["ci95"] for b in ("untrained", "random"))
 
 
-def collect(out: Path) -> dict[str, Any]:
-    """Every configuration's runs under OUT (OUT/KEY-sSEED/RUN/)."""
+def collect(out: Path, command: str) -> dict[str, Any]:
+    """Every configuration's runs under OUT (OUT/KEY-sSEED/RUN/); `command` reruns the report."""
     configs = []
-    for key, env, env_args in CONFIGS:
+    for key, env, env_args in CONFIGS + YARDSTICKS:
         runs = [run_figures(run) for run in sorted(out.glob(f"{key}-s*/*/"))
                 if (run / "final_evaluation.json").exists()]
         for run in runs:
             run["passes"] = passes(run["final"])
         if runs:
             configs.append({"key": key, "env": env, "env_args": env_args, "runs": runs})
-    return {"what": "a bare `pzasync train ENV --minutes 10` (the defaults chosen from the spaces: learner, groups, "
+    return {"what": "a bare `pzasync train ENV` (the defaults chosen from the spaces: learner, groups, "
                     "frame preprocessing) on pixel env configurations without a recipe for them; each run's own final "
                     "evaluation, greedy, trained beside its untrained network and random play over the same episodes",
-            "command": "python benchmarks/pixel_defaults.py OUT docs/bench/pixel_defaults_10min.json --seeds 0,1,2",
+            "command": command,
             "configs": configs}
 
 
-def plot(report: dict[str, Any], path: Path) -> None:
+def plot(report: dict[str, Any], path: Path, budget: str) -> None:
     """Each configuration's evaluation curves (one line a seed) with the untrained and random baselines."""
     import matplotlib
 
@@ -94,7 +106,7 @@ def plot(report: dict[str, Any], path: Path) -> None:
         for name, style in (("untrained", ":"), ("random", "--")):
             mean = sum(r["final"][name]["mean"] for r in config["runs"]) / len(config["runs"])
             ax.axhline(mean, color="grey", linestyle=style, label=f"{name} (mean over runs)")
-        ax.set_title(f"{config['key']}: bare pzasync train, 10 min")
+        ax.set_title(f"{config['key']}: bare pzasync train, {budget}")
         ax.set_xlabel("agent steps")
         ax.set_ylabel(f"{config['runs'][0]['scoring']} return (greedy)")
         ax.legend(fontsize=8)
@@ -108,21 +120,31 @@ def main() -> None:
     parser.add_argument("report", type=Path, help="the JSON report; its plot beside it (.png)")
     parser.add_argument("--seeds", default="0,1,2")
     parser.add_argument("--minutes", type=float, default=10.0)
-    parser.add_argument("--configs", default=",".join(key for key, _, _ in CONFIGS))
+    parser.add_argument("--configs", default=",".join(key for key, _, _ in CONFIGS),
+                        help=f"of {[key for key, _, _ in CONFIGS + YARDSTICKS]}")
+    parser.add_argument("--steps", type=int, default=None, help="agent steps a run, instead of --minutes")
+    parser.add_argument("--final-episodes", type=int, default=None, help="the final evaluation's episodes "
+                        "(default: pzasync train's, bounded by a quarter of the run)")
     parser.add_argument("--collect-only", action="store_true", help="gather the runs already in OUT")
     args = parser.parse_args()
     chosen = args.configs.split(",")
-    unknown = set(chosen) - {key for key, _, _ in CONFIGS}
+    known = [key for key, _, _ in CONFIGS + YARDSTICKS]
+    unknown = set(chosen) - set(known)
     if unknown:
-        sys.exit(f"--configs: unknown {sorted(unknown)}; known: {[key for key, _, _ in CONFIGS]}")
+        sys.exit(f"--configs: unknown {sorted(unknown)}; known: {known}")
     if not args.collect_only:
-        for key, env, env_args in CONFIGS:
+        for key, env, env_args in CONFIGS + YARDSTICKS:
             if key in chosen:
                 for seed in (int(s) for s in args.seeds.split(",")):
-                    train(args.out, key, env, env_args, seed, args.minutes)
-    report = collect(args.out)
+                    train(args.out, key, env, env_args, seed, args.minutes, args.steps, args.final_episodes)
+    budget = f"{args.steps:,} agent steps" if args.steps else f"{args.minutes:g} min"
+    options = [f"--configs {args.configs}", f"--seeds {args.seeds}"]
+    options += [f"--steps {args.steps}"] if args.steps else [f"--minutes {args.minutes:g}"] * (args.minutes != 10)
+    options += [f"--final-episodes {args.final_episodes}"] if args.final_episodes else []
+    report = collect(args.out, f"python benchmarks/pixel_defaults.py OUT {args.report} {' '.join(options)}")
+    report["budget"] = budget
     args.report.write_text(json.dumps(report, indent=1) + "\n")
-    plot(report, args.report.with_suffix(".png"))
+    plot(report, args.report.with_suffix(".png"), budget)
     for config in report["configs"]:
         print(config["key"], [(r["seed"], round(r["final"]["trained"]["mean"], 2), r["passes"])
                               for r in config["runs"]])

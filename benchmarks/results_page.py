@@ -727,7 +727,7 @@ ENV_API_REPORTS = ("suite_env_api_10min", "suite_env_api_10min_spread_seeds12", 
                    "suite_env_api_10min_speaker_listener", "suite_env_api_10min_speaker_listener_seeds12",
                    "suite_env_api_10min_multiwalker", "suite_env_api_10min_multiwalker_seeds12",
                    "suite_env_api_10min_pistonball_seed0", "suite_env_api_10min_pistonball_seed1",
-                   "suite_env_api_10min_pistonball_seed2")
+                   "suite_env_api_10min_pistonball_seed2", "suite_env_api_10min_pursuit_seeds12")
 
 
 def env_api_table() -> str:
@@ -763,28 +763,41 @@ def env_api_table() -> str:
         list(ENV_API_REPORTS), [report(name)["command"] for name in ENV_API_REPORTS])
 
 
+#: Yardsticks beside the pixel configurations: the same env on its vector observations for as many agent steps
+#: as its image configuration took in 10 minutes (benchmarks/pixel_defaults.py --configs kaz_vector --steps N).
+PIXEL_YARDSTICKS: tuple[str, ...] = ()
+
+
 def pixel_defaults_table() -> str:
     """A bare `pzasync train` on pixel env configurations without a recipe for them: each run's final evaluation,
-    trained beside its untrained network and random play (docs/bench/pixel_defaults_10min.json)."""
-    data = report("pixel_defaults_10min")
-
-    def each(runs: list[dict], key: str) -> str:  # one figure a seed, in seed order
-        return "; ".join(f"{num(run['final'][key]['mean'], 1)} ± {num(run['final'][key]['ci95'], 1)}" for run in runs)
-
+    trained beside its untrained network and random play (docs/bench/pixel_defaults_10min.json); then the
+    yardsticks (`PIXEL_YARDSTICKS`), labelled with their budget."""
+    names = ["pixel_defaults_10min", *PIXEL_YARDSTICKS]
     rows = []
-    for config in data["configs"]:
-        args = ", ".join(f"{k}={v}" for k, v in config["env_args"].items())
-        runs = config["runs"]
-        rows.append([config["env"].rsplit(".", 1)[-1] + (f" ({args})" if args else ""),
-                     ", ".join(sorted({learner for run in runs for learner in run["learners"]})),
-                     ", ".join(str(run["seed"]) for run in runs),
-                     ", ".join(f"{run['agent_steps'] / 1e3:.0f}k" for run in runs),
-                     ", ".join(str(run["final_episodes"]) for run in runs),
-                     each(runs, "trained"), each(runs, "untrained"), each(runs, "random"),
-                     f"{sum(run['passes'] for run in runs)} of {len(runs)}"])
+    for name in names:
+        data = report(name)
+        for config in data["configs"]:
+            args = ", ".join(f"{k}={v}" for k, v in config["env_args"].items())
+            label = (f" (vector observations, {data['budget']}: a yardstick)" if name in PIXEL_YARDSTICKS
+                     else f" ({args})" if args else "")
+            rows.append(pixel_row(config["env"].rsplit(".", 1)[-1] + label, config["runs"]))
     return md_table(["env (no recipe for its frames)", "learner", "seeds", "agent steps", "episodes",
                      "trained", "untrained", "random", "apart from both"], rows) + "\n\n" + footer(
-        ["pixel_defaults_10min"], plots=["pixel_defaults_10min.png"])
+        names, [report(name)["command"] for name in names], plots=[f"{name}.png" for name in names])
+
+
+def pixel_row(label: str, runs: list[dict]) -> list[str]:
+    """One row of `pixel_defaults_table`: a configuration's runs, one figure a seed, in seed order."""
+
+    def each(key: str) -> str:
+        return "; ".join(f"{num(run['final'][key]['mean'], 1)} ± {num(run['final'][key]['ci95'], 1)}" for run in runs)
+
+    return [label, ", ".join(sorted({learner for run in runs for learner in run["learners"]})),
+            ", ".join(str(run["seed"]) for run in runs),
+            ", ".join(f"{run['agent_steps'] / 1e3:.0f}k" for run in runs),
+            ", ".join(str(run["final_episodes"]) for run in runs),
+            each("trained"), each("untrained"), each("random"),
+            f"{sum(run['passes'] for run in runs)} of {len(runs)}"]
 
 
 def default_run_table() -> str:
