@@ -765,7 +765,7 @@ def env_api_table() -> str:
 
 #: Yardsticks beside the pixel configurations: the same env on its vector observations for as many agent steps
 #: as its image configuration took in 10 minutes (benchmarks/pixel_defaults.py --configs kaz_vector --steps N).
-PIXEL_YARDSTICKS: tuple[str, ...] = ()
+PIXEL_YARDSTICKS = ("kaz_vector_at_image_steps",)
 
 
 def pixel_defaults_table() -> str:
