@@ -1,0 +1,80 @@
+"""A whole run's agent-steps/s in two checkouts, paired: `pzasync train ENV` for the same minutes and seed in
+checkout A, then in checkout B (each side's code from PYTHONPATH=<checkout>), the sides alternating in order from
+round to round, one run at a time. The figure is the run's own (result.json: agent steps over acting seconds,
+evaluation while training included); the final evaluation is skipped.
+
+    python benchmarks/paired_train.py BASE . --env pettingzoo.butterfly.pistonball_v6 --minutes 2 --rounds 2 \\
+        --json docs/bench/observed_once_pistonball.json [--train-arg=--env-arg --train-arg=obs_method=image]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+
+#: `pzasync` (the console script) run by this interpreter, importing the package from PYTHONPATH.
+CLI = "import sys; from pzasync.cli import main; sys.argv[0] = 'pzasync'; sys.exit(main())"
+
+
+def train(checkout: Path, env: str, minutes: float, seed: int, extra: list[str], out: Path) -> dict[str, Any]:
+    """One `pzasync train` with `checkout`'s code; its result.json's figures."""
+    command = [sys.executable, "-c", CLI, "train", env, "--minutes", str(minutes), "--seed", str(seed),
+               "--final-episodes", "0", "--no-progress", "--out-dir", str(out), *extra]
+    environ = {**os.environ, "PYTHONPATH": str(checkout.resolve())}
+    subprocess.run(command, check=True, env=environ, stdout=subprocess.DEVNULL)
+    (result,) = out.glob("*/result.json")
+    data = json.loads(result.read_text())
+    return {"agent_steps": data["agent_steps"], "acting_seconds": round(data["acting_seconds"], 2),
+            "agent_steps_per_s": round(data["agent_steps"] / data["acting_seconds"], 1),
+            "env_api": data["config"].get("env_api")}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("a", type=Path, help="checkout A (the reference)")
+    parser.add_argument("b", type=Path, help="checkout B")
+    parser.add_argument("--env", required=True)
+    parser.add_argument("--minutes", type=float, default=2.0)
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--train-arg", action="append", default=[], help="passed to pzasync train (repeat)")
+    parser.add_argument("--label-a", default="A")
+    parser.add_argument("--label-b", default="B")
+    parser.add_argument("--json", type=Path, default=None)
+    args = parser.parse_args()
+    if not (args.a / "pzasync").is_dir() or not (args.b / "pzasync").is_dir():
+        sys.exit("A and B must be checkouts of pzasync (each with a pzasync/ package)")
+    runs: list[dict[str, Any]] = []
+    with tempfile.TemporaryDirectory(prefix="paired_train_") as tmp:
+        for round_index in range(args.rounds):
+            sides = [("a", args.a), ("b", args.b)]
+            for side, checkout in sides if round_index % 2 == 0 else sides[::-1]:
+                out = Path(tmp) / f"{side}{round_index}"
+                figures = train(checkout, args.env, args.minutes, args.seed + round_index, args.train_arg, out)
+                runs.append({"round": round_index, "side": side, **figures})
+                print(json.dumps(runs[-1]), flush=True)
+    median = {side: statistics.median(r["agent_steps_per_s"] for r in runs if r["side"] == side) for side in "ab"}
+    pairs = [next(r for r in runs if r["round"] == i and r["side"] == "b")["agent_steps_per_s"]
+             / next(r for r in runs if r["round"] == i and r["side"] == "a")["agent_steps_per_s"]
+             for i in range(args.rounds)]
+    report = {"what": "a whole run's agent-steps/s, pzasync train in two checkouts, paired by round and seed",
+              "command": "python benchmarks/paired_train.py A B --env " + args.env + f" --minutes {args.minutes:g}"
+                         f" --rounds {args.rounds}" + "".join(f" --train-arg={a}" for a in args.train_arg),
+              "env": args.env, "minutes": args.minutes, "labels": {"a": args.label_a, "b": args.label_b},
+              "runs": runs, "median_agent_steps_per_s": median, "b_over_a_each_round": [round(p, 3) for p in pairs],
+              "b_over_a_median": round(statistics.median(pairs), 3)}
+    print(json.dumps({k: report[k] for k in ("median_agent_steps_per_s", "b_over_a_each_round")}))
+    if args.json:
+        args.json.write_text(json.dumps(report, indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    main()
