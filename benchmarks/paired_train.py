@@ -19,7 +19,6 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-
 #: `pzasync` (the console script) run by this interpreter, importing the package from PYTHONPATH.
 CLI = "import sys; from pzasync.cli import main; sys.argv[0] = 'pzasync'; sys.exit(main())"
 
