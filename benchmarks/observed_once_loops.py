@@ -86,7 +86,7 @@ def agent_steps_per_s(env: Any, seconds: float, seed: int = 0) -> float:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--seconds", type=float, default=3.0)
+    parser.add_argument("--seconds", type=float, default=2.0)
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--json", default=None)
     args = parser.parse_args()
@@ -105,7 +105,7 @@ def main() -> None:
         print(json.dumps(rows[-1]), flush=True)
     if args.json:
         report = {"what": "the env's parallel loop alone, random actions, one process: PettingZoo's aec_to_parallel "
-                          "against pzasync's observed once, alternating",
+                          "against the same conversion observing each agent once a cycle, alternating",
                   "command": f"python benchmarks/observed_once_loops.py --seconds {args.seconds:g} "
                              f"--rounds {args.rounds} --json {args.json}",
                   "rows": rows}

@@ -3,8 +3,10 @@ checkout A, then in checkout B (each side's code from PYTHONPATH=<checkout>), th
 round to round, one run at a time. The figure is the run's own (result.json: agent steps over acting seconds,
 evaluation while training included); the final evaluation is skipped.
 
-    python benchmarks/paired_train.py BASE . --env pettingzoo.butterfly.pistonball_v6 --minutes 2 --rounds 2 \\
-        --json docs/bench/observed_once_pistonball.json [--train-arg=--env-arg --train-arg=obs_method=image]
+    python benchmarks/paired_train.py BEFORE AFTER --env pettingzoo.butterfly.pistonball_v6 --minutes 1 --rounds 2 \\
+        --json docs/bench/observed_once_train_pistonball.json [--train-arg=--env-arg --train-arg=obs_method=image]
+
+BEFORE and AFTER are checkouts (`git worktree add DIR COMMIT`).
 """
 
 from __future__ import annotations
@@ -65,8 +67,10 @@ def main() -> None:
              / next(r for r in runs if r["round"] == i and r["side"] == "a")["agent_steps_per_s"]
              for i in range(args.rounds)]
     report = {"what": "a whole run's agent-steps/s, pzasync train in two checkouts, paired by round and seed",
-              "command": "python benchmarks/paired_train.py A B --env " + args.env + f" --minutes {args.minutes:g}"
-                         f" --rounds {args.rounds}" + "".join(f" --train-arg={a}" for a in args.train_arg),
+              "command": "python benchmarks/paired_train.py BEFORE AFTER --env " + args.env
+                         + f" --minutes {args.minutes:g} --rounds {args.rounds}"
+                         + "".join(f" --train-arg={a}" for a in args.train_arg)
+                         + (f" --json {args.json}" if args.json else ""),
               "env": args.env, "minutes": args.minutes, "labels": {"a": args.label_a, "b": args.label_b},
               "runs": runs, "median_agent_steps_per_s": median, "b_over_a_each_round": [round(p, 3) for p in pairs],
               "b_over_a_median": round(statistics.median(pairs), 3)}
