@@ -34,6 +34,8 @@ CONFIGS: tuple[tuple[str, str, dict[str, str]], ...] = (
 YARDSTICKS: tuple[tuple[str, str, dict[str, str]], ...] = (
     ("kaz_vector", "pettingzoo.butterfly.knights_archers_zombies_v11", {}),
 )
+#: Every configuration --configs may name.
+ALL_CONFIGS = CONFIGS + YARDSTICKS
 
 
 def train(out: Path, key: str, env: str, env_args: dict[str, str], seed: int, minutes: float,
@@ -73,7 +75,7 @@ def passes(final: dict[str, dict[str, float]]) -> bool:
 def collect(out: Path, command: str) -> dict[str, Any]:
     """Every configuration's runs under OUT (OUT/KEY-sSEED/RUN/); `command` reruns the report."""
     configs = []
-    for key, env, env_args in CONFIGS + YARDSTICKS:
+    for key, env, env_args in ALL_CONFIGS:
         runs = [run_figures(run) for run in sorted(out.glob(f"{key}-s*/*/"))
                 if (run / "final_evaluation.json").exists()]
         for run in runs:
@@ -121,25 +123,28 @@ def main() -> None:
     parser.add_argument("--seeds", default="0,1,2")
     parser.add_argument("--minutes", type=float, default=10.0)
     parser.add_argument("--configs", default=",".join(key for key, _, _ in CONFIGS),
-                        help=f"of {[key for key, _, _ in CONFIGS + YARDSTICKS]}")
+                        help=f"of {[key for key, _, _ in ALL_CONFIGS]}")
     parser.add_argument("--steps", type=int, default=None, help="agent steps a run, instead of --minutes")
     parser.add_argument("--final-episodes", type=int, default=None, help="the final evaluation's episodes "
                         "(default: pzasync train's, bounded by a quarter of the run)")
     parser.add_argument("--collect-only", action="store_true", help="gather the runs already in OUT")
     args = parser.parse_args()
     chosen = args.configs.split(",")
-    known = [key for key, _, _ in CONFIGS + YARDSTICKS]
+    known = [key for key, _, _ in ALL_CONFIGS]
     unknown = set(chosen) - set(known)
     if unknown:
         sys.exit(f"--configs: unknown {sorted(unknown)}; known: {known}")
     if not args.collect_only:
-        for key, env, env_args in CONFIGS + YARDSTICKS:
+        for key, env, env_args in ALL_CONFIGS:
             if key in chosen:
                 for seed in (int(s) for s in args.seeds.split(",")):
                     train(args.out, key, env, env_args, seed, args.minutes, args.steps, args.final_episodes)
     budget = f"{args.steps:,} agent steps" if args.steps else f"{args.minutes:g} min"
     options = [f"--configs {args.configs}", f"--seeds {args.seeds}"]
-    options += [f"--steps {args.steps}"] if args.steps else [f"--minutes {args.minutes:g}"] * (args.minutes != 10)
+    if args.steps:
+        options.append(f"--steps {args.steps}")
+    elif args.minutes != 10:
+        options.append(f"--minutes {args.minutes:g}")
     options += [f"--final-episodes {args.final_episodes}"] if args.final_episodes else []
     report = collect(args.out, f"python benchmarks/pixel_defaults.py OUT {args.report} {' '.join(options)}")
     report["budget"] = budget
