@@ -12,7 +12,7 @@ import pytest
 from click.testing import CliRunner
 
 import pzasync
-from pzasync.bench.suite import SuiteSettings, curve_of, over_seeds, score_bounds, suite_run, team_returns
+from pzasync.bench.suite import SuiteSettings, curve_of, over_seeds, plot_title, score_bounds, suite_run, team_returns
 from pzasync.cli import main, train_choices
 from pzasync.config import RunConfig
 from pzasync.core.environments import EnvSpec
@@ -175,6 +175,16 @@ def test_a_suite_learner_replaces_each_recipes_learner_and_keeps_the_rest_of_it(
     assert recipe.learners[0] == "mappo" and replaced.learners == ("ppo", {"lr": 0.001})
     assert replaced.config == recipe.config and replaced.config["agent_groups"] == {"team": ["agent_*"]}
     assert replaced.env.wrappers == recipe.env.wrappers and replaced.env.kwargs == recipe.env.kwargs
+
+
+def test_the_plot_title_shows_a_long_learner_spec_whole_on_short_lines():
+    """matplotlib does not wrap a title: a long `--learner` spec breaks after its commas, and none of it is lost."""
+    entry = {"short": "simple_spread_v3", "recipe": {"learner": "mappo"}}
+    spec = "mappo,batch_size=4096,minibatch_size=256,epochs=10,lr_schedule=linear"
+    title = plot_title(entry, spec, envs_per_actor=8)
+    assert len(title.splitlines()) == 2 and all(len(line) <= 70 for line in title.splitlines())
+    assert title.replace("\n", " ").replace(", ", ",") == f"simple_spread_v3: {spec},8 env copies"
+    assert plot_title(entry) == "simple_spread_v3: mappo"
 
 
 def test_suite_env_copies_replace_each_recipes_and_keep_the_rest_of_it():

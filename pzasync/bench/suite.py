@@ -434,6 +434,19 @@ def write_report(report: dict[str, Any], out: Path) -> str:
     return str(path)
 
 
+def plot_title(entry: dict[str, Any], learner: str | None = None, envs_per_actor: int | None = None,
+               width: int = 70) -> str:
+    """The env plot's title: the env, its learner spec (the recipe's, or the suite's `--learner`) and the env
+    copies the suite set, on lines of at most `width` characters (a long spec breaks after its commas), so that
+    matplotlib, which does not wrap, shows all of it."""
+    import textwrap
+
+    spec = (learner or entry["recipe"]["learner"]).replace(",", ", ")
+    copies = f", {envs_per_actor} env copies" if envs_per_actor is not None else ""
+    return textwrap.fill(f"{entry['short']}: {spec}{copies}", width=width, break_long_words=False,
+                         break_on_hyphens=False)
+
+
 def plot_env(entry: dict[str, Any], path: str, seconds: float | None = None, learner: str | None = None,
              envs_per_actor: int | None = None) -> str | None:
     """One env's PNG: the evaluator's score against wall seconds (0 to the budget, `seconds`) for every seed, with
@@ -464,8 +477,7 @@ def plot_env(entry: dict[str, Any], path: str, seconds: float | None = None, lea
             ax.axhspan(*base["ci95"], color="grey" if name == "random" else "black", alpha=0.08)
     ax.set_xlabel("wall-clock seconds")
     ax.set_ylabel(score_label(entry))
-    copies = f", {envs_per_actor} env copies" if envs_per_actor is not None else ""
-    ax.set_title(f"{entry['short']}: {learner or entry['recipe']['learner']}{copies}", fontsize="medium")
+    ax.set_title(plot_title(entry, learner, envs_per_actor), fontsize="medium")
     if entry["metric"] == "win_rate":
         ax.set_ylim(-0.02, 1.02)
     if exact is not None:  # leduc: exact exploitability instead of the training returns
