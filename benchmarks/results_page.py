@@ -721,13 +721,15 @@ def battle_table() -> str:
         ["battle_run", "parallel_battle"], [run["command"], report("parallel_battle")["command"]])
 
 
-#: The reports of `benchmarks/env_api_rows.py`, oldest first: each holds a day's seeds of some envs, every seed
-#: trained through both paths on that day (a seed's pair is compared, seeds of different days side by side).
+#: The reports of `benchmarks/env_api_rows.py` (and, for an env the suite does not hold, of
+#: `benchmarks/env_api_train_rows.py`), oldest first: each holds a day's seeds of some envs, every seed trained through
+#: both paths on that day (a seed's pair is compared, seeds of different days side by side).
 ENV_API_REPORTS = ("suite_env_api_10min", "suite_env_api_10min_spread_seeds12", "suite_env_api_10min_kaz_seeds12",
                    "suite_env_api_10min_speaker_listener", "suite_env_api_10min_speaker_listener_seeds12",
                    "suite_env_api_10min_multiwalker", "suite_env_api_10min_multiwalker_seeds12",
                    "suite_env_api_10min_pistonball_seed0", "suite_env_api_10min_pistonball_seed1",
-                   "suite_env_api_10min_pistonball_seed2", "suite_env_api_10min_pursuit_seeds12")
+                   "suite_env_api_10min_pistonball_seed2", "suite_env_api_10min_pursuit_seeds12",
+                   "battle_env_api_10min")
 
 
 def env_api_table() -> str:
@@ -760,7 +762,8 @@ def env_api_table() -> str:
     return md_table(["env", "score", "seeds", "random", "untrained", "AEC path, each seed (agent steps)",
                      "parallel path, each seed (agent steps)", "parallel - AEC, mean over seeds",
                      "agent steps, parallel / AEC"], rows) + "\n\n" + footer(
-        list(ENV_API_REPORTS), [report(name)["command"] for name in ENV_API_REPORTS])
+        list(ENV_API_REPORTS), [report(name)["command"] for name in ENV_API_REPORTS],
+        plots=[f"{name}.png" for name in ENV_API_REPORTS if (BENCH / f"{name}.png").exists()])
 
 
 #: Yardsticks beside the pixel configurations: the same env on its vector observations for as many agent steps

@@ -126,6 +126,77 @@ def test_env_api_rows_pairs_each_paths_seeds_and_records_the_suite_command(monke
     assert merged["command"].endswith("env_api_rows.py OUT docs/bench/out.json --episodes 50")
 
 
+def test_env_api_train_rows_scores_each_run_once_and_pairs_the_paths_seeds(monkeypatch, tmp_path):
+    """benchmarks/env_api_train_rows.py reads `pzasync train` runs of each path and seed: agent steps from
+    result.json, each side's training return summed over its members, the score (mean over the scored sides) from
+    the evaluation kept beside the runs, and evaluates again only where that one was of other episodes."""
+    spec = importlib.util.spec_from_file_location("env_api_train_rows", ROOT / "benchmarks" / "env_api_train_rows.py")
+    rows = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(rows)
+
+    def document(run_dir: str, score: float, episodes: int = 10, baselines: bool = False) -> dict:
+        results = [{"unit": side, "policy": "trained", "mean_return": score + (side == "blue")}
+                   for side in ("red", "blue")]
+        if baselines:
+            results += [{"unit": side, "policy": policy, "mean_return": value} for side in ("red", "blue")
+                        for policy, value in (("random", -3000.0), ("untrained", -400.0))]
+        return {"env": "magent2.environments.battle_v4", "run_dir": run_dir, "scoring": "sides", "episodes": episodes,
+                "seed": 10007, "seconds": 60.0, "results": results}
+
+    for api, steps in (("aec", 1000), ("parallel", 4000)):
+        for seed in (0, 1):
+            run = tmp_path / f"{api}-{seed}" / "battle_v4-1"
+            run.mkdir(parents=True)
+            (run / "result.json").write_text(json.dumps({"agent_steps": steps + seed, "wall_seconds": 600.4}))
+            (run / "episodes.jsonl").write_text(json.dumps(
+                {"wall_s": 50.0, "returns": {"red_0": 1.0, "red_1": 2.0, "blue_0": -1.0, "blue_1": 0.0}}) + "\n")
+            score = -100.0 * seed - (api == "parallel")
+            stale = (api, seed) == ("parallel", 1)  # its kept evaluation played other episodes: evaluated again
+            (tmp_path / f"eval-{api}-{seed}.json").write_text(json.dumps(document(
+                str(run), 0.0 if stale else score, episodes=5 if stale else 10, baselines=(api, seed) == ("aec", 0))))
+            for acting, episodes in (("greedy", 1), ("sampled", 4)):  # this path's sides against the other's
+                (tmp_path / f"h2h-{api}-{acting}-{seed}.json").write_text(json.dumps({
+                    "episodes": episodes, "seed": 10007, "results": [
+                        {"unit": side, "policy": "trained", "mean_return": 10.0 * seed + len(api) + episodes
+                         + (side == "red")} for side in ("red", "blue")]}))
+    evaluated = []
+
+    class Report:
+        def __init__(self, run_dir: str) -> None:
+            self.run_dir = run_dir
+
+        def to_json(self) -> dict:
+            return document(self.run_dir, -101.0)
+
+    def evaluate(run_dir: str, **options) -> Report:
+        evaluated.append((run_dir, options))
+        return Report(run_dir)
+
+    import pzasync
+
+    monkeypatch.setattr(pzasync, "evaluate", evaluate)
+    merged = rows.merge(tmp_path, [0, 1], 10, 10007, "parallel", Path("docs/bench/out.json"), h2h_episodes=4)
+    assert [(Path(run).parent.name, options["episodes"]) for run, options in evaluated] == [("parallel-1", 10)]
+    assert json.loads((tmp_path / "eval-parallel-1.json").read_text())["episodes"] == 10
+    (env,) = merged["envs"]
+    assert env["short"] == "battle_v4" and env["score"] == "side return against random, mean of the sides"
+    assert env["aec"]["scores"] == [0.5, -99.5] and env["parallel"]["scores"] == [-0.5, -100.5]
+    assert env["parallel"]["agent_steps"] == [4000, 4001] and env["aec"]["seeds"] == [0, 1]
+    assert env["random"] == -3000.0 and env["untrained"] == -400.0
+    assert env["aec"]["curves"][0] == {"wall_s": [50.0], "side_return": [1.0]}
+    assert env["aec"]["first_positive_s"] == [None, None]  # one episode: no 5-episode average yet
+    curve = {"wall_s": [100, 200, 300, 500, 590, 600], "side_return": [-10, -5, 5, 20, 30, 40]}
+    assert rows.curve_figures([curve], 10.0, window=2) == {"training_return_last_fifth": [30.0],
+                                                          "first_positive_s": [500]}
+    assert "--minutes 10 --seed $s --env-api $api" in merged["command"]
+    assert merged["command"].endswith("out.json --episodes 10 --env-api parallel --head-to-head 4")
+    games = [(g["seed"], g["acting"], g["aec_side"], g["aec_return"], g["parallel_return"])
+             for g in merged["head_to_head"]]
+    assert games[:4] == [(0, "greedy", "red", 5.0, 9.0), (0, "greedy", "blue", 4.0, 10.0),
+                         (0, "sampled", "red", 8.0, 12.0), (0, "sampled", "blue", 7.0, 13.0)]
+    assert len(games) == 8 and games[4][:3] == (1, "greedy", "red") and games[4][3:] == (15.0, 19.0)
+
+
 def test_the_env_api_table_pairs_each_seeds_paths_across_its_reports(results_page):
     """One row per env, its seeds gathered from every env_api report, each seed's two paths side by side."""
     table = results_page.env_api_table()
