@@ -85,8 +85,8 @@ def head_to_head_games(root: Path, seeds: list[int], episodes: int, first_episod
                        env_api: str) -> list[dict[str, Any]]:
     """Each seed's two pairings (the AEC run's red against the parallel run's blue, and its blue against their
     red), scored from both sides' view: greedy, one game (greedy sides replay it in every episode: the map starts
-    alike), which both views score, so its two returns say who won; and sampling, `episodes` a side, each side
-    sampling against the other's greedy policy (a handicap each path's sides take in turn)."""
+    alike), each side's return read from its own run's view; and sampling, `episodes` a side, each side sampling
+    against the other's greedy policy (a handicap each path's sides take in turn)."""
     games = []
     for seed in seeds:
         for acting, count in (("greedy", 1), ("sampled", episodes)):
