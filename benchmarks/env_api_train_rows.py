@@ -19,7 +19,7 @@ from __future__ import annotations
 import argparse
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 APIS = ("aec", "parallel")
 #: What the table's score column says, by the evaluation's scoring mode.
@@ -35,22 +35,29 @@ def run_of(root: Path, api: str, seed: int) -> Path:
     return runs[0]
 
 
-def scored(root: Path, api: str, seed: int, episodes: int, first_episode_seed: int, env_api: str,
-           baselines: bool) -> dict[str, Any]:
-    """The run's evaluation document (`pzasync eval --json`'s), computed once and kept beside the runs."""
-    cache = root / f"eval-{api}-{seed}.json"
+def kept(cache: Path, episodes: int, first_episode_seed: int, evaluate: Callable[[], Any],
+         enough: Callable[[dict[str, Any]], bool] = lambda document: True) -> dict[str, Any]:
+    """An evaluation document (`pzasync eval --json`'s) kept in `cache`: read back where it played `episodes`
+    episodes from `first_episode_seed` and is `enough`, else computed by `evaluate` (a `pzasync.Evaluation`) and
+    kept."""
     if cache.exists():
         document = json.loads(cache.read_text())
-        has_baselines = any(r["policy"] != "trained" for r in document["results"])
-        if document["episodes"] == episodes and document["seed"] == first_episode_seed and has_baselines >= baselines:
+        if document["episodes"] == episodes and document["seed"] == first_episode_seed and enough(document):
             return document
-    import pzasync
-
-    report = pzasync.evaluate(str(run_of(root, api, seed)), episodes=episodes, seed=first_episode_seed,
-                              baselines=baselines, env_api=env_api)
-    document = report.to_json()
+    document = evaluate().to_json()
     cache.write_text(json.dumps(document, indent=1) + "\n")
     return document
+
+
+def scored(root: Path, api: str, seed: int, episodes: int, first_episode_seed: int, env_api: str,
+           baselines: bool) -> dict[str, Any]:
+    """The run's evaluation against random, computed once and kept as OUT/eval-API-SEED.json."""
+    import pzasync
+
+    return kept(root / f"eval-{api}-{seed}.json", episodes, first_episode_seed,
+                lambda: pzasync.evaluate(str(run_of(root, api, seed)), episodes=episodes, seed=first_episode_seed,
+                                         baselines=baselines, env_api=env_api),
+                lambda document: not baselines or any(r["policy"] != "trained" for r in document["results"]))
 
 
 def mean_of(document: dict[str, Any], policy: str) -> float:
@@ -66,19 +73,13 @@ def head_to_head(root: Path, seed: int, view: str, acting: str, episodes: int, f
     """One seed's sides of the `view` path's run ("aec" or "parallel") against the other path's run (each side
     against the other run's other side), the scored sides acting by `acting` and their opponents greedy (pzasync
     evaluates a yardstick greedy); computed once and kept as OUT/h2h-VIEW-ACTING-SEED.json."""
-    cache = root / f"h2h-{view}-{acting}-{seed}.json"
-    if cache.exists():
-        document = json.loads(cache.read_text())
-        if document["episodes"] == episodes and document["seed"] == first_episode_seed:
-            return document
     import pzasync
 
     other = APIS[1 - APIS.index(view)]
-    report = pzasync.evaluate(str(run_of(root, view, seed)), vs=str(run_of(root, other, seed)), episodes=episodes,
-                              seed=first_episode_seed, baselines=False, env_api=env_api, acting=acting)
-    document = report.to_json()
-    cache.write_text(json.dumps(document, indent=1) + "\n")
-    return document
+    return kept(root / f"h2h-{view}-{acting}-{seed}.json", episodes, first_episode_seed,
+                lambda: pzasync.evaluate(str(run_of(root, view, seed)), vs=str(run_of(root, other, seed)),
+                                         episodes=episodes, seed=first_episode_seed, baselines=False, env_api=env_api,
+                                         acting=acting))
 
 
 def head_to_head_games(root: Path, seeds: list[int], episodes: int, first_episode_seed: int,
