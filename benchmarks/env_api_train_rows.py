@@ -103,15 +103,16 @@ def head_to_head_games(root: Path, seeds: list[int], episodes: int, first_episod
 
 
 def training_curve(run_dir: Path) -> dict[str, list[float]]:
-    """Each finished training episode's wall time and its sides' summed returns, averaged over the sides (an agent
-    named SIDE_N belongs to side SIDE)."""
+    """Each finished training episode's wall time and its sides' summed returns, averaged over the sides (the
+    evaluator's sides: `side_name`, an agent named SIDE_N belongs to side SIDE)."""
+    from pzasync.evaluation.scoring import side_name
+
     wall, returns = [], []
     for line in (run_dir / "episodes.jsonl").read_text().splitlines():
         row = json.loads(line)
         sides: dict[str, float] = {}
         for agent, value in row["returns"].items():
-            side = agent.rsplit("_", 1)[0]
-            sides[side] = sides.get(side, 0.0) + value
+            sides[side_name(agent)] = sides.get(side_name(agent), 0.0) + value
         wall.append(round(row["wall_s"], 2))
         returns.append(round(sum(sides.values()) / len(sides), 3))
     return {"wall_s": wall, "side_return": returns}
@@ -141,6 +142,7 @@ def merge(root: Path, seeds: list[int], episodes: int, first_episode_seed: int, 
     """Every seed's two runs under `root`, scored, with their agent steps and training curves."""
     paths: dict[str, dict[str, Any]] = {}
     documents = {}
+    minutes = minutes_of(run_of(root, "aec", seeds[0]))
     for api in APIS:
         runs = [run_of(root, api, seed) for seed in seeds]
         results = [json.loads((run / "result.json").read_text()) for run in runs]
@@ -151,11 +153,10 @@ def merge(root: Path, seeds: list[int], episodes: int, first_episode_seed: int, 
                       "run_dirs": [str(run.relative_to(root)) for run in runs],
                       "eval_seconds": [document["seconds"] for document in documents[api]],
                       "curves": [training_curve(run) for run in runs]}
-        paths[api].update(curve_figures(paths[api]["curves"], minutes_of(runs[0])))
+        paths[api].update(curve_figures(paths[api]["curves"], minutes))
     first = documents["aec"][0]
     games = head_to_head_games(root, seeds, h2h_episodes, first_episode_seed, env_api) if h2h_episodes else []
     env_id = first["env"]
-    minutes = minutes_of(run_of(root, "aec", seeds[0]))
     return {"what": "pzasync train through the AEC path (--env-api aec) and the parallel path (--env-api parallel), "
                     "the same seeds, one run at a time, no evaluation while training; scores: each run's final "
                     "checkpoints, greedy, against random play, the mean of its scored units' returns over "
