@@ -117,6 +117,26 @@ def test_evaluation_is_deterministic_for_a_seed_whatever_the_number_of_env_copie
         "another seed plays other games (random and one_ply's ties are drawn per episode)"
 
 
+def test_a_time_budget_cuts_each_units_games_to_its_first_round_where_the_budget_is_spent():
+    """evaluate(seconds=...) bounds the whole (the final evaluation of `pzasync train` keeps to its quarter with it):
+    with no time left every unit of every evaluation plays its first round alone, a game per copy, the same games
+    as the first of an unbounded evaluation; with time to spare, every game."""
+    _spec, fresh = fresh_policies(TTT, "dqn", seed=5)
+
+    def played(seconds: float | None) -> list[list[float]]:
+        report = pzasync.evaluate(fresh, env=TTT, vs="one_ply", episodes=30, seed=11, copies=2, learners="dqn",
+                                  seconds=seconds)
+        assert [(r.policy, r.opponent) for r in report.results][::2] == [
+            ("trained", "one_ply"), ("untrained", "one_ply"), ("trained", "random")]
+        return [r.returns for r in report.results]
+
+    unbounded = played(None)
+    assert played(0.0) == [returns[:2] for returns in unbounded] and all(len(r) == 30 for r in unbounded)
+    assert played(600.0) == unbounded
+    with pytest.raises(ConfigError, match="seconds=-1"):
+        pzasync.evaluate(fresh, env=TTT, episodes=2, seconds=-1)
+
+
 def test_sampled_evaluation_draws_from_each_policy_and_is_deterministic_for_a_seed_whatever_the_copies():
     """Gaussian PPO policies on Box actions: sampling is seeded per episode and turn, not per forward, and every
     forward is padded to one size, so the rounding of a batch's size cannot tell the copies apart."""

@@ -24,6 +24,34 @@ def test_train_runs_the_recipe_and_returns_the_final_evaluation(tmp_path):
     assert result.run_dir.startswith(str(tmp_path)) and result.exploitability is None
 
 
+def test_the_final_evaluation_keeps_to_what_its_timed_round_left_of_the_share(monkeypatch, tmp_path):
+    """Where FINAL_EPISODES would not fit in FINAL_SHARE of the run, the games that fit are played with the rest
+    of the share as a time budget, so a game longer than the timed round's cuts games, not the bound."""
+    import time
+    from types import SimpleNamespace
+
+    from pzasync.evaluation import report as evaluation_report
+    from pzasync.training import FINAL_EPISODES, FINAL_SHARE
+
+    calls = []
+
+    def evaluate(run_dir: str, **options) -> SimpleNamespace:
+        calls.append(options)
+        time.sleep(0.05)
+        return SimpleNamespace(scoring="seats", episodes=options["episodes"])
+
+    monkeypatch.setattr(evaluation_report, "evaluate", evaluate)
+    trainer = Trainer(TTT, runner="sequential", steps=10, options={"out_dir": str(tmp_path)}, say=lambda _: None)
+    trainer.build()
+    result = SimpleNamespace(run_dir=str(tmp_path), wall_seconds=8.0)  # a share of 2 s: 40 rounds of 0.05 s at most
+    episodes = trainer.final_episodes_for(result)
+    trainer.final_evaluation(result, episodes)
+    timed, final = calls
+    assert timed.get("seconds") is None and 1 <= episodes < FINAL_EPISODES and final["episodes"] == episodes
+    assert 0 < final["seconds"] < FINAL_SHARE * result.wall_seconds - 0.05
+    assert trainer.notes[-1].startswith(f"final evaluation: up to {episodes} games per seat and opponent, in the ")
+
+
 def test_the_trainer_says_what_it_chose_and_runs_what_the_cli_runs(tmp_path):
     said = []
     trainer = Trainer("mpe2.simple_speaker_listener_v4", runner="sequential", steps=200, final_episodes=0,

@@ -136,7 +136,8 @@ def evaluate(run_dir_or_policies: str | Path | dict[str, tuple[Any, Any]], env: 
              episodes: int = 400, seed: int = 12345, scoring: str | None = None, *, learners: Any = None,
              baselines: bool = True, copies: int | None = None, max_episode_steps: int | None = None,
              progress: Callable[[str], None] | None = None, acting: str = "greedy",
-             env_api: str | None = None, split: str | None = None, snapshot: int | None = None) -> Evaluation:
+             env_api: str | None = None, split: str | None = None, snapshot: int | None = None,
+             seconds: float | None = None) -> Evaluation:
     """Score trained policies in the mode that fits the game, with baselines (module docstring).
 
     `run_dir_or_policies`: a run directory (its checkpoints; its env, learners and episode limit
@@ -153,9 +154,14 @@ def evaluate(run_dir_or_policies: str | Path | dict[str, tuple[Any, Any]], env: 
     for a run on an env set (docs/running.md, "Env sets"), which of its splits to play, "train" or "test" (None:
     its test split where it has one, else its train split at the curriculum stage the run reached). `snapshot`: the
     agent steps of one of the run directory's policy snapshots (RunConfig.snapshot_every_steps) to score instead of
-    its checkpoints: a point of the learning curve, scored after the run.
+    its checkpoints: a point of the learning curve, scored after the run. `seconds`: a time budget for the whole
+    (None: none): each of its evaluations (the trained policies, the untrained ones, random play) gets an equal
+    share of what is left when it starts, its units share that (`score_units`), and a unit plays fewer than
+    `episodes` games where its share is spent (a game begun is finished; at least one round each).
     """
     started = time.monotonic()
+    if seconds is not None and seconds < 0:
+        raise ConfigError(f"pzasync.evaluate: seconds={seconds}: must be >= 0")
     run_dir = None
     if isinstance(run_dir_or_policies, (str, Path)):
         run_dir = str(run_dir_or_policies)
@@ -201,6 +207,17 @@ def evaluate(run_dir_or_policies: str | Path | dict[str, tuple[Any, Any]], env: 
     report = Evaluation(spec.name, mode, why, name, episodes, seed, copies, units, run_dir=run_dir, acting=acting,
                         split=played, snapshot=snapshot)
 
+    calls_left = 1 + int(baselines and learners is not None) + int(baselines and (mode != "seats" or name != "random"))
+
+    def share() -> float | None:
+        """The next evaluation's seconds: an equal part of what the budget has left (None: no budget)."""
+        nonlocal calls_left
+        if seconds is None:
+            return None
+        left = max(0.0, started + seconds - time.monotonic()) / max(1, calls_left)
+        calls_left -= 1
+        return left
+
     def add(results: list[EvalResult], label: str) -> None:
         report.results += results
         if progress is not None:
@@ -209,15 +226,17 @@ def evaluate(run_dir_or_policies: str | Path | dict[str, tuple[Any, Any]], env: 
     # `explore` reaches the seated policies only: random play and the yardsticks are never asked to sample.
     score = functools.partial(score_units, max_episode_steps=max_episode_steps, copies=copies,
                               explore=acting == "sampled", env_api=api)
-    add(score(spec, policies, units, opponents, episodes, seed, opponent_name=name), "trained")
+    add(score(spec, policies, units, opponents, episodes, seed, opponent_name=name, seconds=share()), "trained")
     if baselines and learners is not None:
         fresh_spec, fresh = fresh_policies(spec, learners, seed, resolve_groups(groups, agents) if groups else None)
         add(score(fresh_spec, fresh, units_for(mode, agents, list(fresh)), opponents, episodes, seed,
-                  opponent_name=name, policy="untrained"), "untrained")
+                  opponent_name=name, policy="untrained", seconds=share()), "untrained")
     if baselines and mode == "seats" and name != "random":
-        add(score(spec, policies, units, "random", episodes, seed, opponent_name="random"), "trained against random")
+        add(score(spec, policies, units, "random", episodes, seed, opponent_name="random", seconds=share()),
+            "trained against random")
     elif baselines and mode != "seats":
-        add(score(spec, "random", units, opponents, episodes, seed, opponent_name=name, policy="random"), "random")
+        add(score(spec, "random", units, opponents, episodes, seed, opponent_name=name, policy="random",
+                  seconds=share()), "random")
     report.seconds = time.monotonic() - started
     return report
 

@@ -82,6 +82,8 @@ class Trainer:
         self.notes: list[str] = []
         #: The timed round of the final evaluation, where it is all that fits (`final_episodes_for`).
         self._timed_round: Any = None
+        #: The seconds the final evaluation may take after its timed round, where the share bounds it.
+        self._final_seconds: float | None = None
         options, file_options = dict(options or {}), dict(file_options or {})
         if dataset is not None:
             options["dataset"] = str(dataset)
@@ -226,11 +228,13 @@ class Trainer:
         """Games per scored unit of the final evaluation: `final_episodes`, or FINAL_EPISODES unless one round of
         every evaluation it plays (`eval_copies` games each of the trained policies and of the baselines, timed)
         says the whole would take more than FINAL_SHARE of the run: then as many as fit in what the round left of
-        that share, with a note. The baselines are timed too because their games can last far longer than the
-        trained policies' (on battle, random teams fight to the step limit where a trained team wins early).
-        Where not one more game of each fits (a 162-agent battle after a short run), the timed round is the final
-        evaluation (`final_evaluation` returns it)."""
-        self._timed_round = None
+        that share, with a note, and the evaluation keeps to what is left of it (`evaluate(seconds=...)`: a game
+        that runs longer than the round's cuts the games after it, rather than the share). The baselines are timed
+        too because their games can last far longer than the trained policies' (on battle, random teams fight to
+        the step limit where a trained team wins early).
+        Where no more games than the round's fit (a 162-agent battle after a short run), the timed round is the
+        final evaluation (`final_evaluation` returns it)."""
+        self._timed_round, self._final_seconds = None, None
         if self.final_episodes is not None:
             return self.final_episodes
         if not result.run_dir or not self.learned:
@@ -252,11 +256,13 @@ class Trainer:
         per = GAMES_PER[measured.scoring]
         why = (f"{FINAL_EPISODES} would take about {full:.0f} s, more than a quarter of the {result.wall_seconds:.0f} "
                f"s run; --final-episodes N chooses")
-        if episodes < 1:
+        if episodes <= round_games:  # the timed round already played these games (the same seeds): keep it
             self._timed_round = measured
             self._note(f"final evaluation: the {round_games} game(s) per {per} that timed it ({why})")
             return round_games
-        self._note(f"final evaluation: {episodes} games per {per} ({why})")
+        self._final_seconds = budget - spent
+        self._note(f"final evaluation: up to {episodes} games per {per}, in the {budget - spent:.0f} s the timed "
+                   f"round left of the quarter ({why})")
         return episodes
 
     @property
@@ -276,7 +282,7 @@ class Trainer:
             return timed
         return evaluate(result.run_dir, env=self._final_env(), vs=self.choices.yardstick, episodes=episodes,
                         seed=self._final_seed, scoring=self.config.eval_scoring, learners=self.learners,
-                        progress=progress)
+                        progress=progress, seconds=self._final_seconds)
 
     def _final_env(self) -> Any:
         """The env the final evaluation plays: the run's; on an env set, read from run.json as `pzasync eval`
