@@ -68,38 +68,103 @@ def mean_of(document: dict[str, Any], policy: str) -> float:
     return sum(means) / len(means)
 
 
-def head_to_head(root: Path, seed: int, view: str, acting: str, episodes: int, first_episode_seed: int,
-                 env_api: str) -> dict[str, Any]:
-    """One seed's sides of the `view` path's run ("aec" or "parallel") against the other path's run (each side
-    against the other run's other side), the scored sides acting by `acting` and their opponents greedy (pzasync
-    evaluates a yardstick greedy); computed once and kept as OUT/h2h-VIEW-ACTING-SEED.json."""
+def head_to_head(root: Path, view: str, view_seed: int, other_seed: int, acting: str, episodes: int,
+                 first_episode_seed: int, env_api: str) -> dict[str, Any]:
+    """The sides of the `view` path's run ("aec" or "parallel") of `view_seed` against the other path's run of
+    `other_seed` (each side against the other run's other side), the scored sides acting by `acting` and their
+    opponents greedy (pzasync evaluates a yardstick greedy); computed once and kept as
+    OUT/h2h-VIEW-ACTING-SEED.json (OUT/h2h-VIEW-ACTING-SEED-vs-OTHER.json where the seeds differ)."""
     import pzasync
 
     other = APIS[1 - APIS.index(view)]
-    return kept(root / f"h2h-{view}-{acting}-{seed}.json", episodes, first_episode_seed,
-                lambda: pzasync.evaluate(str(run_of(root, view, seed)), vs=str(run_of(root, other, seed)),
+    name = f"h2h-{view}-{acting}-{view_seed}" + ("" if other_seed == view_seed else f"-vs-{other_seed}")
+    return kept(root / f"{name}.json", episodes, first_episode_seed,
+                lambda: pzasync.evaluate(str(run_of(root, view, view_seed)), vs=str(run_of(root, other, other_seed)),
                                          episodes=episodes, seed=first_episode_seed, baselines=False, env_api=env_api,
                                          acting=acting))
 
 
+def pairing_games(root: Path, aec_seed: int, parallel_seed: int, acting: str, episodes: int,
+                  first_episode_seed: int, env_api: str) -> list[dict[str, Any]]:
+    """The two games of one pairing of runs (the AEC run's red against the parallel run's blue, and its blue
+    against their red), each side's return read from its own run's view."""
+    seed_of = {"aec": aec_seed, "parallel": parallel_seed}
+    views = {view: {r["unit"]: r for r in head_to_head(root, view, seed_of[view], seed_of[APIS[1 - APIS.index(view)]],
+                                                        acting, episodes, first_episode_seed, env_api)["results"]
+                    if r["policy"] == "trained"}
+             for view in APIS}
+    return [{"aec_seed": aec_seed, "parallel_seed": parallel_seed, "acting": acting, "episodes": episodes,
+             "aec_side": aec_side, "parallel_side": parallel_side,
+             "aec_return": views["aec"][aec_side]["mean_return"],
+             "parallel_return": views["parallel"][parallel_side]["mean_return"]}
+            for aec_side, parallel_side in (("red", "blue"), ("blue", "red"))]
+
+
 def head_to_head_games(root: Path, seeds: list[int], episodes: int, first_episode_seed: int,
                        env_api: str) -> list[dict[str, Any]]:
-    """Each seed's two pairings (the AEC run's red against the parallel run's blue, and its blue against their
-    red), scored from both sides' view: greedy, one game (greedy sides replay it in every episode: the map starts
-    alike), each side's return read from its own run's view; and sampling, `episodes` a side, each side sampling
-    against the other's greedy policy (a handicap each path's sides take in turn)."""
+    """Each seed's two pairings, scored from both sides' view: greedy, one game (greedy sides replay it in every
+    episode: the map starts alike); and sampling, `episodes` a side, each side sampling against the other's
+    greedy policy (a handicap each path's sides take in turn)."""
     games = []
     for seed in seeds:
         for acting, count in (("greedy", 1), ("sampled", episodes)):
-            views = {view: {r["unit"]: r for r in head_to_head(root, seed, view, acting, count, first_episode_seed,
-                                                                env_api)["results"] if r["policy"] == "trained"}
-                     for view in APIS}
-            for aec_side, parallel_side in (("red", "blue"), ("blue", "red")):
-                games.append({"seed": seed, "acting": acting, "episodes": count, "aec_side": aec_side,
-                              "parallel_side": parallel_side,
-                              "aec_return": views["aec"][aec_side]["mean_return"],
-                              "parallel_return": views["parallel"][parallel_side]["mean_return"]})
+            games += [{"seed": seed, **game}
+                      for game in pairing_games(root, seed, seed, acting, count, first_episode_seed, env_api)]
     return games
+
+
+def cross_seed_games(root: Path, seeds: list[int], first_episode_seed: int, env_api: str) -> list[dict[str, Any]]:
+    """Every AEC-trained run against every parallel-trained run of another seed, greedy, one game a pairing: a
+    measure that does not saturate as the score against random play does. The games share runs, so they are
+    not independent samples; the same-seed pairings are `head_to_head_games`'."""
+    return [game for aec_seed in seeds for parallel_seed in seeds if aec_seed != parallel_seed
+            for game in pairing_games(root, aec_seed, parallel_seed, "greedy", 1, first_episode_seed, env_api)]
+
+
+def margins_by_run(games: list[dict[str, Any]]) -> dict[str, dict[int, float]]:
+    """Each run's mean margin (its side's return minus the opposing side's) over the games it played, by path
+    and seed (none where no game was played)."""
+    margins: dict[str, dict[int, list[float]]] = {api: {} for api in APIS}
+    for game in games:
+        margin = game["parallel_return"] - game["aec_return"]
+        margins["parallel"].setdefault(game["parallel_seed"], []).append(margin)
+        margins["aec"].setdefault(game["aec_seed"], []).append(-margin)
+    return {api: {seed: round(sum(values) / len(values), 2) for seed, values in sorted(runs.items())}
+            for api, runs in margins.items() if runs}
+
+
+def sign_test(higher: int, games: int) -> float:
+    """One-sided sign test: the chance of at least `higher` of `games` fair coin flips coming up heads."""
+    from math import comb
+
+    return sum(comb(games, k) for k in range(higher, games + 1)) / 2 ** games
+
+
+def greedy_summary(games: list[dict[str, Any]], rounds: int = 10000, seed: int = 0) -> dict[str, Any]:
+    """What the greedy games say: how many the parallel-trained side had the higher return in (same-seed pairings,
+    with a sign test; those across seeds), and the mean margin (parallel - AEC) over every game with a 95%
+    interval from resampling the runs of each path (games share runs, so runs, not games, are the samples)."""
+    import numpy as np
+
+    same = [g for g in games if g["aec_seed"] == g["parallel_seed"]]
+    cross = [g for g in games if g["aec_seed"] != g["parallel_seed"]]
+    higher = sum(g["parallel_return"] > g["aec_return"] for g in same)
+    aec_seeds = sorted({g["aec_seed"] for g in games})
+    parallel_seeds = sorted({g["parallel_seed"] for g in games})
+    margin = np.full((len(aec_seeds), len(parallel_seeds)), np.nan)
+    for (i, a), (j, b) in ((ia, jb) for ia in enumerate(aec_seeds) for jb in enumerate(parallel_seeds)):
+        pair = [g["parallel_return"] - g["aec_return"] for g in games if (g["aec_seed"], g["parallel_seed"]) == (a, b)]
+        if pair:
+            margin[i, j] = sum(pair) / len(pair)
+    rng = np.random.default_rng(seed)
+    means = [np.nanmean(margin[np.ix_(rng.integers(0, len(aec_seeds), len(aec_seeds)),
+                                      rng.integers(0, len(parallel_seeds), len(parallel_seeds)))])
+             for _ in range(rounds)]
+    return {"same_seed_parallel_higher": higher, "same_seed_games": len(same),
+            "same_seed_sign_test_p": round(sign_test(higher, len(same)), 4),
+            "cross_seed_parallel_higher": sum(g["parallel_return"] > g["aec_return"] for g in cross),
+            "cross_seed_games": len(cross), "mean_margin": round(float(np.nanmean(margin)), 2),
+            "mean_margin_ci95": [round(float(np.nanpercentile(means, q)), 2) for q in (2.5, 97.5)]}
 
 
 def training_curve(run_dir: Path) -> dict[str, list[float]]:
@@ -138,7 +203,7 @@ def curve_figures(curves: list[dict[str, list[float]]], minutes: float, window: 
 
 
 def merge(root: Path, seeds: list[int], episodes: int, first_episode_seed: int, env_api: str,
-          out: Path, h2h_episodes: int = 0) -> dict[str, Any]:
+          out: Path, h2h_episodes: int = 0, cross_seeds: bool = False) -> dict[str, Any]:
     """Every seed's two runs under `root`, scored, with their agent steps and training curves."""
     paths: dict[str, dict[str, Any]] = {}
     documents = {}
@@ -156,6 +221,8 @@ def merge(root: Path, seeds: list[int], episodes: int, first_episode_seed: int, 
         paths[api].update(curve_figures(paths[api]["curves"], minutes))
     first = documents["aec"][0]
     games = head_to_head_games(root, seeds, h2h_episodes, first_episode_seed, env_api) if h2h_episodes else []
+    cross = cross_seed_games(root, seeds, first_episode_seed, env_api) if cross_seeds else []
+    greedy = [g for g in games + cross if g["acting"] == "greedy"]
     env_id = first["env"]
     return {"what": "pzasync train through the AEC path (--env-api aec) and the parallel path (--env-api parallel), "
                     "the same seeds, one run at a time, no evaluation while training; scores: each run's final "
@@ -166,16 +233,37 @@ def merge(root: Path, seeds: list[int], episodes: int, first_episode_seed: int, 
                         f"--minutes {minutes:g} --seed $s --env-api $api --eval-every 0 --final-episodes 0 "
                         f"--out OUT/$api-$s; done; done; python benchmarks/env_api_train_rows.py OUT {out} "
                         f"--episodes {episodes} --env-api {env_api}"
-                        + (f" --head-to-head {h2h_episodes}" if h2h_episodes else "")),
+                        + (f" --seeds {','.join(map(str, seeds))}" if seeds != [0, 1, 2] else "")
+                        + (f" --head-to-head {h2h_episodes}" if h2h_episodes else "")
+                        + (" --cross-seeds" if cross_seeds else "")),
             "head_to_head": games or None,
+            "cross_seed_greedy": cross or None,
+            "greedy_margins_by_run": margins_by_run(greedy) or None,
+            "greedy_summary": greedy_summary(greedy) if greedy else None,
             "envs": [{"env": env_id, "short": env_id.rsplit(".", 1)[-1],
                       "score": SCORE_LABELS[first["scoring"]],
                       "settings": {"minutes": minutes, "seeds": len(seeds), "first_seed": seeds[0]},
                       "random": mean_of(first, "random"), "untrained": mean_of(first, "untrained"), **paths}]}
 
 
-def plot(report: dict[str, Any], out: Path) -> None:
-    """Training returns against wall-clock seconds, each seed's two runs (a moving average over 5 episodes)."""
+def binned_mean(curves: list[dict[str, list[float]]], edges: Any) -> Any:
+    """The mean over runs of each run's mean side return within each wall-time bin (NaN where a run has no
+    episode in the bin, and where no run has)."""
+    import numpy as np
+
+    per_run = []
+    for curve in curves:
+        wall, returns = np.asarray(curve["wall_s"], dtype=float), np.asarray(curve["side_return"], dtype=float)
+        bins = np.digitize(wall, edges) - 1
+        per_run.append([returns[bins == i].mean() if (bins == i).any() else np.nan for i in range(len(edges) - 1)])
+    runs = np.asarray(per_run)
+    counts = (~np.isnan(runs)).sum(axis=0)
+    return np.where(counts > 0, np.nansum(runs, axis=0) / np.maximum(counts, 1), np.nan)
+
+
+def plot(report: dict[str, Any], out: Path, bin_seconds: float = 30.0) -> None:
+    """Training returns against wall-clock seconds: each run thin (a moving average over 5 episodes), each path's
+    mean over its seeds thick (the runs' means in `bin_seconds` bins)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -184,15 +272,20 @@ def plot(report: dict[str, Any], out: Path) -> None:
 
     (env,) = report["envs"]
     fig, ax = plt.subplots(figsize=(8, 4.5))
+    edges = np.arange(0.0, env["settings"]["minutes"] * 60 + bin_seconds, bin_seconds)
     for color, api in zip(("C0", "C1"), APIS):
-        for style, seed, curve, steps in zip(("-", "--", ":", "-."), env[api]["seeds"], env[api]["curves"],
-                                             env[api]["agent_steps"]):
+        for curve in env[api]["curves"]:
             y = np.asarray(curve["side_return"], dtype=float)
             w = max(1, min(5, len(y)))
-            ax.plot(np.asarray(curve["wall_s"])[w - 1:], np.convolve(y, np.ones(w) / w, mode="valid"), style,
-                    color=color, label=f"{api} path, seed {seed} ({steps / 1e6:.2f}M agent steps)")
+            ax.plot(np.asarray(curve["wall_s"])[w - 1:], np.convolve(y, np.ones(w) / w, mode="valid"), "-",
+                    color=color, alpha=0.3, linewidth=0.8)
+        steps = env[api]["agent_steps"]
+        seeds = env[api]["seeds"]
+        ax.plot((edges[:-1] + edges[1:]) / 2, binned_mean(env[api]["curves"], edges), "-", color=color, linewidth=2.2,
+                label=f"{api} path: mean of seeds {', '.join(map(str, seeds))} (thin: each seed), "
+                      f"{min(steps) / 1e6:.2f}-{max(steps) / 1e6:.2f}M agent steps")
     ax.set_xlabel("wall-clock seconds")
-    ax.set_ylabel("a side's training return\n(mean of the sides, 5-episode average)")
+    ax.set_ylabel("a side's training return\n(mean of the sides)")
     ax.set_title(f"{env['short']}: training through each path, {env['settings']['minutes']:g} minutes a run")
     ax.grid(alpha=0.3)
     ax.legend(fontsize="small")
@@ -213,11 +306,15 @@ def main() -> None:
     parser.add_argument("--head-to-head", type=int, default=0, metavar="EPISODES",
                         help="also play each seed's AEC-trained sides against its parallel-trained ones, greedy "
                              "and sampling this many episodes a side (0: not)")
+    parser.add_argument("--cross-seeds", action="store_true",
+                        help="also play every AEC-trained run against every parallel-trained run of the other seeds, "
+                             "greedy, one game a pairing")
     parser.add_argument("--plot", type=Path, help="also draw the training curves to this PNG")
     parser.add_argument("--note", default="", help="what a reader should know about these runs (the report's note)")
     args = parser.parse_args()
     seeds = [int(seed) for seed in args.seeds.split(",")]
-    report = merge(args.root, seeds, args.episodes, args.seed, args.env_api, args.out, args.head_to_head)
+    report = merge(args.root, seeds, args.episodes, args.seed, args.env_api, args.out, args.head_to_head,
+                   args.cross_seeds)
     if args.note:
         report["note"] = args.note
     args.out.write_text(json.dumps(report, indent=1) + "\n")

@@ -159,6 +159,10 @@ def test_env_api_train_rows_scores_each_run_once_and_pairs_the_paths_seeds(monke
                     "episodes": episodes, "seed": 10007, "results": [
                         {"unit": side, "policy": "trained", "mean_return": 10.0 * seed + len(api) + episodes
                          + (side == "red")} for side in ("red", "blue")]}))
+            (tmp_path / f"h2h-{api}-greedy-{seed}-vs-{1 - seed}.json").write_text(json.dumps({  # across seeds
+                "episodes": 1, "seed": 10007, "results": [
+                    {"unit": side, "policy": "trained", "mean_return": 100.0 * seed + len(api) + (side == "red")}
+                    for side in ("red", "blue")]}))
     evaluated = []
 
     class Report:
@@ -175,7 +179,8 @@ def test_env_api_train_rows_scores_each_run_once_and_pairs_the_paths_seeds(monke
     import pzasync
 
     monkeypatch.setattr(pzasync, "evaluate", evaluate)
-    merged = rows.merge(tmp_path, [0, 1], 10, 10007, "parallel", Path("docs/bench/out.json"), h2h_episodes=4)
+    merged = rows.merge(tmp_path, [0, 1], 10, 10007, "parallel", Path("docs/bench/out.json"), h2h_episodes=4,
+                        cross_seeds=True)
     assert [(Path(run).parent.name, options["episodes"]) for run, options in evaluated] == [("parallel-1", 10)]
     assert json.loads((tmp_path / "eval-parallel-1.json").read_text())["episodes"] == 10
     (env,) = merged["envs"]
@@ -189,12 +194,29 @@ def test_env_api_train_rows_scores_each_run_once_and_pairs_the_paths_seeds(monke
     assert rows.curve_figures([curve], 10.0, window=2) == {"training_return_last_fifth": [30.0],
                                                           "first_positive_s": [500]}
     assert "--minutes 10 --seed $s --env-api $api" in merged["command"]
-    assert merged["command"].endswith("out.json --episodes 10 --env-api parallel --head-to-head 4")
+    assert merged["command"].endswith("out.json --episodes 10 --env-api parallel --seeds 0,1 --head-to-head 4 "
+                                      "--cross-seeds")
     games = [(g["seed"], g["acting"], g["aec_side"], g["aec_return"], g["parallel_return"])
              for g in merged["head_to_head"]]
     assert games[:4] == [(0, "greedy", "red", 5.0, 9.0), (0, "greedy", "blue", 4.0, 10.0),
                          (0, "sampled", "red", 8.0, 12.0), (0, "sampled", "blue", 7.0, 13.0)]
     assert len(games) == 8 and games[4][:3] == (1, "greedy", "red") and games[4][3:] == (15.0, 19.0)
+    cross = [(g["aec_seed"], g["parallel_seed"], g["aec_side"], g["aec_return"], g["parallel_return"])
+             for g in merged["cross_seed_greedy"]]
+    assert cross == [(0, 1, "red", 4.0, 108.0), (0, 1, "blue", 3.0, 109.0),
+                     (1, 0, "red", 104.0, 8.0), (1, 0, "blue", 103.0, 9.0)]
+    # each run's margin over its greedy games, same seed and across: parallel 0 plays (4, 6) and (-96, -94)
+    assert merged["greedy_margins_by_run"] == {"aec": {0: -55.0, 1: 45.0}, "parallel": {0: -45.0, 1: 55.0}}
+    summary = merged["greedy_summary"]
+    assert (summary["same_seed_parallel_higher"], summary["same_seed_games"]) == (4, 4)
+    assert summary["same_seed_sign_test_p"] == 0.0625 and rows.sign_test(5, 6) == 7 / 64
+    assert (summary["cross_seed_parallel_higher"], summary["cross_seed_games"]) == (2, 4)
+    assert summary["mean_margin"] == 5.0  # pairs (aec, parallel): (0, 0) 5, (0, 1) 105, (1, 0) -95, (1, 1) 5
+    low, high = summary["mean_margin_ci95"]
+    assert -95.0 <= low < 5.0 < high <= 105.0
+    two = [{"wall_s": [10, 20, 70], "side_return": [1.0, 3.0, 5.0]}, {"wall_s": [40], "side_return": [8.0]}]
+    mean = rows.binned_mean(two, [0.0, 30.0, 60.0, 90.0])  # bins: run 1 (2, -, 5), run 2 (-, 8, -)
+    assert list(mean) == [2.0, 8.0, 5.0]
 
 
 def test_the_env_api_table_pairs_each_seeds_paths_across_its_reports(results_page):
