@@ -121,18 +121,6 @@ def cross_seed_games(root: Path, seeds: list[int], first_episode_seed: int, env_
             for game in pairing_games(root, aec_seed, parallel_seed, "greedy", 1, first_episode_seed, env_api)]
 
 
-def margins_by_run(games: list[dict[str, Any]]) -> dict[str, dict[int, float]]:
-    """Each run's mean margin (its side's return minus the opposing side's) over the games it played, by path
-    and seed (none where no game was played)."""
-    margins: dict[str, dict[int, list[float]]] = {api: {} for api in APIS}
-    for game in games:
-        margin = game["parallel_return"] - game["aec_return"]
-        margins["parallel"].setdefault(game["parallel_seed"], []).append(margin)
-        margins["aec"].setdefault(game["aec_seed"], []).append(-margin)
-    return {api: {seed: round(sum(values) / len(values), 2) for seed, values in sorted(runs.items())}
-            for api, runs in margins.items() if runs}
-
-
 def sign_test(higher: int, games: int) -> float:
     """One-sided sign test: the chance of at least `higher` of `games` fair coin flips coming up heads."""
     from math import comb
@@ -142,8 +130,9 @@ def sign_test(higher: int, games: int) -> float:
 
 def greedy_summary(games: list[dict[str, Any]], rounds: int = 10000, seed: int = 0) -> dict[str, Any]:
     """What the greedy games say: how many the parallel-trained side had the higher return in (same-seed pairings,
-    with a sign test; those across seeds), and the mean margin (parallel - AEC) over every game with a 95%
-    interval from resampling the runs of each path (games share runs, so runs, not games, are the samples)."""
+    with a sign test; those across seeds), each run's mean margin (its side's return minus the opposing side's)
+    over its games, and the mean margin (parallel - AEC) over every game with a 95% interval from resampling the
+    runs of each path (games share runs, so runs, not games, are the samples). Every pairing plays two games."""
     import numpy as np
 
     same = [g for g in games if g["aec_seed"] == g["parallel_seed"]]
@@ -160,7 +149,9 @@ def greedy_summary(games: list[dict[str, Any]], rounds: int = 10000, seed: int =
     means = [np.nanmean(margin[np.ix_(rng.integers(0, len(aec_seeds), len(aec_seeds)),
                                       rng.integers(0, len(parallel_seeds), len(parallel_seeds)))])
              for _ in range(rounds)]
-    return {"same_seed_parallel_higher": higher, "same_seed_games": len(same),
+    by_run = {"aec": {seed: round(-float(np.nanmean(margin[i])), 2) for i, seed in enumerate(aec_seeds)},
+              "parallel": {seed: round(float(np.nanmean(margin[:, j])), 2) for j, seed in enumerate(parallel_seeds)}}
+    return {"same_seed_parallel_higher": higher, "same_seed_games": len(same), "margins_by_run": by_run,
             "same_seed_sign_test_p": round(sign_test(higher, len(same)), 4),
             "cross_seed_parallel_higher": sum(g["parallel_return"] > g["aec_return"] for g in cross),
             "cross_seed_games": len(cross), "mean_margin": round(float(np.nanmean(margin)), 2),
@@ -238,7 +229,6 @@ def merge(root: Path, seeds: list[int], episodes: int, first_episode_seed: int, 
                         + (" --cross-seeds" if cross_seeds else "")),
             "head_to_head": games or None,
             "cross_seed_greedy": cross or None,
-            "greedy_margins_by_run": margins_by_run(greedy) or None,
             "greedy_summary": greedy_summary(greedy) if greedy else None,
             "envs": [{"env": env_id, "short": env_id.rsplit(".", 1)[-1],
                       "score": SCORE_LABELS[first["scoring"]],

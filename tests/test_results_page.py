@@ -206,8 +206,8 @@ def test_env_api_train_rows_scores_each_run_once_and_pairs_the_paths_seeds(monke
     assert cross == [(0, 1, "red", 4.0, 108.0), (0, 1, "blue", 3.0, 109.0),
                      (1, 0, "red", 104.0, 8.0), (1, 0, "blue", 103.0, 9.0)]
     # each run's margin over its greedy games, same seed and across: parallel 0 plays (4, 6) and (-96, -94)
-    assert merged["greedy_margins_by_run"] == {"aec": {0: -55.0, 1: 45.0}, "parallel": {0: -45.0, 1: 55.0}}
     summary = merged["greedy_summary"]
+    assert summary["margins_by_run"] == {"aec": {0: -55.0, 1: 45.0}, "parallel": {0: -45.0, 1: 55.0}}
     assert (summary["same_seed_parallel_higher"], summary["same_seed_games"]) == (4, 4)
     assert summary["same_seed_sign_test_p"] == 0.0625 and rows.sign_test(5, 6) == 7 / 64
     assert (summary["cross_seed_parallel_higher"], summary["cross_seed_games"]) == (2, 4)
