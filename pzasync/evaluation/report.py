@@ -207,36 +207,34 @@ def evaluate(run_dir_or_policies: str | Path | dict[str, tuple[Any, Any]], env: 
     report = Evaluation(spec.name, mode, why, name, episodes, seed, copies, units, run_dir=run_dir, acting=acting,
                         split=played, snapshot=snapshot)
 
-    calls_left = 1 + int(baselines and learners is not None) + int(baselines and (mode != "seats" or name != "random"))
-
-    def share() -> float | None:
-        """The next evaluation's seconds: an equal part of what the budget has left (None: no budget)."""
-        nonlocal calls_left
-        if seconds is None:
-            return None
-        left = max(0.0, started + seconds - time.monotonic()) / max(1, calls_left)
-        calls_left -= 1
-        return left
-
-    def add(results: list[EvalResult], label: str) -> None:
-        report.results += results
-        if progress is not None:
-            progress(label)
-
     # `explore` reaches the seated policies only: random play and the yardsticks are never asked to sample.
     score = functools.partial(score_units, max_episode_steps=max_episode_steps, copies=copies,
                               explore=acting == "sampled", env_api=api)
-    add(score(spec, policies, units, opponents, episodes, seed, opponent_name=name, seconds=share()), "trained")
-    if baselines and learners is not None:
+
+    def untrained(budget: float | None) -> list[EvalResult]:
         fresh_spec, fresh = fresh_policies(spec, learners, seed, resolve_groups(groups, agents) if groups else None)
-        add(score(fresh_spec, fresh, units_for(mode, agents, list(fresh)), opponents, episodes, seed,
-                  opponent_name=name, policy="untrained", seconds=share()), "untrained")
+        return score(fresh_spec, fresh, units_for(mode, agents, list(fresh)), opponents, episodes, seed,
+                     opponent_name=name, policy="untrained", seconds=budget)
+
+    # The evaluations in the order they play: (label for `progress`, play it within a budget of seconds or None).
+    evaluations: list[tuple[str, Callable[[float | None], list[EvalResult]]]] = [
+        ("trained", lambda budget: score(spec, policies, units, opponents, episodes, seed, opponent_name=name,
+                                         seconds=budget))]
+    if baselines and learners is not None:
+        evaluations.append(("untrained", untrained))
     if baselines and mode == "seats" and name != "random":
-        add(score(spec, policies, units, "random", episodes, seed, opponent_name="random", seconds=share()),
-            "trained against random")
+        evaluations.append(("trained against random", lambda budget: score(
+            spec, policies, units, "random", episodes, seed, opponent_name="random", seconds=budget)))
     elif baselines and mode != "seats":
-        add(score(spec, "random", units, opponents, episodes, seed, opponent_name=name, policy="random",
-                  seconds=share()), "random")
+        evaluations.append(("random", lambda budget: score(spec, "random", units, opponents, episodes, seed,
+                                                           opponent_name=name, policy="random", seconds=budget)))
+    for number, (label, play) in enumerate(evaluations):
+        # an equal part of what the budget has left for this evaluation and those after it
+        budget = None if seconds is None else max(0.0, started + seconds - time.monotonic()) / (
+            len(evaluations) - number)
+        report.results += play(budget)
+        if progress is not None:
+            progress(label)
     report.seconds = time.monotonic() - started
     return report
 
