@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # A virtualenv for the PufferLib peer (benchmarks/peers/parallel_collection.py), apart from pzasync's environment:
-# PufferLib 3.0.0 beside PettingZoo 1.27, as /work/shared/peers/PUFFERLIB.md found it installs.
+# PufferLib 3.0.0 beside PettingZoo 1.27: the steps below are what it takes to install (its release does not build as is).
 #
 #   bash benchmarks/peers/setup_pufferlib.sh VENV_DIR        # e.g. /tmp/pzpeers/puffer, outside the repository
 #
