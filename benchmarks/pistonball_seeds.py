@@ -115,7 +115,7 @@ def plot(report: dict[str, Any], path: Path) -> None:
     ax.set_xlim(0, max(BY_AGENT_STEPS * 1.15, max(r["agent_steps"] for r in report["runs"]) * 1.05))
     ax.set_xlabel("agent steps")
     ax.set_ylabel("mean return per piston")
-    ax.set_title(f"pistonball_v6: pzasync, {report['label']} (2 cores) vs Butterfly-Baselines (v4)", fontsize=10)
+    ax.set_title(f"pistonball_v6: pzasync, {report['label']} vs Butterfly-Baselines (v4)", fontsize=10)
     ax.legend(fontsize=7, loc="lower right")
     fig.tight_layout()
     fig.savefig(path, dpi=90)

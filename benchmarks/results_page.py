@@ -323,7 +323,7 @@ def pistonball_variants() -> str:
 def pistonball_seeds() -> str:
     """pistonball's recipe over seeds (benchmarks/pistonball_seeds.py): each seed's greedy rounds per piston at
     their agent steps, its final evaluation, where it first reached the bar, beside Butterfly-Baselines' curve."""
-    data = report("pistonball_recipe_seeds")
+    data = report(PISTONBALL_RECIPE)
 
     def at(points: list[dict]) -> str:
         return "; ".join(f"{p['per_piston']:.1f} ({p['agent_steps'] / 1e3:.0f}k)" for p in points)
@@ -347,16 +347,22 @@ def pistonball_seeds() -> str:
         ["PPO settings over seeds", "seeds at 90 greedy by 400k", f"greedy points from {STEADY_FROM // 1000}k "
          "at 90 or more", "lowest of them", "points after a seed's first at 90: at 90 or more", "lowest of them"],
         [*(variant_row(name) for name in PISTONBALL_VARIANTS), reference_row("butterfly_baselines_pistonball_v4")]
-    ) + "\n\n" + footer([*PISTONBALL_VARIANTS, "pistonball_stalls", "butterfly_baselines_pistonball_v4"],
-                        [*report(PISTONBALL_VARIANTS[0])["command"],
+    ) + "\n\n" + footer([*PISTONBALL_VARIANTS, *PISTONBALL_IN_TEXT, "pistonball_stalls",
+                         "butterfly_baselines_pistonball_v4"],
+                        [*report(PISTONBALL_RECIPE)["command"], *report("pistonball_recipe_seeds")["command"],
                          report("butterfly_baselines_pistonball_v4")["command"]],
-                        plots=[f"{name}.png" for name in PISTONBALL_VARIANTS])
+                        plots=[f"{name}.png" for name in (*PISTONBALL_VARIANTS, *PISTONBALL_IN_TEXT)])
 
 
-#: pistonball's recipe and the variants it was chosen against, as benchmarks/pistonball_seeds.py reports them.
-PISTONBALL_VARIANTS = ("pistonball_recipe_seeds", "pistonball_recipe_every_minute_seeds",
-                       "pistonball_narrow_gaussian_seeds", "pistonball_std_schedule_seeds",
-                       "pistonball_std_to_small_seeds", "pistonball_entropy_bonus_seeds", "pistonball_lr_linear_seeds")
+#: pistonball's recipe on 2 cores (the first table), as benchmarks/pistonball_seeds.py reports it.
+PISTONBALL_RECIPE = "pistonball_bb_recipe_seeds"
+#: The recipe and the settings it was chosen against: its runs on a GPU machine, the earlier recipe and its variants.
+PISTONBALL_VARIANTS = (PISTONBALL_RECIPE, "pistonball_bb_recipe_h200_seeds", "pistonball_recipe_seeds",
+                       "pistonball_recipe_every_minute_seeds", "pistonball_narrow_gaussian_seeds",
+                       "pistonball_std_to_small_seeds", "pistonball_entropy_bonus_seeds",
+                       "pistonball_lr_linear_seeds")
+#: Single-seed variants the section's text gives in full: their data and plots are linked, not tabled.
+PISTONBALL_IN_TEXT = ("pistonball_bb_ent0_h200", "pistonball_bb_buffer4_seed0", "pistonball_std_schedule_seeds")
 #: Where a pistonball run's greedy play counts as learned: what it scores from here on shows whether it holds.
 STEADY_FROM = 150_000
 

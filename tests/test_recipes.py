@@ -104,7 +104,8 @@ def test_an_env_without_a_recipe_gets_the_plain_defaults():
     assert BenchSettings(env="classic/connect_four_v3").yardstick == "one_ply"
     plan, chosen = plan_for(NO_RECIPE)
     assert chosen.learner == "dqn" and chosen.yardstick == "random" and chosen.minutes == 5.0
-    assert chosen.config == {"agent_groups": {}, "league": {}, "league_trainee_weights": {}, "envs_per_actor": 1}
+    assert chosen.config == {"agent_groups": {}, "league": {}, "league_trainee_weights": {}, "envs_per_actor": 1,
+                             "backpressure": False}
     assert set(plan.units) == set(plan.agents) and len(plan.agents) == 3  # one DQN per agent
     assert {p.learner_name for p in plan.agents.values()} == {"dqn"}
 
@@ -114,12 +115,14 @@ def test_self_play_and_independent_switch_the_training_choices_but_keep_the_yard
     still scored against one_ply. `--self-play` on an env without a recipe: SELF_PLAY's choices, no extras."""
     independent = train_choices(CONNECT_FOUR, self_play=False)
     assert independent.learner == "dqn" and independent.yardstick == "one_ply" and independent.league is None
-    assert independent.config == {"agent_groups": {}, "league": {}, "league_trainee_weights": {}, "envs_per_actor": 1}
+    assert independent.config == {"agent_groups": {}, "league": {}, "league_trainee_weights": {}, "envs_per_actor": 1,
+                                  "backpressure": False}
     forced = train_choices(NO_RECIPE, self_play=True)
     assert forced.learner == SELF_PLAY.learner_spec == "dqn,gamma=0.9,epsilon_end=0.2"
     assert forced.yardstick == "random"
     assert forced.config == {"agent_groups": {"players": ["*"]}, "league": {"*": SELF_PLAY.league},
-                             "league_trainee_weights": {}, "envs_per_actor": SELF_PLAY.envs_per_actor}
+                             "league_trainee_weights": {}, "envs_per_actor": SELF_PLAY.envs_per_actor,
+                             "backpressure": False}
     # --group or --learner-for turn the recipe's self-play off unless --self-play asks for it.
     grouped = train_choices(CONNECT_FOUR, learner_for=("player_1=random",))
     assert grouped.config["agent_groups"] == {} and grouped.learner == "dqn"
@@ -129,7 +132,30 @@ def test_self_play_and_independent_switch_the_training_choices_but_keep_the_yard
                                    "eval_vs": "random", "envs_per_actor": 2})
     assert given.learner == "dqn,gamma=0.5" and given.yardstick == "random" and given.minutes == 1.0
     assert given.config == {"agent_groups": {"players": ["*"]}, "league": {"*": "latest=1"},
-                            "league_trainee_weights": {"player_0": 2}, "envs_per_actor": 2}
+                            "league_trainee_weights": {"player_0": 2}, "envs_per_actor": 2,
+                            "backpressure": False}
+
+
+def test_a_recipes_backpressure_and_buffer_reach_the_run_unless_flags_say_otherwise():
+    """Pistonball's recipe has its actor wait for the PPO learner (slower than the env on 2 cores) instead of
+    dropping what it has not read, with one batch of buffer; options given win, an env whose recipe leaves the
+    buffer unset keeps the run's default, and --print-config shows the choices."""
+    pistonball = "pettingzoo.butterfly.pistonball_v6"
+    assert recipe_for(pistonball).backpressure and not recipe_for(CONNECT_FOUR).backpressure
+    chosen = train_choices(pistonball).config
+    assert chosen["backpressure"] is True and chosen["onpolicy_buffer_batches"] == 1
+    given = train_choices(pistonball, options={"backpressure": False, "onpolicy_buffer_batches": 3}).config
+    assert given["backpressure"] is False and given["onpolicy_buffer_batches"] == 3
+    assert "onpolicy_buffer_batches" not in train_choices(CONNECT_FOUR).config
+    printed = CliRunner().invoke(main, ["train", pistonball, "--print-config"])
+    assert printed.exit_code == 0, printed.output
+    assert "backpressure = true" in printed.output and "onpolicy_buffer_batches = 1" in printed.output
+    printed = CliRunner().invoke(main, ["train", CONNECT_FOUR, "--print-config"])
+    assert "backpressure = false" in printed.output
+    assert f"onpolicy_buffer_batches = {RunConfig().onpolicy_buffer_batches}" in printed.output
+    printed = CliRunner().invoke(main, ["train", pistonball, "--no-backpressure", "--onpolicy-buffer-batches", "2",
+                                        "--print-config"])
+    assert "backpressure = false" in printed.output and "onpolicy_buffer_batches = 2" in printed.output
 
 
 @pytest.mark.parametrize("form", ["pettingzoo.classic.connect_four_v3", "classic/connect_four_v3",

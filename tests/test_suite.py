@@ -30,7 +30,8 @@ SMALL = "mpe2.simple_speaker_listener_v4"
 STEPS = 1200
 BRIEF = {"pettingzoo.butterfly.pistonball_v6": {"n_pistons": 4}}
 #: Agent steps where a recipe's on-policy batch is larger than STEPS (so that it updates once).
-BRIEF_STEPS = {"mpe2.simple_spread_v3": 4200, "pettingzoo.sisl.multiwalker_v9": 2400}
+BRIEF_STEPS = {"mpe2.simple_spread_v3": 4200, "pettingzoo.sisl.multiwalker_v9": 2400,
+               "pettingzoo.butterfly.pistonball_v6": 8400}
 
 
 @pytest.mark.parametrize("env_id", SUITE, ids=lambda e: e.rsplit(".", 1)[-1])

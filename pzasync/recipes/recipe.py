@@ -51,6 +51,14 @@ class Recipe:
     mirror: bool = False
     #: Env copies the actor steps side by side (--envs-per-actor) unless given.
     envs_per_actor: int = 1
+    #: On-policy learners: the actor waits for its learner rather than overwrite transitions it has not read
+    #: (RunConfig.backpressure), unless --backpressure/--no-backpressure is given. For a learner slower than the
+    #: env, so that every agent step collected is learned from.
+    backpressure: bool = False
+    #: On-policy learners: their ring buffers hold this many learner batches (RunConfig.onpolicy_buffer_batches),
+    #: unless --onpolicy-buffer-batches is given; None: the run's default. With backpressure, 1 keeps the actor
+    #: at most about one update behind its learner: PPO's ratios then start near 1.
+    onpolicy_buffer_batches: int | None = None
     #: Wall-clock minutes to train when neither --steps nor --minutes is given.
     minutes: float = 5.0
     #: How the result is scored (`SCORING_MODES`): None leaves it to `registry.scoring_for`'s table, else to a

@@ -68,11 +68,13 @@ RECIPES: tuple[Recipe, ...] = (
                   "steadied it across seeds.",
            evidence=f"{RESULTS}#multiwalker"),
     Recipe(env="pettingzoo.butterfly.pistonball_v6",
-           learner="ppo,batch_size=512,minibatch_size=128,epochs=3,gamma=0.95,gae_lambda=0.99,clip=0.3,"
-                   "activation=relu,image_init=orthogonal,invert_frames=True,ent_coef=0",
-           agent_groups={"pistons": ("piston_*",)}, wrappers=IMAGE_WRAPPERS, envs_per_actor=16,
-           reason="PPO on small grey stacked frames, the SB3 tutorial's discount; an orthogonal encoder, ReLU heads, "
-                  "1 - x (the default encoder dies on the white background); no entropy bonus.",
+           learner="ppo,lr=0.000597,gamma=0.98,gae_lambda=0.8,clip=0.1,epochs=10,minibatch_size=256,"
+                   "batch_size=8192,vf_coef=0.967,ent_coef=0.0994,max_grad_norm=0.9,init_log_std=0,"
+                   "activation=relu,image_init=orthogonal,invert_frames=True",
+           agent_groups={"pistons": ("piston_*",)}, wrappers=IMAGE_WRAPPERS, envs_per_actor=16, backpressure=True,
+           onpolicy_buffer_batches=1,
+           reason="Butterfly-Baselines' tuned PPO on small grey frames, the actor kept about one update behind its "
+                  "learner; an orthogonal encoder, ReLU heads and 1 - x (the default encoder dies on white).",
            evidence=f"{RESULTS}#pistonball"),
     Recipe(env="pettingzoo.butterfly.knights_archers_zombies_v11", learner="ppo",
            agent_groups={"archers": ("archer_*",), "knights": ("knight_*",)},

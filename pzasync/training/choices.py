@@ -24,7 +24,8 @@ class TrainChoices:
     yardstick: str
     #: Wall-clock minutes: --minutes, the recipe's if neither --steps nor --minutes was given, else None.
     minutes: float | None
-    #: The RunConfig options the recipe may choose: agent_groups, league, league_trainee_weights, envs_per_actor.
+    #: The RunConfig options the recipe may choose: agent_groups, league, league_trainee_weights, envs_per_actor,
+    #: backpressure, and onpolicy_buffer_batches where the recipe or an option sets it.
     config: dict[str, Any]
     #: Whether an evaluator scores the policies while training (off with eval_every_s=0 or eval_vs none).
     evaluate: bool = True
@@ -98,11 +99,14 @@ def train_choices(env_name: str, *, learner: str | None = None, learner_for: tup
         trainee_weights = dict(recipe.league_trainee_weights) if league else {}
     elif trainee_weights and not league:
         raise UserInputError("--league-trainee weighs the seats of a league; give --league too (or --self-play)")
+    buffer_batches = given_options.get("onpolicy_buffer_batches", recipe.onpolicy_buffer_batches)
     shown = (None if not league else league["*"] if list(league) == ["*"] and isinstance(league["*"], str)
              else ", ".join(f"{unit}: {mix}" for unit, mix in league.items()))
     return TrainChoices(learner, learners, shown, yardstick, minutes,
                         {"agent_groups": agent_groups, "league": league, "league_trainee_weights": trainee_weights,
-                         "envs_per_actor": given_options.get("envs_per_actor", recipe.envs_per_actor)},
+                         "envs_per_actor": given_options.get("envs_per_actor", recipe.envs_per_actor),
+                         "backpressure": given_options.get("backpressure", recipe.backpressure),
+                         **({} if buffer_batches is None else {"onpolicy_buffer_batches": buffer_batches})},
                         evaluate, {**recipe.env_kwargs, **(env_args or {})},
                         recipe.wrappers if wrappers is None else tuple(wrappers), recipe)
 
