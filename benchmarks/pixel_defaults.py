@@ -8,7 +8,10 @@ one report (docs/bench/pixel_defaults_10min.json) and one plot.
     python benchmarks/pixel_defaults.py OUT docs/bench/kaz_vector_at_image_steps.json --configs kaz_vector \
         --steps 138000 --final-episodes 50 --seeds 0,1,2   # the yardstick: vector observations, as many samples
 
-A configuration passes where the trained team's 95% interval lies above both baselines' intervals. The yardstick
+A configuration passes where the trained team's 95% interval lies above both baselines' intervals. With
+--sampled, each run's trained and untrained policies are also scored drawing their actions from their own
+distributions (`pzasync eval RUN --acting sampled --baselines`, the final evaluation's episodes and seed), for a
+policy whose most likely action is one constant while its distribution has learned (`passes_sampled`). The yardstick
 configuration (`kaz_vector`, not run unless named) trains knights_archers_zombies on its vector observations for
 as many agent steps as its image configuration takes in 10 minutes: whether that many samples could be enough.
 """
@@ -23,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from pzasync.runtime.rundir import RunDirectory
+from pzasync.training.trainer import FINAL_SEED_OFFSET  # the final evaluation's episode seed: run seed + this
 
 #: The configurations: (key, env id, env arguments). Neither has a recipe for what it shows: cooperative_pong
 #: has none at all, knights_archers_zombies' recipe was measured on its vector observations.
@@ -52,16 +56,41 @@ def train(out: Path, key: str, env: str, env_args: dict[str, str], seed: int, mi
     subprocess.run(command, check=True)
 
 
+#: Where --sampled leaves a run's sampled scoring (`pzasync eval --json`), in the run directory.
+SAMPLED_FILE = "final_evaluation_sampled.json"
+
+
+def score_sampled(run_dir: Path) -> None:
+    """Score a run's trained and untrained policies sampling their actions, beside random play, over the final
+    evaluation's episodes and seed, into RUN/SAMPLED_FILE (kept if there already)."""
+    if (run_dir / SAMPLED_FILE).exists():
+        return
+    files = RunDirectory(run_dir, create=False)
+    run, final = files.read_json("run.json"), files.read_json("final_evaluation.json")
+    command = ["pzasync", "eval", str(run_dir), "--scoring", final["scoring"], "--acting", "sampled", "--baselines",
+               "--episodes", str(final["episodes"]), "--seed", str(run["config"]["seed"] + FINAL_SEED_OFFSET),
+               "--json", str(run_dir / SAMPLED_FILE)]
+    print(" ".join(command), flush=True)
+    subprocess.run(command, check=True, stdout=subprocess.DEVNULL)
+
+
+def figures(results: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
+    """Mean and 95% half-width per policy (trained, untrained, random) of an evaluation's results."""
+    return {r["policy"]: {"mean": r["mean_return"], "ci95": r["mean_return_ci95"]} for r in results}
+
+
 def run_figures(run_dir: Path) -> dict[str, Any]:
-    """A run's seed, agent steps, final evaluation (mean and 95% half-width per policy) and evaluation curve."""
+    """A run's seed, agent steps, final evaluation (mean and 95% half-width per policy; with a sampled scoring
+    beside it, that too) and evaluation curve."""
     files = RunDirectory(run_dir, create=False)
     run, result, final = (files.read_json(name) for name in ("run.json", "result.json", "final_evaluation.json"))
+    sampled = ({"final_sampled": figures(files.read_json(SAMPLED_FILE)["results"])}
+               if (run_dir / SAMPLED_FILE).exists() else {})
     return {"run_dir": str(run_dir), "seed": run["config"]["seed"], "agent_steps": result["agent_steps"],
             "wall_seconds": result["wall_seconds"], "wrappers": run["env_wrappers"], "env_kwargs": run["env_kwargs"],
             "learners": sorted({a["learner"] for a in result["agents"].values()}),
             "final_episodes": final["episodes"], "scoring": final["scoring"],
-            "final": {r["policy"]: {"mean": r["mean_return"], "ci95": r["mean_return_ci95"]}
-                      for r in final["results"]},
+            "final": figures(final["results"]), **sampled,
             "curve": [{"wall_s": r["wall_s"], "agent_steps": r["agent_steps"], "mean": r["mean_return"],
                        "episodes": r["episodes"]} for r in files.evaluation_rows()]}
 
@@ -80,11 +109,14 @@ def collect(out: Path, command: str) -> dict[str, Any]:
                 if (run / "final_evaluation.json").exists()]
         for run in runs:
             run["passes"] = passes(run["final"])
+            if "final_sampled" in run:
+                run["passes_sampled"] = passes(run["final_sampled"])
         if runs:
             configs.append({"key": key, "env": env, "env_args": env_args, "runs": runs})
     return {"what": "a bare `pzasync train ENV` (the defaults chosen from the spaces: learner, groups, "
                     "frame preprocessing) on pixel env configurations without a recipe for them; each run's own final "
-                    "evaluation, greedy, trained beside its untrained network and random play over the same episodes",
+                    "evaluation, greedy, trained beside its untrained network and random play over the same episodes; "
+                    "`final_sampled` where present: the same policies and episodes, sampling their actions",
             "command": command,
             "configs": configs}
 
@@ -128,6 +160,8 @@ def main() -> None:
     parser.add_argument("--final-episodes", type=int, default=None, help="the final evaluation's episodes "
                         "(default: pzasync train's, bounded by a quarter of the run)")
     parser.add_argument("--collect-only", action="store_true", help="gather the runs already in OUT")
+    parser.add_argument("--sampled", action="store_true", help="also score each run sampling its policies "
+                        "(module docstring)")
     args = parser.parse_args()
     chosen = args.configs.split(",")
     known = [key for key, _, _ in ALL_CONFIGS]
@@ -139,6 +173,11 @@ def main() -> None:
             if key in chosen:
                 for seed in (int(s) for s in args.seeds.split(",")):
                     train(args.out, key, env, env_args, seed, args.minutes, args.steps, args.final_episodes)
+    if args.sampled:
+        for key in chosen:
+            for run_dir in sorted(args.out.glob(f"{key}-s*/*/")):
+                if (run_dir / "final_evaluation.json").exists():
+                    score_sampled(run_dir)
     budget = f"{args.steps:,} agent steps" if args.steps else f"{args.minutes:g} min"
     options = [f"--configs {args.configs}", f"--seeds {args.seeds}"]
     if args.steps:
@@ -146,13 +185,14 @@ def main() -> None:
     elif args.minutes != 10:
         options.append(f"--minutes {args.minutes:g}")
     options += [f"--final-episodes {args.final_episodes}"] if args.final_episodes else []
+    options += ["--sampled"] if args.sampled else []
     report = collect(args.out, f"python benchmarks/pixel_defaults.py OUT {args.report} {' '.join(options)}")
     report["budget"] = budget
     args.report.write_text(json.dumps(report, indent=1) + "\n")
     plot(report, args.report.with_suffix(".png"), budget)
     for config in report["configs"]:
-        print(config["key"], [(r["seed"], round(r["final"]["trained"]["mean"], 2), r["passes"])
-                              for r in config["runs"]])
+        print(config["key"], [(r["seed"], round(r["final"]["trained"]["mean"], 2), r["passes"],
+                               r.get("passes_sampled")) for r in config["runs"]])
 
 
 if __name__ == "__main__":

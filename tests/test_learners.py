@@ -122,6 +122,24 @@ def test_image_encoder_options_orthogonal_start_and_inverted_frames():
         ppo(image_init="xavier")
 
 
+def test_ppo_defaults_read_images_with_orthogonal_layers_and_relu_heads():
+    """PPO's defaults (activation="auto", image_init="orthogonal"): behind an image encoder, layers that start
+    orthogonal with zero biases and ReLU heads, as CleanRL's Atari PPO; behind a vector encoder, tanh heads, as its
+    continuous-control PPO; an activation named in the options wins either way."""
+    frames = agent_layout("a", spaces.Box(0, 255, (40, 40, 3), np.uint8), spaces.Discrete(3))
+
+    def head_activations(net):
+        return {type(m) for m in [*net.pi, *net.v] if isinstance(m, (torch.nn.ReLU, torch.nn.Tanh))}
+
+    seeing = ppo(frames).net
+    assert seeing.encoder.reads_images and head_activations(seeing) == {torch.nn.ReLU}
+    assert all(torch.count_nonzero(m.bias) == 0 for m in seeing.encoder.modules()
+               if isinstance(m, (torch.nn.Conv2d, torch.nn.Linear)))
+    assert not ppo().net.encoder.reads_images and head_activations(ppo().net) == {torch.nn.Tanh}
+    assert head_activations(ppo(frames, activation="tanh").net) == {torch.nn.Tanh}
+    assert head_activations(ppo(activation="relu").net) == {torch.nn.ReLU}
+
+
 def test_tuple_with_multidiscrete_is_one_hot_per_component():
     space = spaces.Tuple((spaces.MultiDiscrete([2, 3]), spaces.Box(-1, 1, (2, 2), np.float32)))
     layout = agent_layout("a", space, spaces.Discrete(2))
@@ -279,7 +297,7 @@ def test_unknown_or_bad_learner_options_are_named():
     with pytest.raises(ConfigError, match=r"agent 'agent_0': learner DQNLearner has no option\(s\) \['lrr'\]"):
         dqn(lrr=1.0)
     with pytest.raises(ConfigError, match=r"agent 'agent_0': PPOLearner option activation='gelu': must be one of "
-                                          r"'relu', 'tanh'$"):
+                                          r"'auto', 'relu', 'tanh'$"):
         ppo(activation="gelu")
 
 

@@ -73,6 +73,27 @@ def test_the_critic_reads_the_state_and_the_published_policy_does_not():
         MAPPOLearner.validate_config("team", {"critic_hidden": [0]})
 
 
+def test_a_critic_of_an_image_state_gets_the_image_defaults_and_the_policy_of_vectors_keeps_tanh():
+    """activation="auto" is decided per network: the critic reading an image state has ReLU layers and orthogonal
+    convs with zero biases, the policy reading a vector observation tanh layers."""
+    from gymnasium import spaces
+
+    from pzasync.core.spaces import agent_layout
+
+    observation = spaces.Dict({"observation": spaces.Box(-1, 1, (4,), np.float32),
+                               "state": spaces.Box(0, 255, (40, 40, 3), np.uint8)})
+    learner = MAPPOLearner(LearnerContext("team", agent_layout("a", observation, spaces.Discrete(3)), {},
+                                          members=["a", "b"]))
+
+    def activations(module):
+        return {type(m) for m in module.modules() if isinstance(m, (torch.nn.ReLU, torch.nn.Tanh))}
+
+    assert learner.critic.state.reads_images and activations(learner.critic.v) == {torch.nn.ReLU}
+    assert all(torch.count_nonzero(m.bias) == 0 for m in learner.critic.state.modules()
+               if isinstance(m, torch.nn.Conv2d))
+    assert not learner.net.encoder.reads_images and activations(learner.net.pi) == {torch.nn.Tanh}
+
+
 def test_value_normalisation_tracks_the_returns_moments():
     norm = RunningNorm()
     data = torch.randn(3000, dtype=torch.float64) * 7 + 40

@@ -30,7 +30,7 @@ from pzasync.core.global_state import OBSERVATION_KEY, STATE_KEY, carries_state
 from pzasync.core.spaces import AgentLayout
 from pzasync.errors import ConfigError, UnsupportedSpaceError
 from pzasync.learners.base import Batch, LearnerContext, trajectory_ids
-from pzasync.learners.networks import Encoder, mlp, obs_tensors
+from pzasync.learners.networks import Encoder, head_activation, mlp, obs_tensors
 from pzasync.learners.options import Option, redeclare
 from pzasync.learners.ppo import ActorCritic, DiagGaussian, Dist, PPOLearner, PPOOptions
 from pzasync.learners.recurrent import Chunk, gru_core
@@ -74,13 +74,14 @@ class CentralCritic(nn.Module):
 
     def __init__(self, layout: AgentLayout, config: MAPPOOptions, members: int) -> None:
         super().__init__()
-        self.state = Encoder(layout, config.torso, only=STATE_KEY)
-        self.own = Encoder(layout, config.torso, only=OBSERVATION_KEY) if config.critic_obs else None
+        self.state = Encoder(layout, config.torso, only=STATE_KEY, image_init=config.image_init)
+        self.own = (Encoder(layout, config.torso, only=OBSERVATION_KEY, image_init=config.image_init)
+                    if config.critic_obs else None)
         self.members = members if config.agent_id and members > 1 else 0
         width = self.state.out_dim + self.members + (self.own.out_dim if self.own is not None else 0)
         self.core = gru_core(width, config.memory_size) if config.critic_memory else None
         self.v = mlp(self.core.hidden_size if self.core is not None else width, config.critic_hidden, 1,
-                     config.activation)
+                     head_activation(config.activation, self.state))
         self.norm = RunningNorm() if config.value_norm else None
 
     def features(self, obs: dict[str, torch.Tensor], member: torch.Tensor | None) -> torch.Tensor:

@@ -273,11 +273,26 @@ class Encoder(nn.Module):
         encoders = [leaf_encoder(space, torso, board_channels, image_init, invert_frames) for space in leaves]
         self.leaves = nn.ModuleList(encoders)
         self.out_dim = sum(encoder.out_dim for encoder in encoders)
+        #: Whether any leaf is read by an ImageEncoder (what `head_activation` asks).
+        self.reads_images = any(isinstance(encoder, ImageEncoder) for encoder in encoders)
 
     def forward(self, obs: dict[str, torch.Tensor]) -> torch.Tensor:
         if len(self.keys) == 1:
             return self.leaves[0](obs[self.keys[0]])
         return torch.cat([enc(obs[key]) for enc, key in zip(self.leaves, self.keys)], dim=1)
+
+
+#: `head_activation`'s choices: an ACTIVATIONS name, or "auto".
+HEAD_ACTIVATIONS = ("auto", *ACTIVATIONS)
+
+
+def head_activation(activation: str, encoder: Encoder) -> str:
+    """The activation of the MLP heads behind `encoder`: `activation` where it names one; for "auto", "relu" where
+    the encoder reads images (as CleanRL's Atari PPO, whose ReLU convs feed ReLU layers) and "tanh" otherwise (as
+    its continuous-control PPO)."""
+    if activation != "auto":
+        return activation
+    return "relu" if encoder.reads_images else "tanh"
 
 
 def mlp(in_dim: int, hidden: Sequence[int], out_dim: int | None, activation: str = "relu",

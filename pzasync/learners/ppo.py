@@ -24,7 +24,16 @@ from pzasync.core.spaces import AgentLayout
 from pzasync.errors import UnsupportedSpaceError
 from pzasync.learners.acting import ActingModule
 from pzasync.learners.base import Batch, Learner, LearnerContext, Policy, trajectory_ids
-from pzasync.learners.networks import ACTIVATIONS, IMAGE_INITS, TORSOS, Encoder, masked_logits, mlp, obs_tensors
+from pzasync.learners.networks import (
+    HEAD_ACTIVATIONS,
+    IMAGE_INITS,
+    TORSOS,
+    Encoder,
+    head_activation,
+    masked_logits,
+    mlp,
+    obs_tensors,
+)
 from pzasync.learners.options import LearnerOptions, Option
 from pzasync.learners.recurrent import Chunk, gru_core, memory_tensor, sequence_chunks, sequence_outputs
 
@@ -70,7 +79,7 @@ class ActorCritic(Policy):
             self.start, self.action_shape, outputs = 0, tuple(space.shape), int(np.prod(space.shape))
         self.encoder = Encoder(layout, config.torso, only=observation_key, image_init=config.image_init,
                                invert_frames=config.invert_frames)
-        hidden, activation = config.hidden, config.activation
+        hidden, activation = config.hidden, head_activation(config.activation, self.encoder)
         recurrent = config.memory == "gru"
         #: With memory="gru": a GRU cell between the encoder and the heads (learners/recurrent.py).
         self.core = gru_core(self.encoder.out_dim, config.memory_size) if recurrent else None
@@ -226,7 +235,8 @@ class PPOOptions(LearnerOptions):
     max_grad_norm: float = option(0.5, "Gradients are clipped to this norm.", Option(float, gt=0))
     hidden: list[int] = option([64, 64], "Widths of the policy's and the value's hidden layers.",
                                Option(list, item=Option(int, ge=1)))
-    activation: str = option("tanh", "Activation between hidden layers.", Option(str, choices=tuple(ACTIVATIONS)))
+    activation: str = option("auto", "Activation between hidden layers; 'auto': 'relu' behind an image encoder, "
+                                     "'tanh' otherwise.", Option(str, choices=HEAD_ACTIVATIONS))
     init_log_std: float = option(-0.5, "Initial log standard deviation of Box actions.", Option(float))
     final_log_std: float | None = option(None, "Box actions' log standard deviation is no longer learned: it "
                                                "falls linearly from init_log_std to this over the run's budget "
@@ -235,8 +245,9 @@ class PPOOptions(LearnerOptions):
     normalize_advantages: bool = option(True, "Standardise advantages per minibatch.", Option(bool))
     torso: str = option("auto", "How 3-dim Box observations are encoded: 'auto', 'mlp' or 'cnn' "
                                 "(networks.leaf_kind).", Option(str, choices=TORSOS))
-    image_init: str = option("torch", "How the image encoder's layers start: PyTorch's default ('torch') or "
-                                      "'orthogonal' (gain sqrt(2), zero biases).", Option(str, choices=IMAGE_INITS))
+    image_init: str = option("orthogonal", "How the image encoder's layers start: 'orthogonal' (gain sqrt(2), zero "
+                                           "biases, as CleanRL's and SB3's PPO start theirs) or PyTorch's default "
+                                           "('torch').", Option(str, choices=IMAGE_INITS))
     invert_frames: bool = option(False, "The image encoder reads 1 - x of uint8 frames scaled to [0, 1]: a bright "
                                         "background becomes 0 (docs/benchmarks.md#pistonball).", Option(bool))
     memory: str = option("none", "'gru': a recurrent core trained on sequences of seq_len rows "

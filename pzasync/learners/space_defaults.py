@@ -9,7 +9,7 @@ fits.
   PettingZoo's name for the opposing seats of a board or card game, which self-play (`--self-play`) groups.
 - Images: large raw frames (an RGB uint8 image wider or taller than IMAGE_SIDE) go through SuperSuit's grey,
   resize and frame stack (IMAGE_WRAPPERS) where SuperSuit is installed; the policy's CNN (networks.py) reads
-  them either way.
+  them either way, PPO's starting orthogonal behind ReLU heads (its `image_init` and `activation` defaults).
 
 This lives with the learners because it asks what they accept (`fitting.fits`, `networks.is_image`); the
 recipes package sits below them.

@@ -74,7 +74,8 @@ RECIPES: tuple[Recipe, ...] = (
            agent_groups={"pistons": ("piston_*",)}, wrappers=IMAGE_WRAPPERS, envs_per_actor=16, backpressure=True,
            onpolicy_buffer_batches=1,
            reason="Butterfly-Baselines' tuned PPO on small grey frames, the actor kept about one update behind its "
-                  "learner; an orthogonal encoder, ReLU heads and 1 - x (the default encoder dies on white).",
+                  "learner; an orthogonal encoder, ReLU heads and 1 - x (PyTorch's init with tanh heads dies on "
+                  "white).",
            evidence=f"{RESULTS}#pistonball"),
     Recipe(env="pettingzoo.butterfly.knights_archers_zombies_v11", learner="ppo",
            agent_groups={"archers": ("archer_*",), "knights": ("knight_*",)},
