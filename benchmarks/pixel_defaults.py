@@ -101,12 +101,16 @@ def passes(final: dict[str, dict[str, float]]) -> bool:
     return all(low > final[b]["mean"] + final[b]["ci95"] for b in ("untrained", "random"))
 
 
+def finished_runs(out: Path, key: str) -> list[Path]:
+    """A configuration's run directories under OUT (OUT/KEY-sSEED/RUN/) that reached their final evaluation."""
+    return [run for run in sorted(out.glob(f"{key}-s*/*/")) if (run / "final_evaluation.json").exists()]
+
+
 def collect(out: Path, command: str) -> dict[str, Any]:
     """Every configuration's runs under OUT (OUT/KEY-sSEED/RUN/); `command` reruns the report."""
     configs = []
     for key, env, env_args in ALL_CONFIGS:
-        runs = [run_figures(run) for run in sorted(out.glob(f"{key}-s*/*/"))
-                if (run / "final_evaluation.json").exists()]
+        runs = [run_figures(run) for run in finished_runs(out, key)]
         for run in runs:
             run["passes"] = passes(run["final"])
             if "final_sampled" in run:
@@ -175,9 +179,8 @@ def main() -> None:
                     train(args.out, key, env, env_args, seed, args.minutes, args.steps, args.final_episodes)
     if args.sampled:
         for key in chosen:
-            for run_dir in sorted(args.out.glob(f"{key}-s*/*/")):
-                if (run_dir / "final_evaluation.json").exists():
-                    score_sampled(run_dir)
+            for run_dir in finished_runs(args.out, key):
+                score_sampled(run_dir)
     budget = f"{args.steps:,} agent steps" if args.steps else f"{args.minutes:g} min"
     options = [f"--configs {args.configs}", f"--seeds {args.seeds}"]
     if args.steps:
