@@ -75,7 +75,8 @@ def test_the_critic_reads_the_state_and_the_published_policy_does_not():
 
 def test_a_critic_of_an_image_state_gets_the_image_defaults_and_the_policy_of_vectors_keeps_tanh():
     """activation="auto" is decided per network: the critic reading an image state has ReLU layers and orthogonal
-    convs with zero biases, the policy reading a vector observation tanh layers."""
+    convs with zero biases, the policy reading a vector observation tanh layers; a critic reading an image
+    observation (critic_obs) beside a vector state has ReLU layers too."""
     from gymnasium import spaces
 
     from pzasync.core.spaces import agent_layout
@@ -92,6 +93,15 @@ def test_a_critic_of_an_image_state_gets_the_image_defaults_and_the_policy_of_ve
     assert all(torch.count_nonzero(m.bias) == 0 for m in learner.critic.state.modules()
                if isinstance(m, torch.nn.Conv2d))
     assert not learner.net.encoder.reads_images and activations(learner.net.pi) == {torch.nn.Tanh}
+
+    # A critic reading an image observation beside a vector state (critic_obs) reads images too.
+    observation = spaces.Dict({"observation": spaces.Box(0, 255, (40, 40, 3), np.uint8),
+                               "state": spaces.Box(-1, 1, (6,), np.float32)})
+    for critic_obs, expected in [(True, torch.nn.ReLU), (False, torch.nn.Tanh)]:
+        learner = MAPPOLearner(LearnerContext("team", agent_layout("a", observation, spaces.Discrete(3)),
+                                              {"critic_obs": critic_obs}, members=["a", "b"]))
+        assert not learner.critic.state.reads_images and activations(learner.critic.v) == {expected}, critic_obs
+        assert activations(learner.net.pi) == {torch.nn.ReLU}
 
 
 def test_value_normalisation_tracks_the_returns_moments():

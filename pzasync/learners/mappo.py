@@ -81,7 +81,7 @@ class CentralCritic(nn.Module):
         width = self.state.out_dim + self.members + (self.own.out_dim if self.own is not None else 0)
         self.core = gru_core(width, config.memory_size) if config.critic_memory else None
         self.v = mlp(self.core.hidden_size if self.core is not None else width, config.critic_hidden, 1,
-                     head_activation(config.activation, self.state))
+                     head_activation(config.activation, self.state, *([self.own] if self.own is not None else [])))
         self.norm = RunningNorm() if config.value_norm else None
 
     def features(self, obs: dict[str, torch.Tensor], member: torch.Tensor | None) -> torch.Tensor:

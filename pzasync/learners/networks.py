@@ -286,13 +286,13 @@ class Encoder(nn.Module):
 HEAD_ACTIVATIONS = ("auto", *ACTIVATIONS)
 
 
-def head_activation(activation: str, encoder: Encoder) -> str:
-    """The activation of the MLP heads behind `encoder`: `activation` where it names one; for "auto", "relu" where
-    the encoder reads images (as CleanRL's Atari PPO, whose ReLU convs feed ReLU layers) and "tanh" otherwise (as
-    its continuous-control PPO)."""
+def head_activation(activation: str, *encoders: Encoder) -> str:
+    """The activation of the MLP heads behind `encoders`: `activation` where it names one; for "auto", "relu" where
+    any of the encoders reads images (as CleanRL's Atari PPO, whose ReLU convs feed ReLU layers) and "tanh"
+    otherwise (as its continuous-control PPO)."""
     if activation != "auto":
         return activation
-    return "relu" if encoder.reads_images else "tanh"
+    return "relu" if any(encoder.reads_images for encoder in encoders) else "tanh"
 
 
 def mlp(in_dim: int, hidden: Sequence[int], out_dim: int | None, activation: str = "relu",
