@@ -5,7 +5,9 @@ Each copy takes the seed of its first reset as its `tag` (copy k of actor a gets
 so tag - seed is the row's track). c0 and c1 alternate, LENGTH decisions each per episode; an observation is
 [tag, agent, episode, own decisions so far], and a decision's reward is `row_reward(tag, agent, episode, t)`,
 paid to the agent that took it. A transition from decision t thus has obs [tag, agent, e, t], next_obs
-[tag, agent, e, t + 1] and reward row_reward(tag, agent, e, t); its episode ends (terminated) after its LENGTH-th.
+[tag, agent, e, t + 1] and reward row_reward(tag, agent, e, t); its episode ends (terminated) after its LENGTH-th,
+unless the actor cut the episode first (docs/transitions.md, rule 5): the env never truncates, so a truncated row
+is a cut, and a cut between c0's last decision and c1's leaves c0's last row truncated, not terminated.
 """
 
 from __future__ import annotations
@@ -80,7 +82,9 @@ def check_rows(rows: dict, seed: int) -> dict[int, list[tuple[int, int]]]:
     tag, agent, episode, t = (obs[:, i].astype(np.int64) for i in range(4))
     assert (reward == row_reward(tag, agent, episode, t)).all(), "a torn row: its reward is not its observation's"
     assert (nxt[:, :3] == obs[:, :3]).all() and (nxt[:, 3] == obs[:, 3] + 1).all(), "a torn row: next_obs"
-    assert (rows["terminated"] == (t == LENGTH - 1)).all()
+    cut = rows["truncated"].astype(bool)
+    assert not (rows["terminated"] & cut).any(), "a row both terminated and truncated"
+    assert (rows["terminated"] == ((t == LENGTH - 1) & ~cut)).all(), "a row's terminated flag is not its decision's"
     assert (rows["track"] == tag - seed).all(), "a row given to another actor or copy than the one that made it"
     tracks: dict[int, list[tuple[int, int]]] = {}
     for k, e, s in zip((tag - seed).tolist(), episode.tolist(), t.tolist()):

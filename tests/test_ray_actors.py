@@ -13,12 +13,13 @@ import time
 
 import numpy as np
 import pytest
-from counter_env import check_rows, is_prefix, missing
+from counter_env import LENGTH, CounterEnv, check_rows, is_prefix, missing
 from ray_helpers import confined_ray, needs_ray, ray
 from test_runners import recorded
 
 from pzasync import AsyncRunner, RunConfig
 from pzasync.backends.ray.chunks import AUTO_CHUNK_BYTES, chunk_rows, nbytes, pack, unpack
+from pzasync.core.collect import rollout
 from pzasync.errors import ConfigError, EnvCrashedError
 from pzasync.transport.shm import list_segments
 
@@ -104,6 +105,23 @@ def test_a_detached_plan_allocates_its_own_copy_of_the_runs_memory_elsewhere():
             release(clone)
     finally:
         plan.release()
+
+
+def test_the_row_check_takes_a_cut_episodes_last_row_as_truncated_not_terminated():
+    """The rows these tests check end with each actor's cuts (rule 5). A cut between c0's last decision and c1's
+    leaves c0's last row truncated, not terminated: the check takes it, and still refuses a row whose flag lies."""
+    rows = rollout(CounterEnv(), lambda agent, obs, mask: 0, agent_steps=4 * LENGTH - 1, seed=7)["c0"]
+    rows["track"] = np.zeros(len(rows["reward"]), np.int64)
+    assert rows["obs"][:, 3].tolist() == [*range(LENGTH), *range(LENGTH)]
+    assert rows["terminated"].tolist() == [t == LENGTH - 1 for t in range(LENGTH)] + [False] * LENGTH
+    assert rows["truncated"].tolist() == [False] * (2 * LENGTH - 1) + [True]
+    assert check_rows(rows, seed=7) == {0: [(e, t) for e in range(2) for t in range(LENGTH)]}
+    rows["terminated"][-1] = True
+    with pytest.raises(AssertionError, match="both terminated and truncated"):
+        check_rows(rows, seed=7)
+    rows["terminated"][-1], rows["truncated"][-1] = False, False
+    with pytest.raises(AssertionError, match="terminated flag"):
+        check_rows(rows, seed=7)
 
 
 # ----------------------------------------------------------------------------------------- a three-node cluster
