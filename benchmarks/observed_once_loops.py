@@ -5,9 +5,9 @@ computing each observation once a cycle: random actions, one process, no policy,
 
 PettingZoo's conversion (the `parallel_env()` of every butterfly, SISL and MPE env in PettingZoo 1.27, and what
 SuperSuit's observation wrappers put around a parallel env) calls `last()` before each agent's move and drops the
-observation it computes, then observes every agent at the cycle's end. "Observed once" builds each conversion over
-`LastWithoutObservation`, whose `last()` passes `observe=False`. pzasync carried this at d34e1bd and took it out
-again: whole runs on 2 cores did not gain 10% (docs/bench/observed_once_train_*.json, benchmarks/paired_train.py).
+observation it computes, then observes every agent at the cycle's end. "Observed once" is pzasync's
+`core/observed_once.py`, which builds each conversion over `LastWithoutObservation`, whose `last()` passes
+`observe=False`; whole runs are compared by benchmarks/paired_train.py (docs/bench/observed_once_train_*.json).
 """
 
 from __future__ import annotations
@@ -20,9 +20,7 @@ import time
 import warnings
 from typing import Any
 
-from pettingzoo.utils.conversions import aec_to_parallel_wrapper
-from pettingzoo.utils.wrappers import BaseWrapper
-
+from pzasync.core.observed_once import observed_once
 from pzasync.core.wrappers import parse_wrapper, resolve_wrapper
 from pzasync.recipes.registry import IMAGE_WRAPPERS
 
@@ -39,20 +37,6 @@ CASES: tuple[tuple[str, str, dict[str, Any], tuple[str, ...]], ...] = (
 )
 
 
-class LastWithoutObservation(BaseWrapper):
-    """An AEC env whose `last()` leaves the observation out, for the conversion that drops it."""
-
-    def last(self, observe: bool = True) -> tuple[Any, float, bool, bool, dict[str, Any]]:
-        return self.env.last(observe=False)
-
-
-def once(env: Any) -> Any:
-    """`env`, or where it is PettingZoo's conversion, the same conversion observing each agent once a cycle."""
-    if type(env) is aec_to_parallel_wrapper and not isinstance(env.aec_env, LastWithoutObservation):
-        return aec_to_parallel_wrapper(LastWithoutObservation(env.aec_env))
-    return env
-
-
 def pettingzoos(env_id: str, kwargs: dict[str, Any], wrappers: tuple[str, ...], fix: Any = lambda env: env) -> Any:
     """The module's `parallel_env()` wrapped by SuperSuit itself; `fix` applied to it and after each wrapper."""
     env = fix(importlib.import_module(env_id).parallel_env(**kwargs))
@@ -62,9 +46,9 @@ def pettingzoos(env_id: str, kwargs: dict[str, Any], wrappers: tuple[str, ...], 
     return env
 
 
-def observed_once(env_id: str, kwargs: dict[str, Any], wrappers: tuple[str, ...]) -> Any:
-    """The same env and wrappers, every conversion observing once (`once`)."""
-    return pettingzoos(env_id, kwargs, wrappers, fix=once)
+def observing_once(env_id: str, kwargs: dict[str, Any], wrappers: tuple[str, ...]) -> Any:
+    """The same env and wrappers, every conversion observing once (`observed_once`)."""
+    return pettingzoos(env_id, kwargs, wrappers, fix=observed_once)
 
 
 def agent_steps_per_s(env: Any, seconds: float, seed: int = 0) -> float:
@@ -95,7 +79,7 @@ def main() -> None:
     for label, env_id, kwargs, wrappers in CASES:
         rates: dict[str, list[float]] = {"pettingzoo": [], "observed_once": []}
         for _ in range(args.rounds):
-            for key, make in (("pettingzoo", pettingzoos), ("observed_once", observed_once)):
+            for key, make in (("pettingzoo", pettingzoos), ("observed_once", observing_once)):
                 rates[key].append(agent_steps_per_s(make(env_id, kwargs, wrappers), args.seconds))
         medians = {key: statistics.median(values) for key, values in rates.items()}
         rows.append({"label": label, "env": env_id, "kwargs": kwargs, "wrappers": list(wrappers),

@@ -1,7 +1,8 @@
 """A whole run's agent-steps/s in two checkouts, paired: `pzasync train ENV` for the same minutes and seed in
-checkout A, then in checkout B (each side's code from PYTHONPATH=<checkout>), the sides alternating in order from
-round to round, one run at a time. The figure is the run's own (result.json: agent steps over acting seconds,
-evaluation while training included); the final evaluation is skipped.
+checkout A, then in checkout B (each side run in its checkout, its code from PYTHONPATH=<checkout>, checked before
+the first run), the sides alternating in order from round to round, one run at a time. The figure is the run's
+own (result.json: agent steps over acting seconds, evaluation while training included); the final evaluation is
+skipped.
 
     python benchmarks/paired_train.py BEFORE AFTER --env pettingzoo.butterfly.pistonball_v6 --minutes 1 --rounds 2 \\
         --json docs/bench/observed_once_train_pistonball.json [--train-arg=--env-arg --train-arg=obs_method=image]
@@ -25,12 +26,25 @@ from typing import Any
 CLI = "import sys; from pzasync.cli import main; sys.argv[0] = 'pzasync'; sys.exit(main())"
 
 
+def imported_from(checkout: Path) -> Path:
+    """Where `import pzasync` resolves when run as `train` runs it: the package directory of `checkout`, or
+    SystemExit. `python -c` puts its working directory first on sys.path, ahead of PYTHONPATH, so each side runs
+    in its own checkout (run from another pzasync checkout, both sides would import that one)."""
+    environ = {**os.environ, "PYTHONPATH": str(checkout.resolve())}
+    found = Path(subprocess.run([sys.executable, "-c", "import pzasync; print(pzasync.__file__)"], check=True,
+                                env=environ, cwd=checkout, capture_output=True, text=True).stdout.strip()).parent
+    if found.resolve() != (checkout / "pzasync").resolve():
+        sys.exit(f"checkout {checkout}: `import pzasync` finds {found}, not its own package")
+    return found
+
+
 def train(checkout: Path, env: str, minutes: float, seed: int, extra: list[str], out: Path) -> dict[str, Any]:
-    """One `pzasync train` with `checkout`'s code; its result.json's figures."""
+    """One `pzasync train` with `checkout`'s code (run in the checkout, imported from it: `imported_from`); its
+    result.json's figures."""
     command = [sys.executable, "-c", CLI, "train", env, "--minutes", str(minutes), "--seed", str(seed),
                "--final-episodes", "0", "--no-progress", "--out-dir", str(out), *extra]
     environ = {**os.environ, "PYTHONPATH": str(checkout.resolve())}
-    subprocess.run(command, check=True, env=environ, stdout=subprocess.DEVNULL)
+    subprocess.run(command, check=True, env=environ, cwd=checkout, stdout=subprocess.DEVNULL)
     (result,) = out.glob("*/result.json")
     data = json.loads(result.read_text())
     return {"agent_steps": data["agent_steps"], "acting_seconds": round(data["acting_seconds"], 2),
@@ -53,6 +67,8 @@ def main() -> None:
     args = parser.parse_args()
     if not (args.a / "pzasync").is_dir() or not (args.b / "pzasync").is_dir():
         sys.exit("A and B must be checkouts of pzasync (each with a pzasync/ package)")
+    for checkout in (args.a, args.b):
+        print(f"{checkout}: pzasync from {imported_from(checkout)}", flush=True)
     runs: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="paired_train_") as tmp:
         for round_index in range(args.rounds):

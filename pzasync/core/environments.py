@@ -21,6 +21,7 @@ from pettingzoo.utils.conversions import parallel_to_aec
 
 from pzasync.core.global_state import GlobalStateObservations, ParallelGlobalState, StateRequest
 from pzasync.core.gym_adapter import GymnasiumAECEnv
+from pzasync.core.observed_once import observed_once
 from pzasync.core.wrappers import apply_wrappers
 from pzasync.errors import ConfigError, EnvSpecError
 from pzasync.remote import connect, connect_parallel, is_remote_id
@@ -178,7 +179,8 @@ def _made(spec: Any, kwargs: dict, parallel: bool) -> Any:
 
 def make_parallel_env(spec: Any, **kwargs: Any) -> ParallelEnv:
     """The parallel API of the env `spec` names (a module's `parallel_env()`, a `ParallelEnv`, or the parallel env
-    under a `parallel_to_aec` conversion); EnvSpecError, naming the env, for an env that has none."""
+    under a `parallel_to_aec` conversion); EnvSpecError, naming the env, for an env that has none. PettingZoo's
+    `aec_to_parallel` conversion comes back observing each agent once a cycle (`observed_once`)."""
     if isinstance(spec, EnvSpec):
         return spec.make_parallel(**kwargs)
     made = _made(spec, kwargs, parallel=True)
@@ -189,7 +191,7 @@ def make_parallel_env(spec: Any, **kwargs: Any) -> ParallelEnv:
         name = spec if isinstance(spec, str) else getattr(spec, "__qualname__", type(spec).__name__)
         raise EnvSpecError(f"env {name!r} has no parallel API (it is turn-based, or an AEC env not made by "
                            f"parallel_to_aec): use env_api='aec' (--env-api aec)")
-    return parallel
+    return observed_once(parallel)
 
 
 def choose_env_api(spec: EnvSpec, wanted: str = "auto", probe: Any = None,

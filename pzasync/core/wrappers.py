@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
+from pzasync.core.observed_once import observed_once
 from pzasync.errors import EnvSpecError, UserInputError
 from pzasync.specs import parse_learner_spec
 
@@ -51,11 +52,13 @@ def resolve_wrapper(name: str) -> Any:
 
 
 def apply_wrappers(env: Any, wrappers: Sequence[str]) -> Any:
-    """`env` wrapped by each spec of `wrappers` in order (the first innermost)."""
+    """`env` wrapped by each spec of `wrappers` in order (the first innermost). A wrapper that takes a parallel env
+    by converting it to AEC and back (SuperSuit's observation lambdas) comes back observing each agent once a
+    cycle (`observed_once`)."""
     for text in wrappers:
         name, options = parse_wrapper(text)
         try:
-            env = resolve_wrapper(name)(env, **options)
+            env = observed_once(resolve_wrapper(name)(env, **options))
         except EnvSpecError:
             raise
         except Exception as exc:  # noqa: BLE001 - a wrapper refusing the env or its options, reported by name
