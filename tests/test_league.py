@@ -242,7 +242,9 @@ def test_the_evaluator_scores_published_policies_while_training(tmp_path):
     result = AsyncRunner(TTT, {"player_1": SMALL_DQN, "player_2": "random"}, config).run(seconds=6)
     rows = result.evaluations
     assert len(rows) >= 1 and {r["agent"] for r in rows} == {"player_1"}
-    assert all(r["opponent"] == "random" and r["episodes"] == 20 for r in rows)
+    assert all(r["opponent"] == "random" and 1 <= r["episodes"] <= 20 for r in rows)
+    # Fewer than 20 games only in a round that ran out of its eval_every_s (a niced process on a busy machine).
+    assert all(r["episodes"] == 20 or r["eval_seconds"] >= 0.5 for r in rows), rows
     assert all(1 <= r["version"] <= result.agents["player_1"].published_version for r in rows)
     assert [r["agent_steps"] for r in rows] == sorted(r["agent_steps"] for r in rows)
     lines = [json.loads(x) for x in (Path(result.run_dir) / "metrics.jsonl").read_text().splitlines()]
