@@ -777,8 +777,8 @@ def env_api_table() -> str:
 PIXEL_YARDSTICKS = ("kaz_vector_at_image_steps",)
 
 
-#: The pixel configurations' reports, in row order; a report's "superseded" configurations (measured under
-#: defaults since changed, and said in the text) are not tabled.
+#: The pixel configurations' reports, in row order; a report's "superseded" configurations (rerun since, its
+#: "superseded_why" says why, and said in the text) are not tabled.
 PIXEL_REPORTS = ("pixel_defaults_10min", "pixel_defaults_kaz_image_10min",
                  "pixel_defaults_kaz_image_10min_observed_once")
 
